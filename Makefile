@@ -1,0 +1,41 @@
+# The two commands a newcomer needs: `make run` and `make test`. Both create .venv with pip
+# when it is missing and install the pinned requirements (re-installing only when they change).
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup browser bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet "setuptools>=68"
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+# Until the Streamlit app lands, `make run` walks one memory step in the terminal.
+run: $(STAMP)
+	$(PY) -m tensor_memory demo
+
+test: $(STAMP) browser
+	$(PY) -m pytest
+
+# Browser tests drive Debian's Chromium (never `playwright install`). Installed here when
+# missing and running as root; otherwise the command is printed and those tests skip.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Debian's chromium for the browser tests..."; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "Could not install chromium; browser tests will be skipped."; \
+	else echo "Browser tests will be skipped; to run them: sudo apt-get install -y chromium"; fi
+
+bench: $(STAMP)
+	$(PY) benchmarks/memory_step.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

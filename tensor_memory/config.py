@@ -1,0 +1,56 @@
+"""Shared plumbing for the project's configuration dataclasses.
+
+Every config is a ``@dataclass`` that can be turned into plain JSON-able dicts and back,
+so that it can live in ``config.json`` beside the weights of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, TypeVar
+
+T = TypeVar("T", bound="ConfigBase")
+
+
+class ConfigBase:
+    """Mixin giving a dataclass ``to_dict`` / ``from_dict`` with strict key checking."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, ConfigBase):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}.from_dict expects a dict, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+
+def require_int(owner: str, name: str, value: Any, minimum: int) -> None:
+    """Raise ``ValueError`` naming ``owner.name`` unless ``value`` is an int ≥ ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def require_float(owner: str, name: str, value: Any, low: float = -math.inf, high: float = math.inf,
+                  low_open: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite number in the range [low, high] (or (low, high])."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        where = "" if (low, high) == (-math.inf, math.inf) else f" in {bracket}{low}, {high}]"
+        raise ValueError(f"{owner}.{name} must be a finite number{where}, got {value!r}")

@@ -1,0 +1,80 @@
+"""A literal, slow implementation of the memory layer: the oracle for tests, the baseline for benchmarks.
+
+Chunk by chunk, exactly as the mechanism is written down: ``grid_sample`` for the read, a
+Gaussian evaluated at every voxel centre for the write, ``nn.Conv3d(groups=…)`` for the
+depthwise convolutions of ``[V ; h]`` and a 1×1×1 ``Conv3d`` for the mix. It shares no code
+with ``memory.py`` beyond the parameter values it copies.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .memory import TensorMemory
+
+
+class ReferenceMemory(nn.Module):
+    """Same maths as :class:`TensorMemory`, one chunk at a time, with plain PyTorch layers."""
+
+    def __init__(self, memory: TensorMemory) -> None:
+        super().__init__()
+        cfg = self.config = memory.config
+        d, C, cs = cfg.token_dim, cfg.channels, cfg.chunk_size
+        self.norm = nn.LayerNorm(d)
+        self.summary = nn.Linear(cs * d, d)
+        self.coord_head = nn.Linear(d, 3)
+        self.out_proj = nn.Linear(C, d)
+        self.gate = nn.Parameter(torch.zeros(()))
+        self.content = nn.Linear(d, C)
+        self.spread = nn.Linear(d, 1)
+        self.conv_d = nn.Conv3d(2 * C, 2 * C, (3, 1, 1), padding=(1, 0, 0), groups=2 * C, bias=False)
+        self.conv_h = nn.Conv3d(2 * C, 2 * C, (1, 3, 1), padding=(0, 1, 0), groups=2 * C, bias=False)
+        self.conv_w = nn.Conv3d(2 * C, 2 * C, (1, 1, 3), padding=(0, 0, 1), groups=2 * C, bias=False)
+        self.mix = nn.Conv3d(2 * C, 4 * C, 1)
+        self.to(memory.mix.weight.dtype)  # copy the values exactly, whatever their precision
+        with torch.no_grad():
+            for name in ("norm", "summary", "coord_head", "out_proj", "content", "spread"):
+                getattr(self, name).load_state_dict(getattr(memory, name).state_dict())
+            self.gate.copy_(memory.gate)
+            self.conv_d.weight.copy_(memory.depthwise[0].view(2 * C, 1, 3, 1, 1))
+            self.conv_h.weight.copy_(memory.depthwise[1].view(2 * C, 1, 1, 3, 1))
+            self.conv_w.weight.copy_(memory.depthwise[2].view(2 * C, 1, 1, 1, 3))
+            self.mix.weight.copy_(memory.mix.weight.view(4 * C, 2 * C, 1, 1, 1))
+            self.mix.bias.copy_(memory.mix.bias)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
+        """One pass over x (B, N, d) from state (h, c). Returns y and the final (h, c).
+
+        A trailing incomplete chunk is read but not written, as in :class:`TensorMemory`.
+        """
+        cfg = self.config
+        B, N, d = x.shape
+        cs, (D, H, W) = cfg.chunk_size, cfg.grid
+        z, y, xx = torch.meshgrid(*(torch.linspace(-1, 1, n, dtype=x.dtype) for n in (D, H, W)), indexing="ij")
+        centres = torch.stack([xx, y, z], dim=-1)  # (D, H, W, 3) as (x, y, z)
+        u = self.norm(x)
+        outputs = []
+        for start in range(0, N, cs):
+            chunk = u[:, start:start + cs]  # (B, ≤cs, d)
+            # Read from the state before this chunk's write.
+            mu_read = torch.tanh(self.coord_head(chunk[:, 0]))  # (B, 3)
+            sample = F.grid_sample(h, mu_read.view(B, 1, 1, 1, 3), mode="bilinear",
+                                   padding_mode="border", align_corners=True)  # (B, C, 1, 1, 1)
+            message = self.out_proj(sample.view(B, -1))  # (B, d)
+            outputs.append(x[:, start:start + cs] + torch.sigmoid(self.gate) * message[:, None])
+            if chunk.shape[1] < cs:  # incomplete: nothing to write yet
+                break
+            s = self.summary(chunk.reshape(B, cs * d))  # (B, d)
+            mu_write = torch.tanh(self.coord_head(s))  # (B, 3)
+            sigma = F.softplus(self.spread(s)) + cfg.sigma_min  # (B, 1)
+            dist2 = ((centres[None] - mu_write[:, None, None, None, :]) ** 2).sum(-1)  # (B, D, H, W)
+            weight = torch.exp(-dist2 / (2 * sigma.view(B, 1, 1, 1) ** 2))  # (B, D, H, W)
+            volume = self.content(s)[:, :, None, None, None] * weight[:, None]  # (B, C, D, H, W)
+            stacked = torch.cat([volume, h], dim=1)  # (B, 2C, D, H, W)
+            pre = self.mix(self.conv_w(self.conv_h(self.conv_d(stacked))))  # (B, 4C, D, H, W)
+            i, f, o, g = pre.chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return torch.cat(outputs, dim=1), (h, c)
