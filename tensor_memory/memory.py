@@ -29,7 +29,7 @@ from torch import nn
 
 from .config import ConfigBase, require_float, require_int
 from .recording import RECORD_FIELDS, RecordPoint
-from .update import convlstm_scan, depthwise3d, expand_write, gate_values, write_factors
+from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
 
 @dataclasses.dataclass
@@ -114,11 +114,12 @@ def _linear_weights(u: torch.Tensor, n: int) -> torch.Tensor:
 
 def _sample(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     """Trilinear read from a channels-last volume: h (M, D, H, W, C), xyz (M, 3) → (M, C)."""
-    _, D, H, W, _ = h.shape
+    M, D, H, W, C = h.shape
     wx = _linear_weights(xyz[:, 0], W)  # (M, W)
     wy = _linear_weights(xyz[:, 1], H)  # (M, H)
     wz = _linear_weights(xyz[:, 2], D)  # (M, D)
-    return torch.einsum("mzyxc,mz,my,mx->mc", h, wz, wy, wx)
+    weights = (wz[:, :, None, None] * wy[:, None, :, None] * wx[:, None, None, :]).view(M, 1, D * H * W)
+    return torch.bmm(weights, h.reshape(M, D * H * W, C)).view(M, C)  # weighted sum over voxels
 
 
 def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
@@ -263,10 +264,13 @@ class TensorMemory(nn.Module):
 
         # 3. Read: chunk k reads h before its own write — the incoming state for the first
         #    chunk, the state after chunk k-1 for the others — and adds it to its tokens.
+        #    Every state in hs is sampled (a spare coordinate where no chunk follows the last
+        #    write), so autograd never has to scatter a slice's gradient into a zero volume.
         first = _sample(h0, mu_read[:, 0])  # (B, C)
-        later = _sample(hs[:n_read - 1].reshape(-1, D, H, W, C),
-                        mu_read[:, 1:].transpose(0, 1).reshape(-1, 3))  # ((n_read-1)·B, C)
-        read = torch.cat([first[:, None], later.view(n_read - 1, B, C).transpose(0, 1)], dim=1)  # (B, n_read, C)
+        later_xyz = F.pad(mu_read[:, 1:], (0, 0, 0, n_write + 1 - n_read))  # (B, n_write, 3)
+        later = _sample(hs.reshape(-1, D, H, W, C), later_xyz.transpose(0, 1).reshape(-1, 3))  # (n_write·B, C)
+        later = later.view(n_write, B, C).transpose(0, 1)[:, :n_read - 1]  # (B, n_read-1, C)
+        read = torch.cat([first[:, None], later], dim=1)  # (B, n_read, C)
         message = self.out_proj(read)  # (B, n_read, d)
         per_token = message.repeat_interleave(cs, dim=1)[:, P:P + N]  # (B, N, d) drop tokens already output
         y = x + self.gate_scale * per_token
@@ -308,9 +312,7 @@ class TensorMemory(nn.Module):
         if self.record_points["gate_i"].active:  # gates are recomputed only when asked for: they are large
             with torch.no_grad():
                 h_prev = torch.cat([h0[None], hs[:-1]], dim=0)  # (K, B, D, H, W, C) state before each write
-                C = h_prev.shape[-1]
-                write = expand_write(*factors).reshape(-1, C)  # (K·B·D·H·W, C)
-                conv_h = depthwise3d(h_prev, taps_h).reshape(-1, C)
-                for name, value in zip(("gate_i", "gate_f", "gate_o", "gate_g"),
-                                       gate_values(write, conv_h, self.mix.weight, self.mix.bias)):
+                x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h))  # [dw_V(V) ; dw_h(h) ; 1]
+                weight = torch.cat([self.mix.weight, self.mix.bias[:, None]], dim=1)
+                for name, value in zip(("gate_i", "gate_f", "gate_o", "gate_g"), gate_values(x, weight)):
                     self.record(name, value.view(hs.shape).permute(by_chunk))

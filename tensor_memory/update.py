@@ -12,10 +12,12 @@ Two facts make it cheap:
   axis), and a depthwise convolution along one axis only touches that axis's profile. So
   ``dw_V(V)`` is kept as three small factors and expanded one chunk at a time.
 * The recurrence runs in :func:`convlstm_scan`, an autograd function with a hand-written
-  backward that recomputes each chunk's gates instead of storing them. On a CPU, PyTorch's
-  autograd over ~20 small operations per chunk, the grouped ``Conv3d`` backward and touching
-  freshly allocated memory dominate the plain implementation's cost; this keeps the working
-  set to a few chunk-sized buffers that are reused (see ``docs/performance.md``).
+  backward. On a CPU, PyTorch's autograd bookkeeping over ~20 small operations per chunk
+  and the grouped ``Conv3d`` backward dominate the plain implementation's cost; here each
+  chunk keeps its gates and convolution inputs, and the backward walks the chunks in
+  reverse with fused gate derivatives (see ``docs/performance.md``).
+* Every per-channel tap broadcasts as a contiguous (C,) vector and every gate is its own
+  contiguous block: strided operands stop PyTorch's kernels from vectorising.
 
 Layout: inside this module volumes are *channels-last*, ``(…, D, H, W, C)``, so the mix is a
 matrix product. ``memory.py`` presents them to users as ``(B, C, D, H, W)`` views. The maths
@@ -25,27 +27,41 @@ checks values and gradients against it.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 AXES = (-4, -3, -2)  # D, H, W in a channels-last volume (…, D, H, W, C)
+_sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input  # writes g·s·(1-s) into grad_input
+_tanh_backward = torch.ops.aten.tanh_backward.grad_input  # writes g·(1-t²) into grad_input
 
 
-def conv_axis(x: torch.Tensor, taps: torch.Tensor, dim: int) -> torch.Tensor:
-    """Zero-padded 3-tap correlation along ``dim`` of a channels-last x (…, C); taps (C, 3).
+def tap_rows(taps: torch.Tensor) -> torch.Tensor:
+    """(…, C, 3) taps as stored (like Conv3d weights) → (…, 3, C) contiguous rows.
 
-    out[z] = taps[0]·x[z-1] + taps[1]·x[z] + taps[2]·x[z+1], what ``Conv3d(padding=1)`` computes.
+    Each tap then broadcasts over a channels-last volume as a contiguous (C,) vector, which
+    PyTorch vectorises; a strided one is several times slower.
+    """
+    return taps.transpose(-1, -2).contiguous()
+
+
+def conv_axis(x: torch.Tensor, rows: torch.Tensor, dim: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Zero-padded 3-tap correlation along ``dim`` of a channels-last x (…, C); rows (3, C) from :func:`tap_rows`.
+
+    out[z] = rows[0]·x[z-1] + rows[1]·x[z] + rows[2]·x[z+1], what ``Conv3d(padding=1)`` computes.
     """
     n = x.shape[dim]
-    out = x * taps[:, 1]
-    out.narrow(dim, 1, n - 1).addcmul_(x.narrow(dim, 0, n - 1), taps[:, 0])  # taps[0]·x[z-1]
-    out.narrow(dim, 0, n - 1).addcmul_(x.narrow(dim, 1, n - 1), taps[:, 2])  # taps[2]·x[z+1]
+    out = torch.mul(x, rows[1], out=out)
+    out.narrow(dim, 1, n - 1).addcmul_(x.narrow(dim, 0, n - 1), rows[0])  # rows[0]·x[z-1]
+    out.narrow(dim, 0, n - 1).addcmul_(x.narrow(dim, 1, n - 1), rows[2])  # rows[2]·x[z+1]
     return out
 
 
 def depthwise3d(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """Depthwise 3-tap convolutions along D, then H, then W. x (…, D, H, W, C); taps (3, C, 3)."""
+    """Depthwise 3-tap convolutions along D, then H, then W. x (…, D, H, W, C); taps (3 axes, C, 3)."""
+    rows = tap_rows(taps)  # (3 axes, 3 taps, C)
     for axis, dim in enumerate(AXES):
-        x = conv_axis(x, taps[axis], dim)
+        x = conv_axis(x, rows[axis], dim)
     return x
 
 
@@ -56,60 +72,87 @@ def write_factors(content: torch.Tensor, profiles, taps: torch.Tensor):
     → fz (…, D, C), fy (…, H, C), fxc (…, W, C), the content folded into the last one.
     """
     C = content.shape[-1]
-    fz, fy, fx = (conv_axis(g[..., None].expand(*g.shape, C), taps[axis], -2)
+    rows = tap_rows(taps)  # (3 axes, 3 taps, C)
+    fz, fy, fx = (conv_axis(g[..., None].expand(*g.shape, C), rows[axis], -2)
                   for axis, g in enumerate(profiles))  # per-channel convolved profiles
     return fz, fy, fx * content[..., None, :]
 
 
-def expand_write(fz: torch.Tensor, fy: torch.Tensor, fxc: torch.Tensor) -> torch.Tensor:
+def expand_write(fz: torch.Tensor, fy: torch.Tensor, fxc: torch.Tensor,
+                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """fz (…, D, C), fy (…, H, C), fxc (…, W, C) → the volume (…, D, H, W, C)."""
-    return (fz[..., :, None, None, :] * fy[..., None, :, None, :]) * fxc[..., None, None, :, :]
+    zy = fz[..., :, None, :] * fy[..., None, :, :]  # (…, D, H, C)
+    return torch.mul(zy[..., None, :], fxc[..., None, None, :, :], out=out)
 
 
-def gate_values(write: torch.Tensor, conv_h: torch.Tensor, mix: torch.Tensor, bias: torch.Tensor):
-    """Gates from dw_V(V) and dw_h(h), both (M, C): input, forget, output gates and candidate g, (M, C) each.
+def gate_values(x: torch.Tensor, weight: torch.Tensor):
+    """Gates from x = [dw_V(V) ; dw_h(h) ; 1] (M, 2C+1) and weight = [mix | bias] (4C, 2C+1).
 
-    One matrix product per gate keeps every gate a contiguous block.
+    Returns the input, forget and output gates and the candidate g, (M, C) each. The bias
+    rides on x's column of ones, and one matrix product per gate keeps each gate contiguous.
     """
-    C = write.shape[-1]
-    x = torch.cat([write, conv_h], dim=1)  # (M, 2C) = [dw_V(V) ; dw_h(h)]
-    i, f, o, g = (torch.addmm(b, x, w.t()) for w, b in zip(mix.split(C), bias.split(C)))
+    i, f, o, g = (x @ w.t() for w in weight.chunk(4))
     return i.sigmoid_(), f.sigmoid_(), o.sigmoid_(), g.tanh_()
 
 
-def _conv_axis_backward(grad, x, taps, dim, grad_taps_acc):
+def gate_inputs(write: torch.Tensor, conv_h: torch.Tensor) -> torch.Tensor:
+    """[dw_V(V) ; dw_h(h) ; 1] for :func:`gate_values`: (…, C) twice → (M, 2C+1)."""
+    ones = write.new_ones(write.shape[:-1] + (1,))
+    return torch.cat([write, conv_h, ones], dim=-1).view(-1, 2 * write.shape[-1] + 1)
+
+
+def _conv_axis_backward(grad, x, flipped_rows, dim, grad_taps_acc):
     """Backward of :func:`conv_axis`: returns the input gradient; accumulates tap gradients.
 
+    The adjoint of a correlation is the correlation with the taps reversed (``flipped_rows``).
     grad_taps_acc holds three running products (one per tap), summed once at the very end.
     """
     n = grad.shape[dim]
     grad_taps_acc[0].addcmul_(grad.narrow(dim, 1, n - 1), x.narrow(dim, 0, n - 1))
     grad_taps_acc[1].addcmul_(grad, x)
     grad_taps_acc[2].addcmul_(grad.narrow(dim, 0, n - 1), x.narrow(dim, 1, n - 1))
-    return conv_axis(grad, taps.flip(-1), dim)  # the adjoint of a correlation is the flipped one
+    return conv_axis(grad, flipped_rows, dim)
 
 
-def _chunk(factors, k, h, taps_h, mix, bias):
-    """Chunk k's update inputs from the state h before it: (write, conv inputs, conv_h, gates)."""
-    M, C = h.numel() // h.shape[-1], h.shape[-1]
-    write = expand_write(*(f[k] for f in factors)).view(M, C)  # (B·D·H·W, C)
-    x_h = conv_axis(h, taps_h[0], AXES[0])
-    x_w = conv_axis(x_h, taps_h[1], AXES[1])
-    conv_h = conv_axis(x_w, taps_h[2], AXES[2]).view(M, C)  # (B·D·H·W, C)
-    return write, (h, x_h, x_w), conv_h, gate_values(write, conv_h, mix, bias)
+def _workspace(h: torch.Tensor) -> torch.Tensor:
+    """(B·D·H·W, 2C+1) buffer for [dw_V(V) ; dw_h(h) ; 1]."""
+    x = h.new_empty(h.numel() // h.shape[-1], 2 * h.shape[-1] + 1)
+    x[:, -1] = 1.0
+    return x
 
 
-def _scan(factors, h, c, taps_h, mix, bias):
-    """The recurrence. factors as from :func:`write_factors` with a leading K; h, c (B, D, H, W, C)."""
+_PER_CHUNK = 8  # tensors each chunk keeps for the backward: two conv inputs, x, i, f, o, g, tanh(c)
+
+
+def _scan(factors, h, c, taps_h, mix, bias, saved: Optional[list] = None):
+    """The recurrence. factors as from :func:`write_factors` with a leading K; h, c (B, D, H, W, C).
+
+    With ``saved`` (a list), each chunk's intermediates are appended for the backward;
+    without, one workspace serves every chunk.
+    """
     K = factors[0].shape[0]
-    hs = h.new_empty(K, *h.shape)  # (K, B, D, H, W, C)
+    vol = h.shape  # (B, D, H, W, C)
+    M, C = h.numel() // vol[-1], vol[-1]
+    hs = h.new_empty(K, *vol)  # (K, B, D, H, W, C)
     cs = torch.empty_like(hs)
+    rows_h = tap_rows(taps_h)  # (3 axes, 3 taps, C)
+    weight = torch.cat([mix, bias[:, None]], dim=1)  # (4C, 2C+1) = [mix | bias]
+    x = _workspace(h)
     for k in range(K):
-        _, _, _, (i, f, o, g) = _chunk(factors, k, h, taps_h, mix, bias)
-        c_k = cs[k].view_as(i)
-        torch.mul(f, c.reshape(i.shape), out=c_k)
+        if saved is not None and k > 0:
+            x = _workspace(h)  # kept for the backward: a fresh one per chunk
+        expand_write(*(f[k] for f in factors), out=x[:, :C].view(vol))  # dw_V(V_k)
+        x_h = conv_axis(h, rows_h[0], AXES[0])
+        x_w = conv_axis(x_h, rows_h[1], AXES[1])
+        conv_axis(x_w, rows_h[2], AXES[2], out=x[:, C:2 * C].view(vol))  # dw_h(h_{k-1})
+        i, f, o, g = gate_values(x, weight)
+        c_k = cs[k].view(M, C)
+        torch.mul(f, c.reshape(M, C), out=c_k)
         c_k.addcmul_(i, g)  # c = f⊙c + i⊙g
-        torch.mul(o, torch.tanh(c_k), out=hs[k].view_as(i))  # h = o⊙tanh(c)
+        tanh_c = torch.tanh(c_k)
+        torch.mul(o, tanh_c, out=hs[k].view(M, C))  # h = o⊙tanh(c)
+        if saved is not None:
+            saved.extend((x_h, x_w, x, i, f, o, g, tanh_c))  # _PER_CHUNK tensors
         h, c = hs[k], cs[k]
     return hs, cs
 
@@ -117,44 +160,43 @@ def _scan(factors, h, c, taps_h, mix, bias):
 class _ConvLSTMScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fz, fy, fxc, h0, c0, taps_h, mix, bias):
-        hs, cs = _scan((fz, fy, fxc), h0, c0, taps_h, mix, bias)
-        ctx.save_for_backward(fz, fy, fxc, h0, c0, taps_h, mix, bias, hs, cs)
+        saved: list = []
+        hs, cs = _scan((fz, fy, fxc), h0, c0, taps_h, mix, bias, saved)
+        ctx.save_for_backward(fz, fy, fxc, h0, c0, taps_h, mix, hs, cs, *saved)
         return hs, cs
 
     @staticmethod
     def backward(ctx, grad_hs, grad_cs):
-        fz, fy, fxc, h0, c0, taps_h, mix, bias, hs, cs = ctx.saved_tensors
-        factors = (fz, fy, fxc)
-        K, B, D, H, W, C = hs.shape
-        M = B * D * H * W
+        fz, fy, fxc, h0, c0, taps_h, mix, hs, cs, *saved = ctx.saved_tensors
+        K, B, D, H, W, C = cs.shape
+        M, vol = B * D * H * W, (B, D, H, W, C)
         grad_fz, grad_fy, grad_fxc = torch.empty_like(fz), torch.empty_like(fy), torch.empty_like(fxc)
-        grad_mix, grad_bias = torch.zeros_like(mix), torch.zeros_like(bias)
-        grad_pre = h0.new_empty(M, 4 * C)  # reused every chunk
+        grad_weight = mix.new_zeros(4 * C, 2 * C + 1)  # for [mix | bias]
+        grad_pre = c0.new_empty(M, 4 * C)  # reused by every chunk
+        gp_i, gp_f, gp_o, gp_g = grad_pre.split(C, dim=1)
+        flipped_h = tap_rows(taps_h).flip(1)  # the adjoint's taps, (3 axes, 3 taps, C)
         # Running tap-gradient products, one per (axis, tap), shaped like the slices they multiply.
-        vol = (B, D, H, W, C)
-        acc = [[h0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)])
+        acc = [[c0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)])
                 for t in range(3)] for a in range(3)]
-        dh = h0.new_zeros(M, C)  # gradient reaching h_k from later chunks
-        dc = h0.new_zeros(M, C)
+        dh = c0.new_zeros(M, C)  # gradient reaching h_k from later chunks
+        dc = c0.new_zeros(M, C)
         for k in reversed(range(K)):
-            h_prev = hs[k - 1] if k > 0 else h0.contiguous()
+            x_h, x_w, x, i, f, o, g, t = saved[k * _PER_CHUNK:(k + 1) * _PER_CHUNK]
+            conv_inputs = (hs[k - 1] if k > 0 else h0, x_h, x_w)  # what the D, H, W convolutions read
             c_prev = (cs[k - 1] if k > 0 else c0).reshape(M, C)
-            write, conv_inputs, conv_h, (i, f, o, g) = _chunk(factors, k, h_prev, taps_h, mix, bias)
             if grad_hs is not None:
                 dh = dh + grad_hs[k].reshape(M, C)
             if grad_cs is not None:
                 dc = dc + grad_cs[k].reshape(M, C)
-            t = torch.tanh(cs[k].view(M, C))
-            gp_i, gp_f, gp_o, gp_g = grad_pre.split(C, dim=1)
-            torch.mul(dh * t, o * (1 - o), out=gp_o)  # output gate
-            dc = dc + dh * o * (1 - t * t)  # through h = o·tanh(c)
-            torch.mul(dc * g, i * (1 - i), out=gp_i)  # input gate
-            torch.mul(dc * c_prev, f * (1 - f), out=gp_f)  # forget gate
-            torch.mul(dc * i, 1 - g * g, out=gp_g)  # candidate
+            # aten's sigmoid_backward(g, s) = g·s·(1-s) and tanh_backward(g, t) = g·(1-t²), fused.
+            _sigmoid_backward(dh * t, o, grad_input=gp_o)  # output gate
+            dc = dc + torch.ops.aten.tanh_backward(dh * o, t)  # through h = o·tanh(c)
+            _sigmoid_backward(dc * g, i, grad_input=gp_i)  # input gate
+            _sigmoid_backward(dc * c_prev, f, grad_input=gp_f)  # forget gate
+            _tanh_backward(dc * i, g, grad_input=gp_g)  # candidate
             dc = dc * f  # c_{k-1} reaches c_k through the forget gate
-            # Through the mix: parameters, then the two inputs.
-            grad_mix.addmm_(grad_pre.t(), torch.cat([write, conv_h], dim=1))
-            grad_bias += grad_pre.sum(0)
+            # Through the mix: its weights and bias, then the two inputs.
+            grad_weight.addmm_(grad_pre.t(), x)
             grad_x = grad_pre @ mix  # (M, 2C)
             # Into the write factors: write = (fz ⊗ fy) ⊗ fxc.
             grad_write = grad_x[:, :C].reshape(vol)  # (B, D, H, W, C)
@@ -166,10 +208,11 @@ class _ConvLSTMScan(torch.autograd.Function):
             # Into h through the depthwise convolutions, W then H then D.
             grad = grad_x[:, C:].reshape(vol)
             for axis in (2, 1, 0):
-                grad = _conv_axis_backward(grad, conv_inputs[axis], taps_h[axis], AXES[axis], acc[axis])
+                grad = _conv_axis_backward(grad, conv_inputs[axis], flipped_h[axis], AXES[axis], acc[axis])
             dh = grad.reshape(M, C)
         grad_taps = torch.stack([torch.stack([a.reshape(-1, C).sum(0) for a in per_axis], dim=-1)
                                  for per_axis in acc])  # (3, C, 3)
+        grad_mix, grad_bias = grad_weight[:, :-1], grad_weight[:, -1]
         return grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias
 
 

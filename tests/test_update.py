@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from tensor_memory.memory import gaussian_write
-from tensor_memory.update import conv_axis, convlstm_scan, depthwise3d, expand_write, write_factors
+from tensor_memory.update import conv_axis, convlstm_scan, depthwise3d, expand_write, tap_rows, write_factors
 
 
 def conv3d_depthwise(x_cf, taps):
@@ -29,8 +29,8 @@ def test_depthwise3d_equals_grouped_conv3d():
 
 def test_conv_axis_zero_pads():
     x = torch.ones(1, 4, 1, 1, 1, dtype=torch.float64)  # (N, D, H, W, C)
-    taps = torch.tensor([[1.0, 10.0, 100.0]], dtype=torch.float64)
-    out = conv_axis(x, taps, -4).flatten().tolist()
+    taps = torch.tensor([[1.0, 10.0, 100.0]], dtype=torch.float64)  # (C, 3)
+    out = conv_axis(x, tap_rows(taps), -4).flatten().tolist()
     assert out == [110.0, 111.0, 111.0, 11.0]
 
 

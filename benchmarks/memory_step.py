@@ -1,0 +1,98 @@
+"""Memory layer forward+backward: tensor_memory's implementation against the plain one.
+
+The plain implementation (tensor_memory/reference.py) is the mechanism written literally:
+one chunk at a time, grid_sample for the read, the Gaussian evaluated at every voxel, grouped
+nn.Conv3d for the depthwise convolutions and autograd for everything. Both run the same
+weights on the same input in this one process; the script first checks they agree, then
+times them alternately and prints a table and the speed ratio.
+
+    .venv/bin/python benchmarks/memory_step.py            # the issue's setting
+    .venv/bin/python benchmarks/memory_step.py --help     # other sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+from tensor_memory import MemoryConfig, TensorMemory
+from tensor_memory.reference import ReferenceMemory
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, default=32, help="B (default 32)")
+    p.add_argument("--tokens", type=int, default=24, help="N (default 24)")
+    p.add_argument("--dim", type=int, default=64, help="d (default 64)")
+    p.add_argument("--channels", type=int, default=16, help="C (default 16)")
+    p.add_argument("--grid", type=int, default=6, help="voxels per axis (default 6)")
+    p.add_argument("--chunk-size", type=int, default=1, help="tokens per chunk (default 1)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs of each (default 7)")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = MemoryConfig(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3,
+                       chunk_size=args.chunk_size)
+    fast = TensorMemory(cfg)
+    with torch.no_grad():  # leave the identity initialisation so every weight matters
+        fast.depthwise.add_(0.2 * torch.randn_like(fast.depthwise))
+        fast.spread.weight.normal_(0, 0.1)
+    plain = ReferenceMemory(fast)
+    x = torch.randn(args.batch, args.tokens, args.dim)
+    state = fast.init_state(args.batch)
+
+    # Same outputs and gradients first.
+    xf, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y_fast, s_fast = fast(xf, state)
+    y_plain, (h_plain, _) = plain(xp, state.h, state.c)
+    weights = torch.randn_like(y_fast)
+    (y_fast * weights).sum().backward()
+    (y_plain * weights).sum().backward()
+    diffs = {"output": (y_fast - y_plain).abs().max().item(),
+             "final h": (s_fast.h - h_plain).abs().max().item(),
+             "input gradient": (xf.grad - xp.grad).abs().max().item(),
+             "mix gradient": (fast.mix.weight.grad - plain.mix.weight.grad.flatten(1)).abs().max().item()}
+    for name, diff in diffs.items():
+        assert diff < 1e-5, f"{name} differs by {diff:.2e}"
+
+    def step(module, run) -> float:
+        module.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        y = run()
+        (y * weights).sum().backward()
+        return time.perf_counter() - start
+
+    runs = {"plain (grouped Conv3d, autograd)": (plain, lambda: plain(x, state.h, state.c)[0]),
+            "tensor_memory": (fast, lambda: fast(x, state)[0])}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name, (module, run) in runs.items():  # warm-up
+        step(module, run)
+    for _ in range(args.repeats):  # alternate, so drifts in machine speed hit both alike
+        for name, (module, run) in runs.items():
+            times[name].append(step(module, run))
+
+    chunks = -(-args.tokens // args.chunk_size)
+    print(f"Memory layer forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
+          f"grid={args.grid}^3 chunk={args.chunk_size}, {args.threads} threads, torch {torch.__version__}, "
+          f"{platform.processor() or platform.machine()}")
+    print("max |difference| fast vs plain: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    print(f"{'implementation':<34} {'median ms':>10} {'min ms':>8} {'ms/chunk':>9}")
+    medians = {}
+    for name, values in times.items():
+        medians[name] = statistics.median(values) * 1e3
+        print(f"{name:<34} {medians[name]:10.1f} {min(values) * 1e3:8.1f} {medians[name] / chunks:9.2f}")
+    plain_ms, fast_ms = medians.values()
+    print(f"speed-up (median plain / median tensor_memory): {plain_ms / fast_ms:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
