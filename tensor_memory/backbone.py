@@ -244,7 +244,10 @@ class Attention(nn.Module):
         self.heads, self.dk = config.heads, config.dim // config.heads
         self.causal, self.window = config.causal, config.window
         self.query = nn.Linear(config.dim, config.dim)
-        self.key_value = nn.Linear(config.dim, 2 * config.dim)
+        # No key bias: it adds the same q·b to every score of a query, which softmax ignores, so its
+        # gradient is exactly zero and Adam would only amplify rounding noise into it.
+        self.key = nn.Linear(config.dim, config.dim, bias=False)
+        self.value = nn.Linear(config.dim, config.dim)
         self.out = nn.Linear(config.dim, config.dim)
 
     def split(self, t: torch.Tensor) -> torch.Tensor:
@@ -256,8 +259,7 @@ class Attention(nn.Module):
         return self.out(t.transpose(1, 2).reshape(B, L, self.heads * self.dk))  # (B, L, dim)
 
     def keys_values(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = self.key_value(a).chunk(2, dim=-1)
-        return self.split(k), self.split(v)  # (B, heads, L, dk) each
+        return self.split(self.key(a)), self.split(self.value(a))  # (B, heads, L, dk) each
 
     def init_cache(self, batch_size: int, device=None, dtype=None) -> Optional[AttentionCache]:
         empty = torch.zeros(batch_size, self.heads, 0, self.dk, device=device, dtype=dtype)
@@ -390,7 +392,8 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.query = nn.Linear(dim, dim)
-        self.key_value = nn.Linear(dim, 2 * dim)
+        self.key = nn.Linear(dim, dim, bias=False)  # a key bias is invisible to softmax (see Attention)
+        self.value = nn.Linear(dim, dim)
         self.out = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
@@ -400,8 +403,8 @@ class CrossAttention(nn.Module):
         def split(t):  # (M, L, dim) → (M, heads, L, dk)
             return t.view(M, t.shape[1], h, dim // h).transpose(1, 2)
 
-        k, v = self.key_value(context).chunk(2, dim=-1)
-        out = F.scaled_dot_product_attention(split(self.query(x)), split(k), split(v))  # (M, heads, Lq, dk)
+        q, k, v = self.query(x), self.key(context), self.value(context)
+        out = F.scaled_dot_product_attention(split(q), split(k), split(v))  # (M, heads, Lq, dk)
         return self.out(out.transpose(1, 2).reshape(M, Lq, dim))
 
 

@@ -43,6 +43,29 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .training import apply_overrides, load_run_config, train
+
+    config_path = Path(args.config) if args.config else Path("configs") / f"{args.task}.toml"
+    if args.config or config_path.exists():
+        config = load_run_config(config_path, args.backbone)
+    else:  # no config file: the task's and the backbone's defaults
+        config = {"task": {"name": args.task, "params": {}}, "model": {"kind": args.backbone}, "training": {}}
+    if config["task"]["name"] != args.task:
+        raise ValueError(f"{config_path} is for task {config['task']['name']!r}, not {args.task!r}")
+    extra = [f"training.{name}={value}" for name, value in (("steps", args.steps), ("seed", args.seed))
+             if value is not None]
+    config = apply_overrides(config, extra + list(args.set))
+    out = Path(args.out or Path("runs") / f"{args.task}-{args.backbone}")
+    metrics = train(config, out, resume=args.resume, progress=not args.no_progress)
+    if metrics:
+        print(f"Finished: checkpoint in {out}; validation " +
+              ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensor-memory",
@@ -60,6 +83,33 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--channels", type=int, default=8, help="features per voxel C (default 8)")
     demo.add_argument("--grid", type=int, default=6, help="voxels per axis (default 6)")
     demo.set_defaults(func=_demo)
+
+    from .backbone import KINDS
+    from .tasks import TASKS
+
+    train = commands.add_parser(
+        "train", help="train a task model and write a checkpoint directory",
+        description="Train one task with one backbone. Settings come from --config (default "
+                    "configs/TASK.toml when it exists), then --steps/--seed, then --set overrides. "
+                    "Writes config.json, train_log.jsonl, model.safetensors and metrics to --out. "
+                    "Run on several processes with: torchrun --nproc_per_node N -m tensor_memory train ...")
+    train.add_argument("--task", required=True, choices=sorted(TASKS), help="the diagnostic task")
+    train.add_argument("--backbone", required=True, choices=KINDS, help="the context mechanism")
+    train.add_argument("--config", help="TOML run config (sections task, model, backbone.KIND, training)")
+    train.add_argument("--steps", type=int, help="training steps (overrides the config)")
+    train.add_argument("--seed", type=int, help="seed for initial weights and the data stream")
+    train.add_argument("--out", help="output directory (default runs/TASK-BACKBONE)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue a killed run from the last checkpoint in --out, exactly where it stopped")
+    train.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                       help="override one setting, type-checked, e.g. --set training.lr=3e-4 "
+                            "--set model.memory.channels=8 (repeatable)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+
+    from .cli_eval import add_eval_parser
+
+    add_eval_parser(commands)
     return parser
 
 
@@ -67,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as error:  # bad settings: one clear line, no traceback
+    except (ValueError, FloatingPointError) as error:  # bad settings or input: one clear line, no traceback
         print(f"tensor-memory {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,166 @@
+"""Evaluation: a model's metrics on a task over seeded batches, for one setting or the task's sweep.
+
+Batch ``i`` of an evaluation with seed ``s`` is ``task.sample(batch_size, derive_seed("eval", s, i))``:
+the evaluation stream never overlaps the training stream, and the same seed gives the same
+batches (and, for a given model, the same metrics) on every run. Counts (correct, total) are
+summed over batches before dividing, so a metric is exact over all scored positions.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from .backbone import SLOT_GATE_INIT, SlotMemory
+from .checkpoint import Checkpoint
+from .memory import TensorMemory
+from .tasks import Task, derive_seed, make_task
+
+
+def gate_drift(model: nn.Module) -> Optional[float]:
+    """σ(γ) − σ(γ_init) of the memory layer that moved most (sign kept: positive = read amplified).
+
+    Memory layers are the tensor memories (γ_init = their ``config.gate_init``) and the slot
+    memories of the ``slots`` baseline (γ_init = ``SLOT_GATE_INIT``). None for a model without one.
+    """
+    drifts = []
+    for module in model.modules():
+        if isinstance(module, TensorMemory):
+            init = module.config.gate_init
+        elif isinstance(module, SlotMemory):
+            init = SLOT_GATE_INIT
+        else:
+            continue
+        gate = module.gate.detach().double().cpu()
+        drifts.append(float(torch.sigmoid(gate) - torch.sigmoid(torch.tensor(float(init), dtype=torch.float64))))
+    if not drifts:
+        return None
+    return max(drifts, key=abs)
+
+
+def _to(batch_inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch_inputs.items()}
+
+
+def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batch_size: int = 64,
+             progress: Optional[bool] = None, purpose: str = "eval") -> dict[str, Optional[float]]:
+    """Metrics of ``model`` on ``task`` over ``batches`` seeded batches.
+
+    Returns ``{metric: correct / total}`` for each metric of ``task.counts`` (None where no
+    position was scored, e.g. occluded-frame accuracy when nothing is occluded), ``chance``
+    (1 / number of classes) and, for models with memory layers, ``gate_drift``. The model is
+    run in eval mode under ``torch.no_grad`` (its previous mode is restored afterwards).
+    ``progress``: show a tqdm bar (default: when stderr is a terminal). ``purpose`` names the seed
+    stream: batch i is ``task.sample(batch_size, derive_seed(purpose, seed, i))``; the trainer's
+    validation uses ``"val"`` so that it never sees the ``"eval"`` batches reported for a checkpoint.
+    """
+    from tqdm import tqdm
+
+    for name, value in (("batches", batches), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"evaluate: {name} must be an integer >= 1, got {value!r}")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    try:
+        device = next(model.parameters()).device
+    except StopIteration:
+        device = torch.device("cpu")
+
+    totals: dict[str, list[float]] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for index in tqdm(range(batches), desc=f"eval {task.name}", unit="batch", disable=not progress,
+                              leave=False, file=sys.stderr):
+                batch = task.sample(batch_size, derive_seed(purpose, seed, index))
+                logits, _ = model(_to(batch.inputs, device))
+                batch.targets, batch.mask = batch.targets.to(device), batch.mask.to(device)
+                for metric, (correct, total) in task.counts(logits, batch).items():
+                    acc = totals.setdefault(metric, [0.0, 0.0])
+                    acc[0] += float(correct)
+                    acc[1] += float(total)
+    finally:
+        model.train(was_training)
+
+    metrics: dict[str, Optional[float]] = {
+        metric: (correct / total if total > 0 else None) for metric, (correct, total) in totals.items()}
+    metrics["chance"] = 1.0 / task.num_classes
+    drift = gate_drift(model)
+    if drift is not None:
+        metrics["gate_drift"] = drift
+    return metrics
+
+
+def _shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(value.shape) for name, value in module.state_dict().items()}
+
+
+def task_with(ckpt: Checkpoint, params: Optional[dict[str, Any]]) -> Task:
+    """The checkpoint's task with ``params`` overriding its config, checked to fit the trained model.
+
+    Raises ValueError when a value is invalid or would change the encoder's or head's shapes
+    (e.g. a different vocabulary), which the trained weights cannot serve.
+    """
+    if not params:
+        return ckpt.task
+    name = ckpt.task.name
+    merged = {**ckpt.task.config.to_dict(), **params}
+    try:
+        task = make_task(name, merged)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"task parameters {params} for {name!r}: {error}") from None
+    model = ckpt.model
+    dim = model.backbone.config.dim
+    try:  # on the meta device: shapes only, no memory, no draw from the global RNG
+        with torch.device("meta"):
+            encoder, head = task.encoder(dim), task.head(dim)
+    except Exception:  # an encoder whose construction needs real values
+        with torch.random.fork_rng(devices=[]):
+            encoder, head = task.encoder(dim), task.head(dim)
+    if (type(encoder) is not type(model.encoder) or _shapes(encoder) != _shapes(model.encoder)
+            or _shapes(head) != _shapes(model.head) or task.num_classes != ckpt.task.num_classes):
+        raise ValueError(f"task parameters {params} change the shapes of the {name!r} encoder or head the "
+                         f"checkpoint was trained with; only parameters that leave them unchanged can be varied")
+    return task
+
+
+def evaluate_checkpoint(ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 64,
+                        task_params: Optional[dict[str, Any]] = None,
+                        progress: Optional[bool] = None) -> dict[str, Any]:
+    """``{"task", "backbone", "seed", "batches", "batch_size", "params", "metrics"}`` for a loaded checkpoint.
+
+    ``task_params`` override the task's config (for sweeps); the trained model is reused.
+    """
+    task = task_with(ckpt, task_params)
+    metrics = evaluate(ckpt.model, task, seed=seed, batches=batches, batch_size=batch_size, progress=progress)
+    return {"task": task.name, "backbone": ckpt.model.backbone.config.kind, "seed": seed, "batches": batches,
+            "batch_size": batch_size, "params": task.config.to_dict(), "metrics": metrics}
+
+
+def sweep_points(task: Task) -> list[dict[str, Any]]:
+    """Every parameter setting of ``task.sweep()`` then of ``extra_sweeps`` ({field: values}), without repeats."""
+    points = list(task.sweep())
+    base = task.config.to_dict()
+    for field, values in (getattr(type(task), "extra_sweeps", None) or {}).items():
+        points.extend({**base, field: value} for value in values)
+    unique: list[dict[str, Any]] = []
+    for point in points:
+        if point not in unique:
+            unique.append(point)
+    return unique
+
+
+def sweep(ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 64,
+          progress: Optional[bool] = None) -> list[dict[str, Any]]:
+    """``[{"params": {...}, "metrics": {...}}, ...]`` at every point of the task's sweep (same seeds at each)."""
+    return [{"params": point,
+             "metrics": evaluate_checkpoint(ckpt, seed, batches, batch_size, task_params=point,
+                                            progress=progress)["metrics"]}
+            for point in sweep_points(ckpt.task)]
+
+
+__all__ = ["evaluate", "evaluate_checkpoint", "sweep", "sweep_points", "gate_drift", "task_with"]

@@ -1,0 +1,27 @@
+"""A task model: the task's encoder, a backbone, and the task's head."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .backbone import Backbone, BackboneConfig, BackboneState
+from .tasks import Task
+
+
+class TaskModel(nn.Module):
+    """``logits, state = model(inputs, state=None)``: inputs as in ``Batch.inputs``, logits (B, N, classes)."""
+
+    def __init__(self, task: Task, backbone: BackboneConfig) -> None:
+        super().__init__()
+        self.encoder = task.encoder(backbone.dim)
+        self.backbone = Backbone(backbone)
+        self.head = task.head(backbone.dim)
+
+    def forward(self, inputs: dict[str, torch.Tensor],
+                state: Optional[BackboneState] = None) -> tuple[torch.Tensor, Optional[BackboneState]]:
+        tokens = self.encoder(**inputs)  # (B, N, dim)
+        features, state = self.backbone(tokens, state)
+        return self.head(features), state

@@ -1,0 +1,24 @@
+"""The diagnostic tasks, by name."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .base import Batch, Task, derive_seed
+from .coordinate_binding import CoordinateBinding
+from .map_building import MapBuilding
+from .no_harm import NoHarm
+from .occlusion import Occlusion
+
+TASKS: dict[str, type[Task]] = {task.name: task for task in (CoordinateBinding, Occlusion, MapBuilding, NoHarm)}
+
+
+def make_task(name: str, params: Optional[dict[str, Any]] = None) -> Task:
+    """The task called ``name`` with its config built from ``params`` (defaults for the rest)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}")
+    cls = TASKS[name]
+    return cls(cls.Config.from_dict(params or {}))
+
+
+__all__ = ["Batch", "Task", "TASKS", "make_task", "derive_seed"]

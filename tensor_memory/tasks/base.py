@@ -1,0 +1,94 @@
+"""What every diagnostic task provides: a seeded generator, an encoder, a head and metrics.
+
+A task turns a seed into a :class:`Batch` — inputs for its encoder, a class target per
+position, a mask saying which positions are scored, and the metadata a viewer needs — and
+scores logits as *counts* (correct, total) so that metrics add up exactly over batches.
+Generation is deterministic: the same seed gives the same batch on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ..config import ConfigBase
+
+Counts = dict[str, tuple[float, float]]  # metric name → (correct, total)
+
+
+@dataclasses.dataclass
+class Batch:
+    inputs: dict[str, torch.Tensor]  # what the task's encoder reads, each (B, N, …)
+    targets: torch.Tensor  # (B, N) long: the class to predict at each position
+    mask: torch.Tensor  # (B, N) bool: the positions the loss and the metrics score
+    meta: dict[str, torch.Tensor]  # for viewers: frames, occlusion flags, keys, maps, …
+
+    @property
+    def batch_size(self) -> int:
+        return self.targets.shape[0]
+
+    def rows(self, start: int, stop: int) -> "Batch":
+        """Rows start:stop of every tensor (a data-parallel shard of the batch)."""
+        cut = lambda d: {k: v[start:stop] for k, v in d.items()}  # noqa: E731
+        return Batch(cut(self.inputs), self.targets[start:stop], self.mask[start:stop], cut(self.meta))
+
+
+def derive_seed(purpose: str, seed: int, index: int) -> int:
+    """A 63-bit seed for batch ``index`` of a stream: training and evaluation streams never overlap."""
+    digest = hashlib.sha256(f"{purpose}:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+class Task:
+    """Base class. Subclasses set ``name``, ``Config``, ``num_classes``, ``chunk_size`` and implement
+    :meth:`sample`, :meth:`encoder` and :meth:`counts`."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[ConfigBase]]
+    sweep_field: ClassVar[str]  # the parameter the paper's sweep varies
+    sweep_values: ClassVar[tuple]
+
+    def __init__(self, config: ConfigBase) -> None:
+        self.config = config
+
+    @property
+    def num_classes(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def chunk_size(self) -> int:
+        """Tokens per memory chunk the task is built around (occlusion: one frame)."""
+        return 1
+
+    def sample(self, batch_size: int, seed: int) -> Batch:
+        raise NotImplementedError
+
+    def encoder(self, dim: int) -> nn.Module:
+        """A module mapping ``batch.inputs`` (as keyword arguments) to tokens (B, N, dim)."""
+        raise NotImplementedError
+
+    def head(self, dim: int) -> nn.Module:
+        return nn.Linear(dim, self.num_classes)
+
+    def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
+        """(correct, total) per metric; ``accuracy`` is always present."""
+        raise NotImplementedError
+
+    def sweep(self) -> list[dict[str, Any]]:
+        """The parameter settings of the task's sweep, as config dicts."""
+        base = self.config.to_dict()
+        return [{**base, self.sweep_field: value} for value in self.sweep_values]
+
+
+def masked_accuracy(logits: torch.Tensor, batch: Batch, where: torch.Tensor) -> tuple[float, float]:
+    """(correct, total) of the argmax prediction over positions where ``where`` (B, N) is true."""
+    hit = (logits.argmax(-1) == batch.targets) & where
+    return float(hit.sum()), float(where.sum())

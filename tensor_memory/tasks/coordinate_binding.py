@@ -1,0 +1,89 @@
+"""Coordinate binding: write (key, value) pairs at 3-D coordinates, then recall by a noisy key.
+
+A sequence is ``writes`` write tokens, each a key ``k ~ U[-1, 1]³`` and a value
+``v ∈ {0..values-1}``, followed by ``queries`` query tokens. A query's key is one of the written
+keys (chosen uniformly) plus ``N(0, noise²)``, clamped to ``[-1, 1]``. The target at a query is
+the value of the written key *nearest* to the query key (Euclidean) — computed, not copied from
+the chosen key, since with noise the two can differ. Only queries are scored; chance is
+``1 / values``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from ..config import ConfigBase, require_float, require_int
+from .base import Batch, Counts, Task, generator, masked_accuracy
+
+
+@dataclasses.dataclass
+class CoordinateBindingConfig(ConfigBase):
+    writes: int = 20  # W, write tokens per sequence
+    noise: float = 0.0  # standard deviation of the Gaussian added to a query's key
+    queries: int = 4  # query tokens after the writes
+    values: int = 32  # distinct values (classes)
+
+    def __post_init__(self) -> None:
+        owner = "CoordinateBindingConfig"
+        require_int(owner, "writes", self.writes, 1)
+        require_float(owner, "noise", self.noise, 0.0, math.inf)
+        require_int(owner, "queries", self.queries, 1)
+        require_int(owner, "values", self.values, 2)
+
+
+class BindingEncoder(nn.Module):
+    """key (B, N, 3) → Linear; value (B, N), ``values`` = none → Embedding; is_query (B, N) → Embedding."""
+
+    def __init__(self, values: int, dim: int) -> None:
+        super().__init__()
+        self.key = nn.Linear(3, dim)
+        self.value = nn.Embedding(values + 1, dim)  # index `values`: no value (a query)
+        self.flag = nn.Embedding(2, dim)  # 0: write, 1: query
+
+    def forward(self, key: torch.Tensor, value: torch.Tensor, is_query: torch.Tensor) -> torch.Tensor:
+        return self.key(key) + self.value(value) + self.flag(is_query)
+
+
+class CoordinateBinding(Task):
+    name = "coordinate_binding"
+    Config = CoordinateBindingConfig
+    sweep_field = "writes"
+    sweep_values = (5, 10, 20, 50)
+    extra_sweeps = {"noise": (0.0, 0.05, 0.1)}  # swept separately from `writes`
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.values
+
+    def sample(self, batch_size: int, seed: int) -> Batch:
+        cfg = self.config
+        B, W, Q = batch_size, cfg.writes, cfg.queries
+        g = generator(seed)
+        keys = torch.rand(B, W, 3, generator=g) * 2 - 1  # (B, W, 3) in [-1, 1)
+        values = torch.randint(cfg.values, (B, W), generator=g)  # (B, W)
+        chosen = torch.randint(W, (B, Q), generator=g)  # (B, Q) the key each query is built from
+        jitter = torch.randn(B, Q, 3, generator=g) * cfg.noise  # drawn even at noise 0: one stream
+        query_keys = torch.gather(keys, 1, chosen[..., None].expand(B, Q, 3))
+        query_keys = (query_keys + jitter).clamp(-1.0, 1.0)  # (B, Q, 3)
+        # Exact squared distances (no cdist matmul trick): a noiseless query is at distance 0.
+        dist = ((query_keys[:, :, None, :] - keys[:, None, :, :]) ** 2).sum(-1)  # (B, Q, W)
+        nearest = dist.argmin(-1)  # (B, Q)
+        answer = torch.gather(values, 1, nearest)  # (B, Q)
+
+        key = torch.cat([keys, query_keys], dim=1)  # (B, N, 3)
+        value = torch.cat([values, torch.full((B, Q), cfg.values, dtype=torch.long)], dim=1)  # (B, N)
+        is_query = torch.cat([torch.zeros(B, W, dtype=torch.long), torch.ones(B, Q, dtype=torch.long)], dim=1)
+        targets = torch.cat([torch.zeros(B, W, dtype=torch.long), answer], dim=1)  # (B, N)
+        mask = is_query.bool()
+        meta = {"keys": keys, "values": values, "query_keys": query_keys, "nearest": nearest, "chosen": chosen}
+        return Batch({"key": key, "value": value, "is_query": is_query}, targets, mask, meta)
+
+    def encoder(self, dim: int) -> nn.Module:
+        return BindingEncoder(self.config.values, dim)
+
+    def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
+        return {"accuracy": masked_accuracy(logits, batch, batch.mask)}

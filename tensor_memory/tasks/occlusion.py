@@ -1,0 +1,143 @@
+"""Occlusion (object permanence): track a moving ball through frames where it is hidden.
+
+Frames are ``size × size``; one ``ball × ball`` ball starts with its top-left anywhere and moves
+with a constant integer velocity in ``{−1, 0, 1}² \\ {(0, 0)}``, wrapping at the edges (its
+pixels wrap too). Visible frames have background 0 and ball pixels 1. For ``occlusion_length``
+consecutive frames starting at ``s ∈ [2, frames − occlusion_length]`` (so at least two visible
+frames come first, and the occlusion may run to the very end) an occluder hides the ball: those
+frames are a uniform gray curtain, every pixel 0.5.
+
+Each frame is cut into ``(size / patch)²`` patch tokens (row-major), one memory chunk per frame.
+The target at *every* frame — occluded ones included — is the ball's top-left cell
+``y · size + x``, scored on the last token of the frame's chunk. The model is told nothing
+about occlusion or the frame index beyond what the pixels show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..config import ConfigBase, require_int
+from .base import Batch, Counts, Task, generator, masked_accuracy
+
+# The eight velocities (dy, dx) ∈ {−1, 0, 1}² \ {(0, 0)}.
+VELOCITIES = torch.tensor([(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)])
+CURTAIN = 0.5  # the value of every pixel of an occluded frame
+
+
+def _require_range(owner: str, name: str, value, low: int, high: int) -> None:
+    require_int(owner, name, value, low)
+    if value > high:
+        raise ValueError(f"{owner}.{name} must be an integer in [{low}, {high}], got {value!r}")
+
+
+@dataclasses.dataclass
+class OcclusionConfig(ConfigBase):
+    frames: int = 12  # T, frames per sequence
+    size: int = 16  # frames are size × size pixels
+    ball: int = 2  # the ball is ball × ball pixels
+    patch: int = 4  # patch tokens are patch × patch pixels; must divide size
+    occlusion_length: int = 4  # L, consecutive occluded frames (0: none)
+    occlusion_start: int = -1  # first occluded frame: −1 = random per sample, else fixed, in [2, frames − L]
+
+    def __post_init__(self) -> None:
+        owner = "OcclusionConfig"
+        require_int(owner, "frames", self.frames, 2)
+        require_int(owner, "size", self.size, 2)
+        _require_range(owner, "ball", self.ball, 1, self.size - 1)
+        _require_range(owner, "patch", self.patch, 1, self.size)
+        if self.size % self.patch:
+            raise ValueError(f"{owner}.patch must divide {owner}.size={self.size}, got {self.patch}")
+        _require_range(owner, "occlusion_length", self.occlusion_length, 0, self.frames - 2)
+        start = self.occlusion_start
+        high = self.frames - self.occlusion_length
+        if isinstance(start, bool) or not isinstance(start, int) or not (start == -1 or 2 <= start <= high):
+            raise ValueError(f"{owner}.occlusion_start must be -1 (random) or an integer in [2, {high}] "
+                             f"(= [2, frames - occlusion_length]), got {start!r}")
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return (self.size // self.patch) ** 2
+
+
+class PatchEncoder(nn.Module):
+    """pixels (B, N, patch²) → Linear, plus a learned embedding of the patch's place in its frame."""
+
+    def __init__(self, patch: int, tokens_per_frame: int, dim: int) -> None:
+        super().__init__()
+        self.pixels = nn.Linear(patch * patch, dim)
+        self.place = nn.Embedding(tokens_per_frame, dim)
+
+    def forward(self, pixels: torch.Tensor, patch_index: torch.Tensor) -> torch.Tensor:
+        return self.pixels(pixels) + self.place(patch_index)
+
+
+def render(positions: torch.Tensor, size: int, ball: int) -> torch.Tensor:
+    """Frames (…, size, size) float: 1 on the ball (top-left ``positions`` (…, 2) as (y, x), wrapping), else 0."""
+    cells = torch.arange(size)
+    inside_y = (cells - positions[..., 0:1]) % size < ball  # (…, size) rows the ball covers
+    inside_x = (cells - positions[..., 1:2]) % size < ball  # (…, size) columns
+    return (inside_y[..., :, None] & inside_x[..., None, :]).float()
+
+
+def to_patches(frames: torch.Tensor, patch: int) -> torch.Tensor:
+    """(B, T, S, S) → (B, T·(S/patch)², patch²): each frame's patches row-major, pixels row-major."""
+    B, T, S, _ = frames.shape
+    n = S // patch
+    x = frames.reshape(B, T, n, patch, n, patch).permute(0, 1, 2, 4, 3, 5)  # (B, T, n, n, p, p)
+    return x.reshape(B, T * n * n, patch * patch)
+
+
+class Occlusion(Task):
+    name = "occlusion"
+    Config = OcclusionConfig
+    sweep_field = "occlusion_length"
+    sweep_values = (0, 2, 4, 6)
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.size ** 2
+
+    @property
+    def chunk_size(self) -> int:
+        return self.config.tokens_per_frame  # one memory chunk per frame
+
+    def sample(self, batch_size: int, seed: int) -> Batch:
+        cfg = self.config
+        B, T, S, L, P = batch_size, cfg.frames, cfg.size, cfg.occlusion_length, cfg.tokens_per_frame
+        g = generator(seed)
+        start_pos = torch.randint(S, (B, 2), generator=g)  # (B, 2) top-left (y, x) at frame 0
+        velocity = VELOCITIES[torch.randint(len(VELOCITIES), (B,), generator=g)]  # (B, 2)
+        starts = torch.randint(2, T - L + 1, (B,), generator=g)  # drawn even when fixed: one stream
+        if cfg.occlusion_start != -1:
+            starts = torch.full((B,), cfg.occlusion_start, dtype=torch.long)
+
+        t = torch.arange(T)
+        positions = (start_pos[:, None, :] + t[None, :, None] * velocity[:, None, :]) % S  # (B, T, 2)
+        occluded = (t[None, :] >= starts[:, None]) & (t[None, :] < starts[:, None] + L)  # (B, T)
+        frames = render(positions, S, cfg.ball)  # (B, T, S, S)
+        frames = torch.where(occluded[:, :, None, None], torch.full_like(frames, CURTAIN), frames)
+
+        pixels = to_patches(frames, cfg.patch)  # (B, N, patch²)
+        patch_index = torch.arange(P).repeat(T).expand(B, T * P)  # (B, N) place within the frame
+        last = torch.arange(T) * P + P - 1  # the last token of each frame
+        targets = torch.zeros(B, T * P, dtype=torch.long)
+        targets[:, last] = positions[..., 0] * S + positions[..., 1]
+        mask = torch.zeros(B, T * P, dtype=torch.bool)
+        mask[:, last] = True
+        meta = {"frames": frames, "occluded": occluded, "positions": positions, "velocity": velocity,
+                "occlusion_start": starts}
+        return Batch({"pixels": pixels, "patch_index": patch_index.contiguous()}, targets, mask, meta)
+
+    def encoder(self, dim: int) -> nn.Module:
+        cfg = self.config
+        return PatchEncoder(cfg.patch, cfg.tokens_per_frame, dim)
+
+    def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
+        occluded = batch.meta["occluded"].repeat_interleave(self.config.tokens_per_frame, dim=1)  # (B, N)
+        return {"accuracy": masked_accuracy(logits, batch, batch.mask),
+                "occluded_accuracy": masked_accuracy(logits, batch, batch.mask & occluded),
+                "visible_accuracy": masked_accuracy(logits, batch, batch.mask & ~occluded)}

@@ -1,0 +1,344 @@
+"""Training: one run = a task, a backbone and a schedule, written to a checkpoint directory.
+
+Everything a step sees is a function of (seed, step): the batch for step s is generated from
+``derive_seed("train", seed, s)``, so a run resumed from its last checkpoint continues exactly
+as if it had never stopped, and data-parallel ranks split the very same global batch.
+
+Run it as ``tensor-memory train`` or, on several processes, ``torchrun --nproc_per_node N -m
+tensor_memory train …`` (PyTorch DDP: gloo on CPU, nccl on GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from tqdm import tqdm
+
+from .backbone import BackboneConfig
+from .checkpoint import SCHEMA_VERSION, atomic_write_bytes, atomic_write_text, save_checkpoint
+from .config import ConfigBase, require_float, require_int
+from .evaluation import evaluate
+from .model import TaskModel
+from .tasks import Batch, derive_seed, make_task
+
+RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
+LOG_FILE = "train_log.jsonl"
+
+
+@dataclasses.dataclass
+class TrainConfig(ConfigBase):
+    steps: int = 2000
+    batch_size: int = 32  # global batch: split across data-parallel ranks
+    lr: float = 1e-3  # peak learning rate, reached after warm-up
+    weight_decay: float = 0.01  # AdamW, on matrices only (not norms, biases, gates)
+    warmup_steps: int = 100  # linear warm-up from 0
+    min_lr_ratio: float = 0.1  # cosine decay ends at lr · min_lr_ratio
+    grad_clip: float = 1.0  # max global gradient norm
+    eval_every: int = 250  # steps between evaluations (and checkpoints)
+    eval_batches: int = 4
+    log_every: int = 10
+    seed: int = 0  # model initialisation and the training data stream
+
+    def __post_init__(self) -> None:
+        owner = "TrainConfig"
+        for name, minimum in (("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("eval_every", 1),
+                              ("eval_batches", 1), ("log_every", 1), ("seed", 0)):
+            require_int(owner, name, getattr(self, name), minimum)
+        require_float(owner, "lr", self.lr, 0.0, low_open=True)
+        require_float(owner, "weight_decay", self.weight_decay, 0.0)
+        require_float(owner, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Run configuration: TOML files in configs/ plus type-checked overrides
+# ---------------------------------------------------------------------------------------
+
+def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
+    """A config dict {task, model, training} from a TOML file, for one backbone kind.
+
+    The file holds ``[task]`` (name and ``[task.params]``), ``[model]`` settings shared by
+    every backbone, ``[backbone.<kind>]`` settings for one kind (merged over ``[model]``),
+    and ``[training]``.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the config ({error})") from None
+    unknown = sorted(set(data) - {"task", "model", "backbone", "training"})
+    if unknown:
+        raise ValueError(f"{path}: unknown section(s) {unknown}; expected task, model, backbone, training")
+    model = {**data.get("model", {}), **data.get("backbone", {}).get(backbone, {}), "kind": backbone}
+    task = data.get("task", {})
+    return {"task": {"name": task.get("name"), "params": dict(task.get("params", {}))},
+            "model": model, "training": dict(data.get("training", {}))}
+
+
+def _parse_value(text: str, current: Any, key: str) -> Any:
+    """``text`` in TOML syntax (a bare word is a string), checked against the type of ``current``."""
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    if current is None:  # no default to compare with: the config's own validation decides
+        return value
+    if isinstance(current, bool) or isinstance(value, bool):
+        ok = isinstance(current, bool) and isinstance(value, bool)
+    elif isinstance(current, float):
+        ok = isinstance(value, (int, float))
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, type(current))
+    if not ok:
+        raise ValueError(f"--set {key}={text}: expected a {type(current).__name__}, got {type(value).__name__}")
+    return value
+
+
+def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.field=value`` (nested with dots: ``model.memory.channels=8``), type-checked
+    against the field's current or default value."""
+    defaults = {"training": TrainConfig().to_dict(), "model": BackboneConfig(kind="base").to_dict()}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        path = key.split(".")
+        if not sep or len(path) < 2 or path[0] not in ("task", "model", "training"):
+            raise ValueError(f"--set {item!r}: expected section.field=value with section task, model or training")
+        node, default = config, defaults
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            default = default.get(part, {}) if isinstance(default, dict) else {}
+        current = node.get(path[-1], default.get(path[-1]) if isinstance(default, dict) else None)
+        node[path[-1]] = _parse_value(text, current, key)
+    return config
+
+
+def resolve(config: dict[str, Any]) -> tuple[Any, BackboneConfig, TrainConfig]:
+    """Validated (task, backbone config, training config); fills the memory's chunk size from the task."""
+    task = make_task(config["task"]["name"], config["task"].get("params"))
+    model = dict(config["model"])
+    if model.get("kind") == "tensor":
+        memory = dict(model.get("memory") or {})
+        memory.setdefault("token_dim", model.get("dim", 64))
+        memory.setdefault("chunk_size", task.chunk_size)
+        model["memory"] = memory
+    backbone = BackboneConfig.from_dict(model)
+    return task, backbone, TrainConfig.from_dict(config.get("training", {}))
+
+
+def state_budget(backbone: BackboneConfig) -> dict[str, Optional[int]]:
+    """Numbers held per sequence by the fixed-size state: memory volumes, and a windowed KV cache."""
+    memory = backbone.memory.state_numel * len(backbone.memory_layers or range(backbone.layers)) \
+        if backbone.kind == "tensor" else None
+    kv = 2 * backbone.dim * (backbone.window - 1) * backbone.layers if backbone.window else None
+    total = None if backbone.window is None else (memory or 0) + kv  # None: a KV cache that grows
+    return {"memory_state_numbers": memory, "kv_cache_numbers": kv, "total_state_numbers": total}
+
+
+# ---------------------------------------------------------------------------------------
+# Optimisation
+# ---------------------------------------------------------------------------------------
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``lr · min_lr_ratio`` at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]  # norms, biases, the memory gate γ
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
+
+
+def loss_on(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Cross-entropy over the scored positions (every task scores the same number per sample)."""
+    logits, _ = model(batch.inputs)
+    return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
+
+
+# ---------------------------------------------------------------------------------------
+# Data parallelism
+# ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Distributed:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> Distributed:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); otherwise a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Distributed()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return Distributed(dist.get_rank(), dist.get_world_size())
+
+
+# ---------------------------------------------------------------------------------------
+# Resuming
+# ---------------------------------------------------------------------------------------
+
+def save_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                config: dict) -> None:
+    """Weights, optimizer moments and the step in one safetensors file, written atomically."""
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).detach().contiguous()
+    metadata = {"step": str(step), "config": json.dumps(config, sort_keys=True)}
+    atomic_write_bytes(path, save_safetensors(tensors, metadata=metadata))
+
+
+def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> int:
+    """Restore a run from ``save_resume``'s file; returns the number of steps already done."""
+    raw = path.read_bytes()
+    header_len = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else -1
+    try:
+        tensors = load_safetensors(raw)
+        metadata = json.loads(raw[8:8 + header_len]).get("__metadata__", {})
+        step, saved_config = int(metadata["step"]), json.loads(metadata["config"])
+    except Exception as error:  # noqa: BLE001 - any parse failure means the same thing here
+        raise ValueError(f"{path}: cannot resume from this file ({error}); delete it to start afresh") from None
+    if saved_config != config:
+        raise ValueError(f"{path}: was written by a run with a different configuration; "
+                         f"use another --out directory, or delete the file to start afresh")
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    state = optimizer.state_dict()
+    moments: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            moments.setdefault(int(index), {})[name] = value
+    state["state"] = moments
+    optimizer.load_state_dict(state)
+    return step
+
+
+def _trim_log(path: Path, step: int) -> None:
+    """Keep the log entries of steps a resumed run will not redo."""
+    if path.exists():
+        kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+# ---------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------
+
+def train(config: dict[str, Any], out: Path, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train one run into ``out``; returns the final evaluation metrics.
+
+    ``config``: {task: {name, params}, model: BackboneConfig fields, training: TrainConfig
+    fields}. With ``resume``, continue from ``out/resume.safetensors`` if present.
+    """
+    task, backbone, cfg = resolve(config)
+    full_config = {"schema_version": SCHEMA_VERSION,
+                   "task": {"name": task.name, "params": task.config.to_dict()},
+                   "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}
+    world = init_distributed()
+    if cfg.batch_size % world.world:
+        raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
+    out = Path(out)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = TaskModel(task, backbone)
+    optimizer = make_optimizer(model, cfg)
+    start = 0
+    resume_path, log_path = out / RESUME_FILE, out / LOG_FILE
+    if resume and resume_path.exists():
+        start = load_resume(resume_path, model, optimizer, full_config)
+    elif resume and (out / "model.safetensors").exists():
+        raise ValueError(f"{out}: nothing to resume, training already finished; use another --out to retrain")
+    if world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "config.json", json.dumps(full_config, indent=2) + "\n")
+        if start:
+            _trim_log(log_path, start)
+        elif log_path.exists():
+            log_path.unlink()
+    wrapped = model if world.world == 1 else torch.nn.parallel.DistributedDataParallel(model)
+    writer = _tensorboard(out) if world.main else None
+    shard = cfg.batch_size // world.world
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and world.main),
+               desc=f"{task.name}-{backbone.kind}", unit="step", dynamic_ncols=True)
+    last_time, tokens = time.perf_counter(), 0
+    for step in bar:
+        model.train()
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, cfg)
+        batch = task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
+        batch = batch.rows(world.rank * shard, (world.rank + 1) * shard)
+        loss = loss_on(wrapped, batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        tokens += batch.targets.numel() * world.world
+        done = step + 1
+        if world.main and (done % cfg.log_every == 0 or done == cfg.steps):
+            now = time.perf_counter()
+            entry = {"step": done, "loss": round(loss.item(), 6), "lr": optimizer.param_groups[0]["lr"],
+                     "grad_norm": round(float(grad_norm), 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
+            last_time, tokens = now, 0
+            bar.set_postfix(loss=f"{entry['loss']:.4f}", tok_s=f"{entry['tokens_per_s']:.0f}")
+            _log(log_path, writer, entry)
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            if world.main:
+                metrics = evaluate(model, task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                                   purpose="val")
+                _log(log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()}})
+                save_resume(resume_path, model, optimizer, done, full_config)
+            if world.world > 1:
+                dist.barrier()
+    metrics = {}
+    if world.main:
+        save_checkpoint(out, model, full_config)
+        metrics = evaluate(model, task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                           purpose="val")
+        resume_path.unlink(missing_ok=True)  # finished: the checkpoint is the result
+        if writer is not None:
+            writer.close()
+    if world.world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return metrics
+
+
+def _log(path: Path, writer, entry: dict[str, Any]) -> None:
+    with path.open("a") as log:
+        log.write(json.dumps(entry) + "\n")
+    if writer is not None:
+        for key, value in entry.items():
+            if key != "step" and isinstance(value, (int, float)):
+                writer.add_scalar(key, value, entry["step"])
+
+
+def _tensorboard(out: Path):
+    """A TensorBoard event writer in ``out/tensorboard`` when tensorboard is installed, else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out / "tensorboard"))
