@@ -29,6 +29,22 @@ def tiny_config(kind: str = "tensor", steps: int = 12, **training_fields) -> dic
                          "eval_batches": 1, "log_every": 1, **training_fields}}
 
 
+def kill_run_at(monkeypatch, config: dict, out: Path, call: int) -> None:
+    """Train until the ``call``-th loss computation, where the process 'dies' (KeyboardInterrupt)."""
+    original, calls = training.loss_on, []
+
+    def dying_loss(model, batch):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return original(model, batch)
+
+    monkeypatch.setattr(training, "loss_on", dying_loss)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, out, progress=False)
+    monkeypatch.setattr(training, "loss_on", original)
+
+
 def test_learning_rate_warms_up_then_decays_by_cosine():
     cfg = TrainConfig(steps=110, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
     assert [learning_rate(s, cfg) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
@@ -107,19 +123,7 @@ def test_resume_after_a_kill_gives_exactly_the_uninterrupted_result(tmp_path, mo
     train(config, straight, progress=False)
 
     killed = tmp_path / "killed"
-    original = training.loss_on
-    calls = {"n": 0}
-
-    def dying_loss(model, batch):  # the process dies during step 10 (after the step-8 checkpoint)
-        calls["n"] += 1
-        if calls["n"] == 10:
-            raise KeyboardInterrupt
-        return original(model, batch)
-
-    monkeypatch.setattr(training, "loss_on", dying_loss)
-    with pytest.raises(KeyboardInterrupt):
-        train(config, killed, progress=False)
-    monkeypatch.setattr(training, "loss_on", original)
+    kill_run_at(monkeypatch, config, killed, call=10)  # dies during step 10, after the step-8 checkpoint
     assert (killed / training.RESUME_FILE).exists() and not (killed / "model.safetensors").exists()
     train(config, killed, resume=True, progress=False)
 
@@ -135,18 +139,7 @@ def test_resume_after_a_kill_gives_exactly_the_uninterrupted_result(tmp_path, mo
 
 def test_resume_refuses_a_different_configuration(tmp_path, monkeypatch):
     config = tiny_config(steps=8)
-    original, calls = training.loss_on, []
-
-    def dying_loss(model, batch):
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return original(model, batch)
-
-    monkeypatch.setattr(training, "loss_on", dying_loss)
-    with pytest.raises(KeyboardInterrupt):
-        train(config, tmp_path, progress=False)
-    monkeypatch.setattr(training, "loss_on", original)
+    kill_run_at(monkeypatch, config, tmp_path, call=6)
     config["training"]["lr"] = 1e-3
     with pytest.raises(ValueError, match="different configuration"):
         train(config, tmp_path, resume=True, progress=False)
