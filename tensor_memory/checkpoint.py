@@ -312,14 +312,21 @@ def _looks_pickled(head: bytes) -> Optional[str]:
 
 
 def read_safetensors_header(path: PathLike) -> dict[str, _TensorInfo]:
-    """Check a safetensors file's structure without reading its tensors; name → (dtype, shape).
+    """Check a checkpoint's weights file without reading its tensors; name → (dtype, shape)."""
+    return read_safetensors_layout(path)[0]
+
+
+def read_safetensors_layout(path: PathLike, max_bytes: int = MAX_MODEL_BYTES, what: str = "the weights file",
+                            redo: str = "re-save the checkpoint (save_checkpoint writes safetensors)",
+                            ) -> tuple[dict[str, _TensorInfo], dict[str, str]]:
+    """Check a safetensors file's structure without reading its tensors: ({name: (dtype, shape)}, metadata).
 
     Checks: size caps, pickle/zip magic, header length, header JSON, every entry's dtype,
     shape and data offsets, and that the data section is exactly as long as the header says.
+    ``what`` names the file and ``redo`` says how to fix it in the error messages.
     """
     path = Path(path)
-    size = _regular_file(path, MAX_MODEL_BYTES, "the weights file")
-    redo = "re-save the checkpoint (save_checkpoint writes safetensors)"
+    size = _regular_file(path, max_bytes, what)
     with open(path, "rb") as handle:
         head = handle.read(8)
         pickled = _looks_pickled(head)
@@ -328,7 +335,7 @@ def read_safetensors_header(path: PathLike) -> dict[str, _TensorInfo]:
                                   f"loaded, so this file is refused and was not opened as one. Convert it in a "
                                   f"trusted environment with safetensors.torch.save_file(state_dict, ...)")
         if size == 0:
-            raise CheckpointError(f"{path}: the weights file is empty (0 bytes); {redo}")
+            raise CheckpointError(f"{path}: {what} is empty (0 bytes); {redo}")
         if len(head) < 8:
             raise CheckpointError(f"{path}: truncated safetensors file: {size} bytes, shorter than the 8-byte "
                                   f"header length; {redo}")
@@ -352,12 +359,14 @@ def read_safetensors_header(path: PathLike) -> dict[str, _TensorInfo]:
 
     data_len = size - 8 - header_len
     out: dict[str, _TensorInfo] = {}
+    metadata: dict[str, str] = {}
     spans = []
     for name, entry in header.items():
         if name == "__metadata__":
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
                 raise CheckpointError(f"{path}: corrupt safetensors file: __metadata__ must map strings to "
                                       f"strings; {redo}")
+            metadata = entry
             continue
         bad = f"{path}: corrupt safetensors file: entry {name!r} "
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
@@ -395,7 +404,7 @@ def read_safetensors_header(path: PathLike) -> dict[str, _TensorInfo]:
     if position != data_len:
         raise CheckpointError(f"{path}: corrupt safetensors file: {data_len - position} unexpected bytes after "
                               f"the last tensor; {redo}")
-    return out
+    return out, metadata
 
 
 def _check_against_model(path: Path, header: dict[str, _TensorInfo], expected: dict[str, torch.Tensor]) -> None:
@@ -491,4 +500,5 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu") ->
 
 
 __all__ = ["SCHEMA_VERSION", "CheckpointError", "Checkpoint", "atomic_write_bytes", "atomic_write_text",
-           "save_checkpoint", "build_model", "load_checkpoint", "read_json", "read_safetensors_header"]
+           "save_checkpoint", "build_model", "load_checkpoint", "read_json", "read_safetensors_header",
+           "read_safetensors_layout"]

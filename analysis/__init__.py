@@ -1,0 +1,11 @@
+"""Analysis of Tensor Memory: traces, addressing and occlusion diagnostics, figures and reports.
+
+Everything here is a pure function of checkpoints and traces; the app only lays out what these
+return. It reaches into models only through ``tensor_memory.recording``.
+"""
+
+from .addressing import addressing_report
+from .capture import capture
+from .trace import Trace, TraceError, load_trace
+
+__all__ = ["capture", "load_trace", "addressing_report", "Trace", "TraceError"]

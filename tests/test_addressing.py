@@ -1,0 +1,133 @@
+"""The addressing report: forced failures are named, with their numbers; measures against hand computations."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from analysis import addressing_report
+from analysis.addressing import COLLAPSE_SPREAD_VOXELS, measure, voxel_coords, write_mass
+from analysis.capture import capture_many
+from analysis.trace import LayerTrace, Trace
+from tensor_memory import load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+BINDING = ROOT / "checkpoints" / "coordinate_binding-tensor"
+MEMORY = "backbone.blocks.1.memory"
+
+
+def _report(ckpt, samples: int = 16, gates: bool = True):
+    return addressing_report(capture_many(ckpt, seed=0, indices=range(samples), gates=gates, progress=False))
+
+
+@pytest.fixture()
+def binding():
+    return load_checkpoint(BINDING)  # a fresh copy per test: tests below change its weights
+
+
+def test_trained_binding_memory_is_healthy(binding):
+    report = _report(binding)
+    assert report["verdict"] == "healthy", report["reasons"]
+    m = report["measures"]
+    assert m["write_spread_voxels"] > 1.5 and m["effective_voxels"] > 50 and m["input_dependence"] > 0.5
+    assert report["layer"] == MEMORY and report["failures"] == []
+
+
+def test_constant_coordinate_head_is_coordinate_collapse(binding):
+    head = binding.model.backbone.blocks[1].memory.coord_head
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.tensor([0.3, -0.2, 0.1]))
+    report = _report(binding)
+    assert report["verdict"] == "coordinate collapse"
+    assert report["measures"]["write_spread_voxels"] < 1e-4
+    assert "within 0.00 voxels" in report["reasons"][0]
+
+
+@pytest.mark.parametrize("bias, verdict, reason", [(-40.0, "sigma collapse", "0.050 = 0.13 voxel spacings"),
+                                                    (40.0, "sigma explosion", "of the grid's extent")])
+def test_forced_sigma_is_reported(binding, bias, verdict, reason):
+    spread = binding.model.backbone.blocks[1].memory.spread
+    with torch.no_grad():
+        spread.weight.zero_()
+        spread.bias.fill_(bias)  # σ = softplus(bias) + σ_min: σ_min = 0.05 (0.125 voxels at 6³), or ≈ 40
+    report = _report(binding)
+    assert report["verdict"] == verdict, report["reasons"]
+    assert reason in report["reasons"][0]
+
+
+def test_closed_read_gate_is_dead_memory(binding):
+    with torch.no_grad():
+        binding.model.backbone.blocks[1].memory.gate.fill_(-30.0)
+    report = _report(binding)
+    assert report["verdict"] == "dead memory" and "σ(γ) = 9.4e-14" in report["reasons"][0]
+
+
+def test_saturated_coordinates_are_boundary_saturation(binding):
+    head = binding.model.backbone.blocks[1].memory.coord_head
+    with torch.no_grad():
+        head.weight.mul_(200.0)
+    report = _report(binding)
+    assert "boundary saturation" in report["failures"]
+    assert report["measures"]["boundary_fraction"] > 0.9
+
+
+def test_saturated_gates_are_gate_saturation(binding):
+    mix = binding.model.backbone.blocks[1].memory.mix
+    with torch.no_grad():
+        mix.weight.mul_(500.0)
+        mix.bias.mul_(500.0)
+    report = _report(binding)
+    assert report["failures"] == ["gate saturation"], report["reasons"]
+    assert report["measures"]["gates"]["gate_f"]["saturated"] > 0.9
+    assert "gate_f" not in _report(binding, gates=False)["measures"]["gates"]  # no volumes, no gate verdict
+
+
+def _layer(mu_write, sigma, mu_read, grid=(5, 5, 5), C=2):
+    K = len(mu_write)
+    zeros = np.zeros((K, C, *grid), np.float16)
+    return LayerTrace(mu_read=np.asarray(mu_read, np.float32), read=np.arange(K * C, dtype=np.float32).reshape(K, C),
+                      mu_write=np.asarray(mu_write, np.float32), sigma=np.asarray(sigma, np.float32),
+                      content=np.ones((K, C), np.float32), h=zeros + np.float16(0.5), c=zeros, gate_scale=0.12)
+
+
+def _trace(layer):
+    K = len(layer.sigma)
+    chunks = {"prediction": np.zeros(K, np.int64), "target": np.zeros(K, np.int64), "scored": np.ones(K, bool),
+              "probs": np.ones((K, 2), np.float32) / 2}
+    return Trace(info={"task": "no_harm"}, layers={"m": layer}, chunks=chunks, meta={})
+
+
+def test_measures_against_hand_computations():
+    # Two writes at opposite corners with a tiny σ: all mass on two voxels, entropy ln 2.
+    layer = _layer(mu_write=[[-1, -1, -1], [1, 1, 1]], sigma=[0.01, 0.01], mu_read=[[0, 0, 0], [1, 1, 0.5]])
+    m = measure([_trace(layer)])
+    assert m["effective_voxels"] == pytest.approx(2.0, rel=1e-6)
+    assert m["ever_active_fraction"] == pytest.approx(2 / 125)
+    # Voxel coordinates: (x, y, z) ∈ [-1, 1] → 0 … n-1.
+    assert np.allclose(voxel_coords(np.array([[-1, 0, 1]]), (5, 5, 5)), [[0, 2, 4]])
+    # Spread: two points 4√3 voxels apart → per-axis variance 4 → sqrt(12).
+    assert m["write_spread_voxels"] == pytest.approx(math.sqrt(12))
+    # The second read, at (4, 4, 3) in voxels, may only see the earlier write, at (0, 0, 0) — not the
+    # second one at (4, 4, 4), one voxel away; the first read has no earlier write and is skipped.
+    assert m["read_write_distance_voxels"] == pytest.approx(math.sqrt(16 + 16 + 9))
+    assert m["reads_within_2sigma"] == 0.0
+    assert m["boundary_fraction"] == pytest.approx(3 / 4)  # three of four coordinates have a ±1 entry
+    # write_mass is the product Gaussian at voxel centres.
+    mass = write_mass(_layer(mu_write=[[0, 0.5, -0.5]], sigma=[0.7], mu_read=[[0, 0, 0]]))
+    centres = np.linspace(-1, 1, 5)
+    z, y, x = np.meshgrid(centres, centres, centres, indexing="ij")
+    expected = np.exp(-((x - 0) ** 2 + (y - 0.5) ** 2 + (z + 0.5) ** 2) / (2 * 0.7 ** 2))
+    assert np.allclose(mass[0], expected)
+
+
+def test_collapse_threshold_is_applied_at_its_value():
+    eps = COLLAPSE_SPREAD_VOXELS / 2 * 2 / 4  # half the threshold, in normalised units at 5 voxels
+    tight = _layer(mu_write=[[0, 0, 0], [eps, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2)
+    wide = _layer(mu_write=[[0, 0, 0], [0.6, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2)
+    assert addressing_report(_trace(tight))["verdict"] == "coordinate collapse"
+    assert addressing_report(_trace(wide))["verdict"] == "healthy"

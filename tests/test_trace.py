@@ -1,0 +1,200 @@
+"""Traces: capture against the model's own state, determinism, the file format and hostile files."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from analysis import Trace, TraceError, capture, load_trace
+from analysis.capture import capture_many, sample_batch
+from analysis.cli import add_trace_parsers  # noqa: F401  (the CLI module imports cleanly)
+from analysis.trace import TRACE_VERSION, volume_bytes
+from tensor_memory import load_checkpoint
+from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.cli import main
+from tensor_memory.memory import MemoryConfig
+from tensor_memory.model import TaskModel
+from tensor_memory.backbone import BackboneConfig
+from tensor_memory.tasks import make_task
+
+ROOT = Path(__file__).resolve().parents[1]
+OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
+BINDING = ROOT / "checkpoints" / "coordinate_binding-tensor"
+
+
+@pytest.fixture(scope="module")
+def occlusion():
+    return load_checkpoint(OCCLUSION)
+
+
+@pytest.fixture(scope="module")
+def trace(occlusion):
+    return capture(occlusion, seed=3, index=2, progress=False)
+
+
+def test_trace_matches_the_models_own_state_and_outputs(occlusion, trace):
+    _, batch = sample_batch(occlusion, 3, [2])
+    with torch.no_grad():
+        logits, state = occlusion.model(batch.inputs)
+    name = "backbone.blocks.1.memory"
+    assert trace.layer_names == [name]
+    final = state.layers[1].memory
+    layer = trace.layer(name)
+    # The last recorded volumes are the state the model hands on (float16 in the trace).
+    assert np.allclose(layer.h[-1].astype(np.float32), final.h[0].numpy(), atol=1e-3)
+    assert np.allclose(layer.c[-1].astype(np.float32), final.c[0].numpy(), atol=2e-3 * max(1, np.abs(final.c.numpy()).max()))
+    # Per chunk (one frame): the prediction and target at the frame's last token.
+    K = trace.num_chunks
+    assert K == occlusion.task.config.frames == 12
+    last = torch.arange(K) * 16 + 15
+    assert np.array_equal(trace.chunks["prediction"], logits[0, last].argmax(-1).numpy())
+    assert np.array_equal(trace.chunks["target"], batch.targets[0, last].numpy())
+    assert trace.chunks["scored"].all()
+    assert np.allclose(trace.chunks["probs"].sum(-1), 1.0, atol=1e-5)
+    assert np.array_equal(trace.meta["occluded"], batch.meta["occluded"][0].numpy())
+    # Shapes of every field.
+    C, grid = 16, (4, 4, 4)
+    assert layer.h.shape == layer.c.shape == layer.gate_f.shape == (K, C, *grid)
+    assert layer.h.dtype == np.float16
+    assert layer.mu_read.shape == layer.mu_write.shape == (K, 3)
+    assert layer.sigma.shape == (K,) and layer.content.shape == layer.read.shape == (K, C)
+    assert abs(layer.gate_scale - float(torch.sigmoid(occlusion.model.backbone.blocks[1].memory.gate.detach()))) < 1e-7
+
+
+def test_same_checkpoint_seed_and_index_give_equal_arrays(occlusion, trace):
+    again = capture(OCCLUSION, seed=3, index=2, progress=False)
+    a, b = trace.arrays(), again.arrays()
+    assert a.keys() == b.keys()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    other = capture(occlusion, seed=3, index=5, progress=False)
+    assert not np.array_equal(other.meta["positions"], trace.meta["positions"])
+
+
+def test_batched_capture_draws_the_same_samples(occlusion, trace):
+    many = capture_many(occlusion, seed=3, indices=[0, 2, 7], progress=False)
+    assert [t.info["index"] for t in many] == [0, 2, 7]
+    assert np.array_equal(many[1].meta["frames"], trace.meta["frames"])
+    assert np.allclose(many[1].layer().h.astype(np.float32), trace.layer().h.astype(np.float32), atol=1e-3)
+
+
+def test_task_parameters_and_optional_volumes(occlusion):
+    t = capture(occlusion, seed=0, occlusion_length=6, occlusion_start=3, gates=False, cells=False, progress=False)
+    assert t.meta["occluded"].tolist() == [False] * 3 + [True] * 6 + [False] * 3
+    assert t.info["task_params"]["occlusion_length"] == 6
+    layer = t.layer()
+    assert layer.gate_i is None and layer.c is None and layer.h is not None
+    with pytest.raises(ValueError, match="change the shapes"):
+        capture(occlusion, size=8, progress=False)
+
+
+def test_save_load_round_trip_is_exact(trace, tmp_path):
+    path = trace.save(tmp_path / "t.safetensors")
+    loaded = load_trace(path)
+    a, b = trace.arrays(), loaded.arrays()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and np.array_equal(a[k], b[k]), k
+    assert loaded.info == json.loads(json.dumps(trace.info))
+    small = capture(OCCLUSION, gates=False, cells=False, progress=False)
+    assert load_trace(small.save(tmp_path / "s.safetensors")).layer().c is None
+
+
+def test_size_is_bounded_by_the_float16_volumes():
+    """A large grid: the file is the volumes' bytes plus a small fixed part, so 1,000 chunks at C = 32 and
+    16³ are predictable from a short capture."""
+    task = make_task("occlusion", {"frames": 6, "occlusion_length": 2})
+    memory = MemoryConfig(token_dim=32, channels=32, grid=(16, 16, 16), chunk_size=16)
+    config = BackboneConfig(kind="tensor", dim=32, layers=1, heads=2, window=16, memory=memory)
+    torch.manual_seed(0)
+    ckpt = Checkpoint(model=TaskModel(task, config).eval(), config={}, task=task, path=Path("synthetic"))
+    t = capture(ckpt, gates=False, progress=False)
+    volumes = volume_bytes(6, 32, (16, 16, 16))
+    assert volumes == 2 * 6 * 32 * 4096 * 2
+    rest = t.nbytes() - volumes
+    assert 0 < rest < 20_000  # coordinates, vectors, probabilities and the sample's frames
+    assert volume_bytes(1000, 32, (16, 16, 16), cells=False) < 500e6 / 1.9
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def saved(trace, tmp_path_factory):
+    return trace.save(tmp_path_factory.mktemp("trace") / "good.safetensors")
+
+
+def _rewrite_header(saved: Path, out: Path, edit) -> Path:
+    data = saved.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    edit(header)
+    text = json.dumps(header).encode()
+    return _write(out, struct.pack("<Q", len(text)) + text + data[8 + n:])
+
+
+def test_hostile_and_broken_trace_files_are_refused_with_one_clear_error(saved, tmp_path):
+    data = saved.read_bytes()
+
+    def meta(header, key, value):
+        info = json.loads(header["__metadata__"]["trace"])
+        info[key] = value
+        header["__metadata__"]["trace"] = json.dumps(info)
+
+    def info(header, key, value):
+        text = json.loads(header["__metadata__"]["trace"])
+        text["info"][key] = value
+        header["__metadata__"]["trace"] = json.dumps(text)
+
+    cases = {
+        "missing": (tmp_path / "nope.safetensors", "cannot read"),
+        "empty": (_write(tmp_path / "e", b""), "empty"),
+        "truncated": (_write(tmp_path / "t", data[: len(data) // 2]), "truncated"),
+        "garbage": (_write(tmp_path / "g", b"\x07" * 64), "corrupt|truncated"),
+        "pickle": (_write(tmp_path / "p", pickle.dumps({"h": [1, 2]})), "pickle"),
+        "checkpoint weights": (OCCLUSION / "model.safetensors", "not a trace file"),
+        "version": (_rewrite_header(saved, tmp_path / "v", lambda h: meta(h, "version", TRACE_VERSION + 1)),
+                    "version"),
+        "bad header json": (_rewrite_header(saved, tmp_path / "j", lambda h: h["__metadata__"].update(trace="{")),
+                            "not valid JSON"),
+        "inconsistent shapes": (_rewrite_header(saved, tmp_path / "s", lambda h: info(h, "num_chunks", 13)),
+                                "shape"),
+        "missing array": (_rewrite_header(saved, tmp_path / "m", lambda h: info(
+            h, "layers", {**json.loads(h["__metadata__"]["trace"])["info"]["layers"], "backbone.blocks.0.memory":
+                          {"channels": 16, "grid": [4, 4, 4], "gates": False}})), "missing arrays"),
+    }
+    for name, (path, pattern) in cases.items():
+        with pytest.raises(TraceError, match=pattern) as error:
+            load_trace(path)
+        assert str(path) in str(error.value), name
+
+
+def test_nan_in_a_trace_is_refused(trace, tmp_path):
+    broken = Trace(info=trace.info, layers=dict(trace.layers), chunks=dict(trace.chunks), meta=trace.meta)
+    probs = broken.chunks["probs"].copy()
+    probs[3, 5] = np.nan
+    broken.chunks["probs"] = probs
+    path = broken.save(tmp_path / "nan.safetensors")
+    with pytest.raises(TraceError, match="NaN"):
+        load_trace(path)
+
+
+def test_trace_cli_writes_a_loadable_trace_and_fails_cleanly(tmp_path, capsys):
+    out = tmp_path / "cli.safetensors"
+    assert main(["trace", "--checkpoint", str(OCCLUSION), "--seed", "3", "--index", "2", "--out", str(out),
+                 "--param", "occlusion_length=2", "--no-progress"]) == 0
+    loaded = load_trace(out)
+    assert loaded.info["seed"] == 3 and loaded.info["index"] == 2
+    assert loaded.meta["occluded"].sum() == 2
+    assert "12 chunks" in capsys.readouterr().out
+    assert main(["trace", "--checkpoint", str(ROOT / "checkpoints" / "occlusion-base"), "--out", str(out)]) == 2
+    assert "no memory layers" in capsys.readouterr().err
+    assert main(["trace", "--checkpoint", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
