@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .grid import voxel_coordinates, voxel_spacing
 from .trace import GATE_FIELDS, LayerTrace, Trace
 
 VERDICTS = ("dead memory", "coordinate collapse", "sigma collapse", "sigma explosion", "boundary saturation",
@@ -36,13 +37,6 @@ ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at
 
 THRESHOLDS = {name: value for name, value in globals().items()
               if name.isupper() and isinstance(value, (int, float)) and name != "VERDICTS"}
-
-
-def voxel_coords(mu: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
-    """(…, 3) coordinates (x, y, z) in [-1, 1] → voxel units (x along W, y along H, z along D)."""
-    D, H, W = grid
-    sizes = np.array([W, H, D], dtype=np.float64)
-    return (np.clip(mu, -1, 1) + 1.0) * (sizes - 1) / 2.0
 
 
 def _profiles(mu: np.ndarray, sigma: np.ndarray, grid: tuple[int, int, int]) -> list[np.ndarray]:
@@ -76,7 +70,7 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
     name, layers = _layers(traces, layer)
     grid = layers[0].grid
     D, H, W = grid
-    spacing = 2.0 / (np.array([W, H, D]) - 1)  # normalised units per voxel along x, y, z
+    spacing = voxel_spacing(grid)  # normalised units per voxel along x, y, z
 
     # Where the write mass goes, pooled over every chunk of every sample.
     mass = np.concatenate([write_mass(lay) for lay in layers])  # (ΣK, D, H, W)
@@ -86,7 +80,7 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
     ever_active = float((mass.max(0) >= ACTIVE_WEIGHT).mean())
 
     # Write coordinates in voxels: their spread over all writes, within a sample, and across samples.
-    writes = [voxel_coords(lay.mu_write.astype(np.float64), grid) for lay in layers]  # each (K, 3)
+    writes = [voxel_coordinates(lay.mu_write.astype(np.float64), grid) for lay in layers]  # each (K, 3)
     pooled = np.concatenate(writes)
     spread_all = float(np.sqrt(pooled.var(0).sum()))
     spread_chunks = float(np.mean([np.sqrt(w.var(0).sum()) for w in writes]))
@@ -105,8 +99,8 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
     # of reads within 2σ (of that write) of one.
     distances, within_reach = [], []
     for lay in layers:
-        r = voxel_coords(lay.mu_read.astype(np.float64), grid)
-        w = voxel_coords(lay.mu_write.astype(np.float64), grid)
+        r = voxel_coordinates(lay.mu_read.astype(np.float64), grid)
+        w = voxel_coordinates(lay.mu_write.astype(np.float64), grid)
         sig = lay.sigma.astype(np.float64)[:, None] / spacing[None, :]  # (K, 3) σ in voxels per axis
         for k in range(1, len(r)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis

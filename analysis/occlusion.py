@@ -20,7 +20,7 @@ from tensor_memory.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.evaluation import task_with
 from tensor_memory.tasks.base import derive_seed
 
-from .addressing import voxel_coords
+from .grid import voxel_coordinates, voxel_spacing
 from .trace import LayerTrace, Trace
 
 
@@ -99,10 +99,10 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
         return {"last_visible": None, "occluded_chunks": hidden.tolist()}
     last = int(hidden[0] - 1)
     D, H, W = lay.grid
-    spacing = 2.0 / (np.array([W, H, D]) - 1)
-    write = voxel_coords(lay.mu_write[last].astype(np.float64), lay.grid)
+    spacing = voxel_spacing(lay.grid)
+    write = voxel_coordinates(lay.mu_write[last].astype(np.float64), lay.grid)
     sigma_voxels = float(lay.sigma[last] / spacing.mean())
-    reads = voxel_coords(lay.mu_read[hidden].astype(np.float64), lay.grid)
+    reads = voxel_coordinates(lay.mu_read[hidden].astype(np.float64), lay.grid)
     distance = np.sqrt(((reads - write) ** 2).sum(-1))
     in_sigmas = np.sqrt((((reads - write) * spacing / lay.sigma[last]) ** 2).sum(-1))
     x, y, z = np.clip(np.rint(write).astype(int), 0, [W - 1, H - 1, D - 1])

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from analysis import addressing_report
-from analysis.addressing import COLLAPSE_SPREAD_VOXELS, measure, voxel_coords, write_mass
+from analysis.addressing import COLLAPSE_SPREAD_VOXELS, measure, write_mass
+from analysis.grid import voxel_coordinates
 from analysis.capture import capture_many
 from analysis.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
@@ -109,7 +110,7 @@ def test_measures_against_hand_computations():
     assert m["effective_voxels"] == pytest.approx(2.0, rel=1e-6)
     assert m["ever_active_fraction"] == pytest.approx(2 / 125)
     # Voxel coordinates: (x, y, z) ∈ [-1, 1] → 0 … n-1.
-    assert np.allclose(voxel_coords(np.array([[-1, 0, 1]]), (5, 5, 5)), [[0, 2, 4]])
+    assert np.allclose(voxel_coordinates(np.array([[-1, 0, 1]]), (5, 5, 5)), [[0, 2, 4]])
     # Spread: two points 4√3 voxels apart → per-axis variance 4 → sqrt(12).
     assert m["write_spread_voxels"] == pytest.approx(math.sqrt(12))
     # The second read, at (4, 4, 3) in voxels, may only see the earlier write, at (0, 0, 0) — not the
