@@ -32,6 +32,13 @@ from .recording import RECORD_FIELDS, RecordPoint
 from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
 
+# Initialisations a config can choose. "random" is PyTorch's default Linear init. The others
+# make a memory trainable where the signal has to find its way in: with "sum" a chunk's summary
+# sees a token wherever it sits in the chunk (a random projection of the concatenation has to
+# learn that per position), and with "centre" reads and writes overlap before any training.
+INIT_CHOICES = {"summary_init": ("random", "sum"), "coord_init": ("random", "centre")}
+
+
 @dataclasses.dataclass
 class MemoryConfig(ConfigBase):
     token_dim: int = 64  # d, the width of the tokens that read and write
@@ -42,6 +49,8 @@ class MemoryConfig(ConfigBase):
     sigma_init: float = 0.4  # initial write spread, normalised units (one voxel spacing at 6 voxels)
     sigma_min: float = 0.05  # floor under the learned spread, so a write never becomes a spike
     forget_bias: float = 1.0  # forget-gate bias at init: the memory starts by keeping what it holds
+    summary_init: str = "random"  # "sum": the write summary starts as the chunk's tokens summed (÷√chunk)
+    coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
@@ -58,6 +67,10 @@ class MemoryConfig(ConfigBase):
         require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
         require_float(owner, "sigma_init", self.sigma_init, self.sigma_min, low_open=True)
         require_float(owner, "forget_bias", self.forget_bias)
+        for name, value, allowed in (("summary_init", self.summary_init, INIT_CHOICES["summary_init"]),
+                                     ("coord_init", self.coord_init, INIT_CHOICES["coord_init"])):
+            if value not in allowed:
+                raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
     @property
     def state_numel(self) -> int:
@@ -192,6 +205,13 @@ class TensorMemory(nn.Module):
         """Initialisation the mechanism relies on (the rest keeps PyTorch's defaults)."""
         cfg, C = self.config, self.config.channels
         with torch.no_grad():
+            if cfg.summary_init == "sum":  # s_k = Σ tokens / √chunk_size, the same for every position
+                d, cs = cfg.token_dim, cfg.chunk_size
+                self.summary.weight.copy_(torch.eye(d).repeat(1, cs) / math.sqrt(cs))  # (d, cs·d) = [I … I] / √cs
+                nn.init.zeros_(self.summary.bias)
+            if cfg.coord_init == "centre":  # μ = tanh(0) = 0 for every input; the head learns to move them
+                nn.init.zeros_(self.coord_head.weight)
+                nn.init.zeros_(self.coord_head.bias)
             # σ starts at sigma_init for every input; its weights learn from there.
             nn.init.zeros_(self.spread.weight)
             self.spread.bias.fill_(math.log(math.expm1(cfg.sigma_init - cfg.sigma_min)))

@@ -313,3 +313,31 @@ def test_record_refuses_a_model_without_memory():
     with pytest.raises(ValueError, match="no memory layers"):
         with record(torch.nn.Linear(2, 2)):
             pass
+
+
+def test_sum_and_centre_initialisations():
+    torch.manual_seed(0)
+    cfg = MemoryConfig(token_dim=8, channels=4, grid=(4, 4, 4), chunk_size=4, summary_init="sum",
+                       coord_init="centre")
+    mem = TensorMemory(cfg)
+    x = torch.randn(3, 8, 8)
+    with record(mem) as rec, torch.no_grad():
+        mem(x)
+    r = rec.layers[""]
+    # Every read and write starts at the centre, whatever the input.
+    assert torch.equal(r.mu_read, torch.zeros_like(r.mu_read)) and torch.equal(r.mu_write, torch.zeros_like(r.mu_write))
+    # The summary is the chunk's normalised tokens summed over positions, divided by √chunk_size: a token
+    # moved to another place in its chunk gives the same summary.
+    tokens = mem.norm(x).view(3, 2, 4, 8)
+    expected = tokens.sum(2) / 2.0
+    assert torch.allclose(mem.summary(tokens.reshape(3, 2, 32)), expected, atol=1e-6)
+    swapped = tokens[:, :, [3, 1, 2, 0]]
+    assert torch.allclose(mem.summary(swapped.reshape(3, 2, 32)), expected, atol=1e-6)
+    # The default keeps PyTorch's initialisation (the shipped checkpoints' training depends on it).
+    torch.manual_seed(1)
+    default = TensorMemory(MemoryConfig(token_dim=8, channels=4, chunk_size=4))
+    torch.manual_seed(1)
+    plain = torch.nn.Linear(32, 8)
+    assert torch.equal(default.summary.weight, plain.weight)
+    with pytest.raises(ValueError, match="coord_init must be one of"):
+        MemoryConfig(coord_init="corner")
