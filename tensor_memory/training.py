@@ -50,6 +50,9 @@ class TrainConfig(ConfigBase):
     eval_batches: int = 4
     log_every: int = 10
     seed: int = 0  # model initialisation and the training data stream
+    frozen: list[str] = dataclasses.field(default_factory=list)  # parameters kept at their initial values:
+    # every parameter whose name contains one of these strings, e.g. ["coord_head"] to train a memory
+    # with its addressing held where coord_init put it
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -60,6 +63,8 @@ class TrainConfig(ConfigBase):
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
         require_float(owner, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
         require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
+        if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):
+            raise ValueError(f"{owner}.frozen must be a list of parameter-name parts, got {self.frozen!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,9 +163,20 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def freeze(model: torch.nn.Module, patterns: list[str]) -> None:
+    """Stop training every parameter whose name contains one of ``patterns``; each must match one."""
+    for pattern in patterns:
+        matched = [p for name, p in model.named_parameters() if pattern in name]
+        if not matched:
+            raise ValueError(f"training.frozen: no parameter name contains {pattern!r}")
+        for parameter in matched:
+            parameter.requires_grad_(False)
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]  # norms, biases, the memory gate γ
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.dim() >= 2]
+    rest = [p for p in trained if p.dim() < 2]  # norms, biases, the memory gate γ
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
 
@@ -262,6 +278,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     out = Path(out)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = TaskModel(task, backbone)
+    freeze(model, cfg.frozen)
     optimizer = make_optimizer(model, cfg)
     start = 0
     resume_path, log_path = out / RESUME_FILE, out / LOG_FILE

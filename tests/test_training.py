@@ -188,3 +188,20 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     torch.manual_seed(0)
     initial = TaskModel(make_task("no_harm", {"length": 8}), backbone).state_dict()
     assert not torch.allclose(a["head.weight"], initial["head.weight"])
+
+
+def test_frozen_parameters_keep_their_initial_values(tmp_path):
+    from tensor_memory import load_checkpoint
+    from tensor_memory.model import TaskModel
+
+    config = tiny_config(steps=6, frozen=["coord_head"])
+    train(config, tmp_path / "run", progress=False)
+    trained = load_checkpoint(tmp_path / "run").model.backbone.blocks[0].memory
+    task, backbone, cfg = resolve(config)
+    torch.manual_seed(cfg.seed)  # the run's initial weights
+    initial = TaskModel(task, backbone).backbone.blocks[0].memory
+    assert torch.equal(trained.coord_head.weight, initial.coord_head.weight)
+    assert torch.equal(trained.coord_head.bias, initial.coord_head.bias)
+    assert not torch.equal(trained.content.weight, initial.content.weight)  # everything else trains
+    with pytest.raises(ValueError, match="no parameter name contains 'coord_haed'"):
+        train(tiny_config(steps=2, frozen=["coord_haed"]), tmp_path / "typo", progress=False)
