@@ -76,7 +76,7 @@ def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
 
     The file holds ``[task]`` (name and ``[task.params]``), ``[model]`` settings shared by
     every backbone, ``[backbone.<kind>]`` settings for one kind (merged over ``[model]``),
-    and ``[training]``.
+    and ``[training]``, which ``[backbone.<kind>.training]`` extends for that kind alone.
     """
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -85,10 +85,12 @@ def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
     unknown = sorted(set(data) - {"task", "model", "backbone", "training"})
     if unknown:
         raise ValueError(f"{path}: unknown section(s) {unknown}; expected task, model, backbone, training")
-    model = {**data.get("model", {}), **data.get("backbone", {}).get(backbone, {}), "kind": backbone}
+    own = dict(data.get("backbone", {}).get(backbone, {}))
+    own_training = own.pop("training", {})
+    model = {**data.get("model", {}), **own, "kind": backbone}
     task = data.get("task", {})
     return {"task": {"name": task.get("name"), "params": dict(task.get("params", {}))},
-            "model": model, "training": dict(data.get("training", {}))}
+            "model": model, "training": {**data.get("training", {}), **own_training}}
 
 
 def _parse_value(text: str, current: Any, key: str) -> Any:

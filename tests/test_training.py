@@ -57,9 +57,11 @@ def test_run_config_merges_backbone_section_and_overrides_are_type_checked(tmp_p
     path = tmp_path / "run.toml"
     path.write_text('[task]\nname = "no_harm"\nparams = { length = 8 }\n[model]\ndim = 32\nheads = 4\n'
                     '[backbone.local]\nwindow = 5\n[backbone.tensor]\nmemory = { channels = 4 }\n'
-                    '[training]\nsteps = 7\n')
+                    '[backbone.tensor.training]\nfrozen = ["coord_head"]\n[training]\nsteps = 7\n')
     local = load_run_config(path, "local")
     assert local["model"] == {"dim": 32, "heads": 4, "window": 5, "kind": "local"}
+    assert local["training"] == {"steps": 7}  # a backbone's own training settings stay its own
+    assert load_run_config(path, "tensor")["training"] == {"steps": 7, "frozen": ["coord_head"]}
     tensor = apply_overrides(load_run_config(path, "tensor"),
                              ["training.lr=0.01", "training.steps=9", "model.memory.grid=[3, 3, 3]"])
     task, backbone, cfg = resolve(tensor)
