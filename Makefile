@@ -17,9 +17,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP)
 
-# Until the Streamlit app lands, `make run` walks one memory step in the terminal.
+# The explorer opens on checkpoints/occlusion-tensor with a sample already captured.
 run: $(STAMP)
-	$(PY) -m tensor_memory demo
+	$(PY) -m streamlit run app/main.py
 
 test: $(STAMP) browser
 	$(PY) -m pytest
@@ -36,6 +36,8 @@ browser:
 
 bench: $(STAMP)
 	$(PY) benchmarks/memory_step.py
+	$(PY) benchmarks/trace.py
+	$(PY) benchmarks/app.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -126,7 +126,8 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
             gates[field] = {"mean": float(values.mean()),
                             "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean())}
 
-    return {"layer": name, "samples": len(layers), "chunks": int(sum(len(w) for w in writes)),
+    frozen = [part for part in traces[0].info.get("training_frozen", []) if "coord_head" in part]
+    return {"layer": name, "samples": len(layers), "coordinates_frozen": bool(frozen), "chunks": int(sum(len(w) for w in writes)),
             "grid": list(grid), "voxels": int(D * H * W),
             "write_entropy": entropy, "effective_voxels": float(np.exp(entropy)),
             "effective_fraction": float(np.exp(entropy) / (D * H * W)),
@@ -152,9 +153,11 @@ def _findings(m: dict[str, Any]) -> list[tuple[str, str]]:
                                      f"state peaks at {m['state_peak']:.2g}: the memory holds nothing the model "
                                      f"could use (threshold {DEAD_READ_RATIO:g})"))
     if m["write_spread_voxels"] < COLLAPSE_SPREAD_VOXELS:
+        why = (" — by design: this checkpoint was trained with its coordinate head frozen (training.frozen), "
+               "so the memory is used as one location" if m["coordinates_frozen"] else "")
         found.append(("coordinate collapse", f"all {m['chunks']} writes land within {m['write_spread_voxels']:.2f} "
                                              f"voxels of one point (threshold {COLLAPSE_SPREAD_VOXELS} voxel); "
-                                             f"they fill {m['effective_voxels']:.1f} of {m['voxels']} voxels"))
+                                             f"they fill {m['effective_voxels']:.1f} of {m['voxels']} voxels{why}"))
     if m["sigma_voxels"] < SIGMA_COLLAPSE_VOXELS:
         found.append(("sigma collapse", f"median σ = {m['sigma_median']:.3f} = {m['sigma_voxels']:.2f} voxel "
                                         f"spacings (threshold {SIGMA_COLLAPSE_VOXELS}): writes are points that "

@@ -132,6 +132,7 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
             "task_params": task.config.to_dict(), "backbone": ckpt.model.backbone.config.kind,
             "seed": int(seed), "chunk_size": chunk_size, "num_chunks": K, "num_tokens": int(N),
             "num_classes": int(task.num_classes),
+            "training_frozen": list(ckpt.config.get("training", {}).get("frozen", [])),
             "layers": {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]),
                               "gates": "gate_i" in f, "cells": "c" in f, "chunk_size": chunk_size} for name, f in layers.items()}}
     traces = []

@@ -110,11 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_eval import add_eval_parser
 
     add_eval_parser(commands)
-    # The one place the model package reaches up: trace/report live in analysis/ (imported here, when
-    # the command line is built, so `import tensor_memory` never pulls them in).
+    # The one place the model package reaches up: trace/report live in analysis/, app in app/ (imported
+    # here, when the command line is built, so `import tensor_memory` never pulls them in).
     from analysis.cli import add_trace_parsers
 
     add_trace_parsers(commands)
+    from app.cli import add_app_parser
+
+    add_app_parser(commands)
     return parser
 
 

@@ -132,3 +132,10 @@ def test_collapse_threshold_is_applied_at_its_value():
     wide = _layer(mu_write=[[0, 0, 0], [0.6, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2)
     assert addressing_report(_trace(tight))["verdict"] == "coordinate collapse"
     assert addressing_report(_trace(wide))["verdict"] == "healthy"
+
+
+def test_shipped_occlusion_memory_is_one_location_by_design():
+    report = _report(load_checkpoint(ROOT / "checkpoints" / "occlusion-tensor"))
+    assert report["verdict"] == "coordinate collapse"
+    assert "by design" in report["reasons"][0] and report["measures"]["coordinates_frozen"]
+    assert report["measures"]["reads_within_2sigma"] == 1.0  # every read lands on the writes

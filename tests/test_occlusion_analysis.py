@@ -88,8 +88,10 @@ def test_zeroing_the_memory_equals_a_run_whose_state_was_zeroed_by_hand(occlusio
         rest, _ = model({k: v[:, 96:] for k, v in batch.inputs.items()}, state)
         untouched, _ = model(batch.inputs)
     assert torch.equal(got, torch.cat([first, rest], 1))
-    assert torch.equal(got[:, :96], untouched[:, :96])  # nothing before the intervention changes
-    assert not torch.equal(got[:, 96:], untouched[:, 96:])  # the memory does reach the outputs
+    # Nothing before the intervention changes (a stream cut equals one pass up to float rounding),
+    # and the zeroed memory does reach the outputs after it.
+    torch.testing.assert_close(got[:, :96], untouched[:, :96], atol=1e-4, rtol=1e-5)
+    assert (got[:, 96:] - untouched[:, 96:]).abs().max() > 0.1
 
 
 def test_zeroing_a_region_only_touches_that_region(occlusion):

@@ -1,0 +1,201 @@
+"""The mechanism one chunk at a time, computed by a checkpoint's own memory layer, for teaching.
+
+:func:`mechanism_step` takes a memory layer's state before a chunk and the chunk's addressing
+(read and write coordinates, σ, write content) — recorded in a trace, or set by hand — and
+computes steps 3–5 of DESIGN.md §2 with the layer's weights and the functions its forward pass
+uses: the trilinear read and its message, the Gaussian write volume, and the ConvLSTM gates and
+new state. Fed a trace's recorded values it reproduces the recorded state (to the float16 the
+trace stores volumes in), which :func:`walkthrough` reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from tensor_memory.memory import TensorMemory, gaussian_profiles, gaussian_write, trilinear_read
+from tensor_memory.update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
+
+from . import figures
+from .grid import sigma_in_voxels, voxel_coordinates
+from .interventions import memory_layers
+from .trace import LayerTrace, Trace
+
+GATES = ("i", "f", "o", "g")
+
+
+@dataclasses.dataclass
+class MechanismStep:
+    """Every number of one chunk through one memory layer. Volumes are (C, D, H, W) float32."""
+
+    mu_read: np.ndarray  # (3,) (x, y, z) in [-1, 1]
+    mu_write: np.ndarray  # (3,)
+    sigma: float  # write spread, normalised units
+    content: np.ndarray  # (C,) what the chunk writes
+    corners: list[tuple[tuple[int, int, int], float]]  # the voxels (z, y, x) the read mixes, with their weights
+    read: np.ndarray  # (C,) r = trilinear read of h_prev at mu_read
+    message_norm: float  # ‖out_proj(r)‖
+    gate_scale: float  # σ(γ)
+    write: np.ndarray  # V: the Gaussian write volume
+    gates: dict[str, np.ndarray]  # i, f, o (sigmoids) and g (tanh)
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    h_new: np.ndarray
+    c_new: np.ndarray
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return tuple(self.h_prev.shape[1:])  # type: ignore[return-value]
+
+    @property
+    def added_norm(self) -> float:
+        """‖σ(γ)·out_proj(r)‖: how far the read moves every token of the chunk."""
+        return self.gate_scale * self.message_norm
+
+
+def memory_module(model: torch.nn.Module, layer: str) -> TensorMemory:
+    """The Tensor Memory layer at module path ``layer`` (as named in traces) of a task model."""
+    layers = memory_layers(model)
+    if layer not in layers:
+        raise ValueError(f"no memory layer {layer!r}; the model has {', '.join(layers) or 'none'}")
+    return layers[layer][1]
+
+
+def read_corners(mu_read: np.ndarray, grid: tuple[int, int, int]) -> list[tuple[tuple[int, int, int], float]]:
+    """The voxels (z, y, x) a trilinear read at ``mu_read`` mixes, with their weights (zero weights left out).
+
+    Border padding as in the mechanism: coordinates are clamped to the grid.
+    """
+    axes = []
+    for u, n in zip(np.clip(np.asarray(mu_read, dtype=np.float64), -1.0, 1.0), grid[::-1]):  # x, y, z
+        position = (u + 1.0) * (n - 1) / 2.0
+        left = min(int(np.floor(position)), n - 2)
+        frac = position - left
+        axes.append(((left, 1.0 - frac), (left + 1, frac)))
+    out = []
+    for z, wz in axes[2]:
+        for y, wy in axes[1]:
+            for x, wx in axes[0]:
+                if wz * wy * wx > 0:
+                    out.append(((z, y, x), float(wz * wy * wx)))
+    return out
+
+
+def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray, mu_read: np.ndarray,
+                   mu_write: np.ndarray, sigma: float, content: np.ndarray) -> MechanismStep:
+    """Steps 3–5 of one chunk with ``memory``'s weights, from the state (h_prev, c_prev) before it.
+
+    h_prev, c_prev (C, D, H, W); mu_read, mu_write (3,) as (x, y, z) in [-1, 1]; sigma > 0; content (C,).
+    """
+    C, grid = memory.config.channels, tuple(memory.config.grid)
+    h0 = torch.as_tensor(np.asarray(h_prev, dtype=np.float32))
+    c0 = torch.as_tensor(np.asarray(c_prev, dtype=np.float32))
+    if h0.shape != (C, *grid) or c0.shape != (C, *grid):
+        raise ValueError(f"h_prev and c_prev must be {(C, *grid)}, got {tuple(h0.shape)} and {tuple(c0.shape)}")
+    if not float(sigma) > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma}")
+    xyz_read = torch.as_tensor(np.asarray(mu_read, dtype=np.float32)).view(1, 3)
+    xyz_write = torch.as_tensor(np.asarray(mu_write, dtype=np.float32)).view(1, 3)
+    spread = torch.tensor([float(sigma)], dtype=torch.float32)
+    what = torch.as_tensor(np.asarray(content, dtype=np.float32)).view(1, C)
+    with torch.no_grad():
+        read = trilinear_read(h0[None], xyz_read)  # 3. read, (1, C)
+        message = memory.out_proj(read)
+        write = gaussian_write(what, xyz_write, spread, grid)  # 4. write, (1, C, D, H, W)
+        # 5. update, exactly as TensorMemory.forward runs it (one chunk, batch of one, channels-last).
+        taps_v, taps_h = memory.depthwise.split(C, dim=1)
+        profiles = [p.view(1, 1, n) for p, n in zip(gaussian_profiles(xyz_write, spread, grid), grid)]
+        factors = write_factors(what.view(1, 1, C), profiles, taps_v)
+        h_last, c_last = h0.permute(1, 2, 3, 0)[None], c0.permute(1, 2, 3, 0)[None]  # (1, D, H, W, C)
+        hs, cs = convlstm_scan(factors, h_last, c_last, taps_h, memory.mix.weight, memory.mix.bias)
+        x = gate_inputs(expand_write(*(f[0] for f in factors)), depthwise3d(h_last, taps_h))
+        weight = torch.cat([memory.mix.weight, memory.mix.bias[:, None]], dim=1)
+        gates = {name: value.view(*grid, C).permute(3, 0, 1, 2).numpy().copy()
+                 for name, value in zip(GATES, gate_values(x, weight))}
+        gate_scale = float(memory.gate_scale)
+    volume = lambda t: t[0, 0].permute(3, 0, 1, 2).numpy().copy()  # noqa: E731  (1, 1, D, H, W, C) → (C, D, H, W)
+    return MechanismStep(mu_read=xyz_read[0].numpy().copy(), mu_write=xyz_write[0].numpy().copy(),
+                         sigma=float(sigma), content=what[0].numpy().copy(),
+                         corners=read_corners(xyz_read[0].numpy(), grid), read=read[0].numpy().copy(),
+                         message_norm=float(message.norm()), gate_scale=gate_scale, write=write[0].numpy().copy(),
+                         gates=gates, h_prev=h0.numpy().copy(), c_prev=c0.numpy().copy(),
+                         h_new=volume(hs), c_new=volume(cs))
+
+
+def state_before(layer: LayerTrace, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(h, c) a chunk reads and updates: the state after the previous chunk, zeros before the first."""
+    if layer.c is None:
+        raise ValueError("the trace holds no cell state c (captured with cells=False); capture it with cells")
+    if not 0 <= chunk < layer.h.shape[0]:
+        raise ValueError(f"chunk must be in 0..{layer.h.shape[0] - 1}, got {chunk}")
+    if chunk == 0:
+        zeros = np.zeros(layer.h.shape[1:], dtype=np.float32)
+        return zeros, zeros.copy()
+    return layer.h[chunk - 1].astype(np.float32), layer.c[chunk - 1].astype(np.float32)
+
+
+def walkthrough(trace: Trace, memory: TensorMemory, layer: Optional[str], chunk: int) -> tuple[MechanismStep, float]:
+    """The recorded chunk recomputed by ``memory``, and the largest |difference| from the recorded new h."""
+    lay = trace.layer(layer)
+    h_prev, c_prev = state_before(lay, chunk)
+    step = mechanism_step(memory, h_prev, c_prev, lay.mu_read[chunk], lay.mu_write[chunk], float(lay.sigma[chunk]),
+                          lay.content[chunk])
+    return step, float(np.abs(step.h_new - lay.h[chunk].astype(np.float32)).max())
+
+
+# ---------------------------------------------------------------------------------------
+# Pictures of a step
+# ---------------------------------------------------------------------------------------
+
+def addressing_figure(step: MechanismStep, title: str) -> go.Figure:
+    """The grid with the read (blue) and write (red) coordinates and the write's 1σ and 2σ surfaces."""
+    one = lambda a: np.asarray(a, dtype=np.float32)[None]  # noqa: E731
+    layer = LayerTrace(mu_read=one(step.mu_read), read=one(step.read), mu_write=one(step.mu_write),
+                       sigma=np.array([step.sigma], dtype=np.float32), content=one(step.content), h=one(step.h_new),
+                       c=None, gate_scale=step.gate_scale)
+    fig = figures.trajectory_figure(layer, 0, tail=1)
+    fig.update_layout(title_text=title)
+    return fig
+
+
+def vector_figure(values: np.ndarray, title: str, axis: str = "channel", colour: str = "#1f77b4") -> go.Figure:
+    """A bar per entry of a vector (a read, a write content)."""
+    values = np.asarray(values, dtype=np.float64)
+    fig = go.Figure(go.Bar(x=np.arange(len(values)), y=values, marker_color=colour,
+                           hovertemplate=f"{axis} %{{x}}: %{{y:.4f}}<extra></extra>"))
+    return figures._finish(fig, title, xaxis_title=axis, height=260)
+
+
+def gates_bar_figure(step: MechanismStep) -> go.Figure:
+    """The mean of each gate over the volume (|g| for the candidate) beside σ(γ)."""
+    names = ["i (input)", "f (forget)", "o (output)", "|g| (candidate)", "σ(γ) read gate"]
+    means = [float(step.gates[g].mean()) for g in "ifo"] + [float(np.abs(step.gates["g"]).mean()), step.gate_scale]
+    fig = go.Figure(go.Bar(x=names, y=means, marker_color=["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#555555"],
+                           text=[f"{m:.2f}" for m in means], textposition="outside",
+                           hovertemplate="%{x}: %{y:.4f}<extra></extra>"))
+    return figures._finish(fig, "gates, mean over the volume", yaxis_range=[0, 1.15], height=260)
+
+
+def update_figures(step: MechanismStep, index: tuple[int, int, int]) -> dict[str, go.Figure]:
+    """Slices through voxel ``index`` (z, y, x): ``"before"`` and ``"after"`` the update of ‖h‖ (one colour
+    scale), and ``"change"``, ‖h after − h before‖. Untitled: the slices' own titles fill the top."""
+    before, after = (figures.volume_values(v, "norm") for v in (step.h_prev, step.h_new))
+    change = figures.volume_values(step.h_new - step.h_prev, "norm")
+    high = max(float(before.max()), float(after.max()), 1e-6)
+    return {"before": figures.slices_figure(before, index, "", (0.0, high)),
+            "after": figures.slices_figure(after, index, "", (0.0, high)),
+            "change": figures.slices_figure(change, index, "")}
+
+
+def voxel_units(step: MechanismStep) -> dict[str, np.ndarray]:
+    """The read and write coordinates (x, y, z) and σ per axis, in voxels."""
+    return {"read": voxel_coordinates(step.mu_read, step.grid), "write": voxel_coordinates(step.mu_write, step.grid),
+            "sigma": sigma_in_voxels(step.sigma, step.grid)}
+
+
+__all__ = ["MechanismStep", "mechanism_step", "memory_module", "read_corners", "state_before", "walkthrough",
+           "addressing_figure", "vector_figure", "gates_bar_figure", "update_figures", "voxel_units"]

@@ -1,0 +1,150 @@
+"""Every call into ``analysis/`` the app makes more than once, cached and keyed by what determines it.
+
+A checkpoint is loaded once per :class:`CheckpointRef` (``st.cache_resource``: the model is shared,
+read-only, and used under its lock, since an intervention briefly edits σ(γ)). Everything else
+is ``st.cache_data`` keyed by the checkpoint, the sample (seed and task parameters) and the view's
+settings, so a session stepping through chunks only indexes into what is cached, and sessions
+with the same settings share the work but never each other's state. PyVista renderings go through
+:mod:`app.figure_cache`, which can render the next chunks ahead. Every cache is bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any, Callable, Hashable, Optional
+
+import streamlit as st
+
+from analysis.capture import capture
+from analysis.compare import checkpoint_summary
+from analysis.export import trace_bytes
+from analysis.frames import png_bytes, volume_frames
+from analysis.interventions import InterventionResult, intervene, memory_layers
+from analysis.occlusion import belief_survival
+from analysis.predictions import prediction_trace
+from analysis.trace import Trace
+from analysis.views import explore_figures
+from analysis.volumes import VolumeSeries, state_series
+from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
+
+from .figure_cache import figure_cache
+
+FRAME_BLOCK = 4  # PyVista frames are rendered this many chunks at a time (one render window for all)
+RENDER_LOCK = threading.Lock()  # one off-screen render at a time: VTK windows are not shared between threads safely
+Params = tuple[tuple[str, Any], ...]  # task parameter overrides, sorted by name: hashable and order-free
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointRef:
+    """A checkpoint folder as the caches know it; ``stamp`` changes when its files are replaced."""
+
+    label: str
+    path: str
+    stamp: tuple[int, int]  # (mtime_ns of model.safetensors, of config.json)
+
+    @classmethod
+    def of(cls, path: Path, label: str) -> "CheckpointRef":
+        """The reference to the checkpoint in ``path``; CheckpointError when its files are missing."""
+        try:
+            stamp = tuple((path / name).stat().st_mtime_ns for name in (MODEL_FILE, CONFIG_FILE))
+        except OSError as error:
+            raise CheckpointError(f"{path}: cannot read the checkpoint ({error.strerror or error}); expected a "
+                                  f"folder holding {MODEL_FILE} and {CONFIG_FILE}") from None
+        return cls(label=label, path=str(path.resolve()), stamp=stamp)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class Loaded:
+    """A loaded checkpoint and the lock every use of its model holds."""
+
+    checkpoint: Checkpoint
+    lock: threading.RLock
+
+    @property
+    def has_memory(self) -> bool:
+        return bool(memory_layers(self.checkpoint.model))
+
+
+@st.cache_resource(max_entries=8, show_spinner="Loading the checkpoint…")
+def load(ref: CheckpointRef) -> Loaded:
+    """The checkpoint, validated by ``load_checkpoint`` (never unpickled); CheckpointError otherwise."""
+    return Loaded(load_checkpoint(ref.path), threading.RLock())
+
+
+@st.cache_data(max_entries=24, show_spinner="Running the sample through the model…")
+def sample_trace(ref: CheckpointRef, seed: int, params: Params) -> Trace:
+    """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others."""
+    loaded = load(ref)
+    with loaded.lock:
+        if loaded.has_memory:
+            return capture(loaded.checkpoint, seed=seed, index=0, progress=False, **dict(params))
+        return prediction_trace(loaded.checkpoint, seed=seed, index=0, **dict(params))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def volume_series(ref: CheckpointRef, seed: int, params: Params, layer: str, field: str, mode: str,
+                  index: int) -> VolumeSeries:
+    """A layer's ``h`` or ``c`` over every chunk, reduced one way with one colour range."""
+    return state_series(sample_trace(ref, seed, params).layer(layer), field, mode, index)
+
+
+def volume_frames_job(sample: Hashable, layer: str, series: VolumeSeries,
+                      block: int) -> tuple[Hashable, Callable[[], list[bytes]]]:
+    """(key, build) of the PyVista renderings (PNG) of chunks block·FRAME_BLOCK … for :mod:`app.figure_cache`."""
+    def build() -> list[bytes]:
+        values = series.values[block * FRAME_BLOCK:(block + 1) * FRAME_BLOCK]
+        with RENDER_LOCK:
+            images = volume_frames(values, series.value_range)
+        return [png_bytes(image) for image in images]
+
+    return ("pyvista", sample, layer, series.field, series.mode, series.index, block), build
+
+
+def chunk_figures_job(trace: Trace, sample: Hashable, layer: Optional[str], series: Optional[VolumeSeries], kind: str,
+                      anchor: str, chunk: int) -> tuple[Hashable, Callable[[], dict[str, Any]]]:
+    """(key, build) of every Explore figure of ``chunk`` (see :func:`analysis.views.explore_figures`)."""
+    settings = None if series is None else (series.field, series.mode, series.index, kind, anchor)
+    return (("explore", sample, layer, settings, chunk),
+            lambda: explore_figures(trace, chunk, layer, series, kind, anchor))
+
+
+def volume_frame(sample: Hashable, layer: str, series: VolumeSeries, chunk: int) -> bytes:
+    """The PyVista volume rendering (PNG) of one chunk; its block's neighbours are rendered with it."""
+    return figure_cache().get(*volume_frames_job(sample, layer, series, chunk // FRAME_BLOCK))[chunk % FRAME_BLOCK]
+
+
+@st.cache_data(max_entries=16, show_spinner="Measuring the checkpoint over many samples…")
+def summary(ref: CheckpointRef, seed: int, samples: int, params: Params, layer: Optional[str]) -> dict[str, Any]:
+    """Metrics and (for Tensor Memory) the addressing report over ``samples`` samples."""
+    loaded = load(ref)
+    with loaded.lock:
+        return checkpoint_summary(loaded.checkpoint, seed, samples, layer, **dict(params))
+
+
+@st.cache_data(max_entries=32, show_spinner="Running the sample with and without the intervention…")
+def intervention(ref: CheckpointRef, seed: int, params: Params, kind: str, chunk: int,
+                 region: Optional[tuple[tuple[int, int], ...]], layer: Optional[str]) -> InterventionResult:
+    """The sample run untouched and with the intervention, per chunk side by side."""
+    loaded = load(ref)
+    with loaded.lock:
+        return intervene(loaded.checkpoint, kind, chunk, seed, 0, region, layer, **dict(params))
+
+
+@st.cache_data(max_entries=8, show_spinner="Measuring the belief through occlusions of every length…")
+def survival(ref: CheckpointRef, samples: int, seed: int) -> dict[str, Any]:
+    """Accuracy at each hidden frame for occlusion lengths 0, 2, 4 and 6."""
+    loaded = load(ref)
+    with loaded.lock:
+        return belief_survival(loaded.checkpoint, samples=samples, seed=seed)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
+    """The sample's trace as a safetensors file."""
+    return trace_bytes(sample_trace(ref, seed, params))
+
+
+__all__ = ["CheckpointRef", "Loaded", "Params", "load", "sample_trace", "volume_series", "volume_frame",
+           "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "trace_file", "FRAME_BLOCK"]

@@ -1,0 +1,54 @@
+"""``tensor-memory app``: start the Tensor Memory Explorer in the browser (``streamlit run app/main.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
+
+DESCRIPTION = (
+    "Start the Tensor Memory Explorer, a Streamlit app: load a trained checkpoint, step through a sample chunk by "
+    "chunk and watch the memory in 3D, see the occlusion belief and interventions, diagnose addressing, walk "
+    "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
+    "--checkpoint names another folder; stop it with Ctrl-C.")
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {port}")
+    return port
+
+
+def _app(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    if args.checkpoint:
+        from tensor_memory.checkpoint import load_checkpoint
+
+        folder = Path(args.checkpoint).expanduser().resolve()
+        load_checkpoint(folder)  # refuse a bad folder here, with its one-line reason, before starting a server
+        env[CHECKPOINT_ENV] = str(folder)
+    command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(args.port)]
+    try:
+        return subprocess.call(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
+    except KeyboardInterrupt:
+        return 130
+
+
+def add_app_parser(subparsers: Any) -> None:
+    """Register ``app`` on ``subparsers`` (from ``parser.add_subparsers()``)."""
+    app = subparsers.add_parser("app", help="start the Tensor Memory Explorer (Streamlit) in the browser",
+                                description=DESCRIPTION)
+    app.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder to open on (default: the shipped "
+                                                         "checkpoints/occlusion-tensor)")
+    app.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
+    app.set_defaults(func=_app)
+
+
+__all__ = ["add_app_parser", "CHECKPOINT_ENV"]

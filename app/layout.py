@@ -1,0 +1,93 @@
+"""Layout pieces every page shares: the page header, charts, remembered controls, notices."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from .sidebar import CHOICE_KEY
+from .state import DEFAULT_CHECKPOINT, Context, shipped_checkpoints
+
+CHART_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+KEEP = "keep."  # prefix of the plain keys that remember a control's value while its page is not shown
+
+
+def chart(fig: go.Figure, key: str, height: Optional[int] = None) -> None:
+    """A Plotly figure as ``analysis`` drew it (no Streamlit theme), full width, with a PNG download button.
+
+    The figure is only read (it may be shared through :mod:`app.figure_cache`); ``height`` in pixels
+    overrides the figure's own.
+    """
+    st.plotly_chart(fig, theme=None, config=CHART_CONFIG, key=key, height=height or "content")
+
+
+def remembered(widget: Callable[..., Any], label: str, key: str, default: Any, **kwargs: Any) -> Any:
+    """A widget whose value survives visits to other pages (Streamlit forgets widgets that are not drawn)."""
+    if key not in st.session_state:  # forgotten while another page was shown: restore the last value
+        st.session_state[key] = st.session_state.get(KEEP + key, default)
+    value = widget(label, key=key, **kwargs)
+    st.session_state[KEEP + key] = value
+    return value
+
+
+def recalled(key: str, default: Any) -> Any:
+    """The value a :func:`remembered` widget last had (``default`` before it was ever drawn)."""
+    return st.session_state.get(KEEP + key, default)
+
+
+def header(context: Context, title: str, subtitle: str) -> None:
+    """The page title with what is shown: checkpoint, task, backbone and sample."""
+    st.markdown(f"## {title}")
+    badges = st.container(horizontal=True, gap="small")
+    badges.badge(context.ref.label, icon=":material/deployed_code:", color="blue")
+    badges.badge(f"task: {context.task}", color="gray")
+    badges.badge(f"backbone: {context.backbone}", color="violet" if context.backbone == "tensor" else "orange")
+    badges.badge(f"seed {context.seed}", color="gray")
+    st.caption(subtitle)
+
+
+def require_trace(context: Context) -> None:
+    """Stop the page, saying why, when no sample could be run."""
+    if context.trace is None:
+        st.error(context.problem or "No sample could be run for this checkpoint.")
+        st.stop()
+
+
+def _open_default() -> None:
+    st.session_state[CHOICE_KEY] = DEFAULT_CHECKPOINT
+
+
+def memory_notice(context: Context, what: str) -> bool:
+    """True when the memory views can be drawn; else an info box saying why, with a way to a tensor checkpoint."""
+    if context.has_memory_views:
+        return True
+    st.info(f"{what} are not shown: {context.memory_note or 'there is no trace of this sample.'}",
+            icon=":material/info:")
+    if DEFAULT_CHECKPOINT in shipped_checkpoints() and context.ref.label != DEFAULT_CHECKPOINT:
+        st.button(f"Open {DEFAULT_CHECKPOINT}", icon=":material/swap_horiz:", on_click=_open_default,
+                  key=f"open_default_{what}")
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeView:
+    """How the Explore page draws the memory's volumes (remembered across pages; Export reuses it)."""
+
+    field: str = "h"
+    mode: str = "norm"
+    index: int = 0
+    kind: str = "volume"
+    anchor: str = "write"
+
+
+def volume_view() -> VolumeView:
+    """The volume settings the Explore page last used."""
+    defaults = VolumeView()
+    return VolumeView(**{f.name: recalled(f"explore.{f.name}", getattr(defaults, f.name))
+                         for f in dataclasses.fields(VolumeView)})
+
+
+__all__ = ["chart", "remembered", "recalled", "header", "require_trace", "memory_notice", "VolumeView", "volume_view"]

@@ -1,0 +1,46 @@
+"""Tensor Memory Explorer: ``streamlit run app/main.py`` (what ``make run`` does).
+
+Every run: the sidebar chooses a checkpoint, a sample and a memory layer; the sample's trace is
+captured (cached); the session's :class:`app.state.Context` is published; the chosen page draws.
+Pages only lay out what ``analysis/`` computes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the path, not the repository
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import sidebar, state  # noqa: E402
+
+st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/deployed_code:", layout="wide",
+                   initial_sidebar_state="expanded",
+                   menu_items={"About": "Tensor Memory Explorer: watch a fixed-size 3D voxel memory work, chunk by "
+                                        "chunk, in trained checkpoints."})
+
+PAGES = [
+    st.Page("views/explore.py", title="Explore", icon=":material/view_in_ar:", default=True),
+    st.Page("views/occlusion.py", title="Occlusion", icon=":material/visibility_off:"),
+    st.Page("views/diagnose.py", title="Diagnose", icon=":material/troubleshoot:"),
+    st.Page("views/teach.py", title="Teach", icon=":material/school:"),
+    st.Page("views/export.py", title="Export", icon=":material/download:"),
+]
+page = st.navigation(PAGES, position="top")
+st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</style>")  # the top bar holds the pages
+
+with st.sidebar:
+    st.markdown("### :material/deployed_code: Tensor Memory Explorer")
+    st.caption("A fixed-size 3D voxel memory that Transformer tokens write to and read from.")
+    ref, loaded = state.load_checkpoint_or_previous(sidebar.checkpoint_section())
+    seed, params = sidebar.sample_section(loaded.checkpoint)
+trace, params, problem = state.capture_sample(ref, seed, params)
+with st.sidebar:
+    layer = sidebar.layer_section(trace)
+state.publish(state.Context(ref=ref, loaded=loaded, seed=seed, params=params, trace=trace, problem=problem,
+                            layer=layer, memory_note=state.memory_note(ref, loaded, trace)))
+page.run()

@@ -1,0 +1,151 @@
+"""The sidebar: the checkpoint (shipped, or uploaded as a .zip), the sample's settings, the memory layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import streamlit as st
+
+from analysis.trace import Trace
+from tensor_memory.checkpoint import Checkpoint, CheckpointError
+
+from . import cache
+from .cache import CheckpointRef, Params
+from .state import shipped_checkpoints, startup_checkpoint
+from .upload import MAX_UPLOAD_BYTES, UploadError, checkpoint_label, unpack_checkpoint
+
+CHOICE_KEY = "checkpoint_choice"
+UPLOAD_KEY = "checkpoint_upload"
+UPLOADS_KEY = "uploaded_checkpoints"  # {label: folder} of this session's uploads
+OUTCOMES_KEY = "upload_outcomes"  # {file_id: (label or None, message)}: each upload is checked once
+LAYER_KEY = "layer_choice"
+SEED_KEY = "seed"
+
+
+def checkpoint_options() -> dict[str, Path]:
+    """Every checkpoint this session can pick: the startup one, the shipped ones, its uploads."""
+    label, path = startup_checkpoint()
+    return {label: path, **shipped_checkpoints(), **st.session_state.setdefault(UPLOADS_KEY, {})}
+
+
+def _check_upload(file: Any) -> tuple[Optional[str], str]:
+    """(label, message) for an uploaded zip: the label is None when it is not a usable checkpoint."""
+    try:
+        folder = unpack_checkpoint(file.getvalue())
+        label = checkpoint_label(folder, file.name)
+        loaded = cache.load(CheckpointRef.of(folder, label))
+    except (UploadError, CheckpointError) as error:
+        return None, f"Could not use {file.name}: {error}"
+    st.session_state[UPLOADS_KEY][label] = folder
+    ckpt = loaded.checkpoint
+    return label, f"Loaded {label}: task {ckpt.task.name}, backbone {ckpt.model.backbone.config.kind}."
+
+
+def checkpoint_section() -> CheckpointRef:
+    """The checkpoint picker and the upload box; returns the chosen checkpoint (not yet loaded)."""
+    st.subheader("Checkpoint")
+    picker = st.container()
+    upload = st.file_uploader("Upload a checkpoint folder as a .zip", type=["zip"], key=UPLOAD_KEY,
+                              max_upload_size=MAX_UPLOAD_BYTES >> 20,
+                              help="Zip the folder holding model.safetensors and config.json. It is checked before "
+                                   "use and never unpickled; pickles are refused.")
+    options = checkpoint_options()
+    if upload is not None:
+        outcomes = st.session_state.setdefault(OUTCOMES_KEY, {})
+        if upload.file_id not in outcomes:
+            outcomes[upload.file_id] = _check_upload(upload)
+            options = checkpoint_options()
+            if outcomes[upload.file_id][0] is not None:
+                st.session_state[CHOICE_KEY] = outcomes[upload.file_id][0]  # show a new upload at once
+        label, message = outcomes[upload.file_id]
+        if label:
+            st.success(message)
+        else:
+            st.error(f"{message} Still showing {st.session_state.get(CHOICE_KEY, startup_checkpoint()[0])}.")
+    if st.session_state.get(CHOICE_KEY) not in options:
+        st.session_state[CHOICE_KEY] = startup_checkpoint()[0]
+    with picker:
+        label = st.selectbox("Shown checkpoint", list(options), key=CHOICE_KEY, label_visibility="collapsed",
+                             help="Shipped checkpoints are named task-backbone; tensor ones have a memory to look at.")
+    try:
+        return CheckpointRef.of(options[label], label)
+    except CheckpointError:  # a shipped folder being rewritten, or an upload removed from disk:
+        return CheckpointRef(label=label, path=str(options[label]), stamp=(0, 0))  # loading it says what is wrong
+
+
+def _slider(label: str, key: str, low: int, high: int, default: int, help: str = "") -> int:
+    """An integer slider whose remembered value is kept within [low, high] (a plain value when low == high)."""
+    value = min(max(int(st.session_state.get(key, default)), low), high)
+    if low == high:
+        st.caption(f"{label}: {low}")
+        return low
+    st.session_state[key] = value
+    return int(st.slider(label, low, high, key=key, help=help or None))
+
+
+def _occlusion(config: Any) -> dict[str, Any]:
+    task = "occlusion"
+    frames = _slider("Frames (horizon)", f"{task}.frames", 4, 40, config.frames, "Frames in the sequence, one chunk each.")
+    length = _slider("Occlusion length", f"{task}.occlusion_length", 0, frames - 2, config.occlusion_length,
+                     "Consecutive frames the ball is hidden.")
+    start = -1
+    if length:
+        random_key = f"{task}.random_start"
+        st.session_state.setdefault(random_key, config.occlusion_start == -1)
+        if not st.checkbox("Random occlusion start", key=random_key):
+            default = config.occlusion_start if config.occlusion_start != -1 else 2
+            start = _slider("Occlusion start (frame)", f"{task}.occlusion_start", 2, frames - length, default,
+                            "First hidden frame; at least two visible frames come before.")
+    return {"frames": frames, "occlusion_length": length, "occlusion_start": start}
+
+
+def _binding(config: Any) -> dict[str, Any]:
+    writes = _slider("Writes (horizon)", "coordinate_binding.writes", 1, 100, config.writes,
+                     "Key–value pairs written before the queries.")
+    key = "coordinate_binding.noise"
+    st.session_state.setdefault(key, float(config.noise))
+    noise = st.slider("Query noise", 0.0, 0.3, step=0.01, key=key, help="Standard deviation added to each query key.")
+    return {"writes": writes, "noise": float(noise)}
+
+
+def _map(config: Any) -> dict[str, Any]:
+    return {"observations": _slider("Observations (horizon)", "map_building.observations", 1, 128,
+                                    config.observations, "Glimpses of the hidden map before the queries.")}
+
+
+def _counter(config: Any) -> dict[str, Any]:
+    return {"length": _slider("Length (horizon)", "no_harm.length", 2, 128, config.length, "Tokens in the sequence.")}
+
+
+TASK_CONTROLS = {"occlusion": _occlusion, "coordinate_binding": _binding, "map_building": _map, "no_harm": _counter}
+
+
+def sample_section(ckpt: Checkpoint) -> tuple[int, Params]:
+    """Seed and task settings for the sample; returns (seed, parameter overrides)."""
+    st.subheader("Sample")
+    st.session_state.setdefault(SEED_KEY, 0)
+    seed = int(st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=SEED_KEY,
+                               help="Which sample of the task's stream to run; the same seed gives the same sample."))
+    controls = TASK_CONTROLS.get(ckpt.task.name)
+    params = controls(ckpt.task.config) if controls else {}
+    return seed, tuple(sorted(params.items()))
+
+
+def layer_section(trace: Optional[Trace]) -> Optional[str]:
+    """The memory layer to show (the last by default); None for a trace without memory layers."""
+    if trace is None or not trace.layer_names:
+        return None
+    names = trace.layer_names
+    if st.session_state.get(LAYER_KEY) not in names:
+        st.session_state[LAYER_KEY] = names[-1]
+    st.subheader("Memory layer")
+    if len(names) == 1:
+        st.caption(f"`{names[0]}`, the model's only memory layer")
+        return names[0]
+    return st.selectbox("Memory layer", names, key=LAYER_KEY, label_visibility="collapsed",
+                        format_func=lambda name: name.replace("backbone.", "").replace(".memory", " memory"))
+
+
+__all__ = ["checkpoint_options", "checkpoint_section", "sample_section", "layer_section", "CHOICE_KEY", "UPLOAD_KEY",
+           "SEED_KEY"]

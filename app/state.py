@@ -1,0 +1,173 @@
+"""The session's context: which checkpoint and sample it shows, the trace, the memory layer, the chunk.
+
+``main.py`` builds a :class:`Context` once per run from the sidebar's choices and publishes it in
+the session; pages read it with :func:`current`. Everything a session chooses lives in its own
+``st.session_state``, so sessions never see each other's choices; what they compute is shared
+only through the caches in :mod:`app.cache`. Failures never leave a session without a view:
+a checkpoint that does not load falls back to the last one that did, a sample that cannot run
+falls back to the checkpoint's own task settings, and each says why with ``st.error``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import streamlit as st
+
+from analysis.finite import nonfinite_fields
+from analysis.trace import Trace, TraceError
+from tensor_memory.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
+
+from . import cache
+from .cache import CheckpointRef, Loaded, Params
+from .cli import CHECKPOINT_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "checkpoints"
+DEFAULT_CHECKPOINT = "occlusion-tensor"
+CONTEXT_KEY = "context"
+GOOD_CHECKPOINT_KEY = "last_good_checkpoint"
+CHUNK_KEY = "chunk"
+
+
+def shipped_checkpoints() -> dict[str, Path]:
+    """The checkpoint folders in ``checkpoints/`` by name."""
+    if not SHIPPED.is_dir():
+        return {}
+    return {p.name: p for p in sorted(SHIPPED.iterdir()) if (p / CONFIG_FILE).is_file()}
+
+
+def startup_checkpoint() -> tuple[str, Path]:
+    """(label, folder) to open on: ``$TENSOR_MEMORY_CHECKPOINT`` (set by ``tensor-memory app --checkpoint``),
+    else occlusion-tensor."""
+    chosen = os.environ.get(CHECKPOINT_ENV)
+    if chosen:
+        path = Path(chosen).expanduser().resolve()
+        return path.name, path
+    return DEFAULT_CHECKPOINT, SHIPPED / DEFAULT_CHECKPOINT
+
+
+@dataclasses.dataclass
+class Context:
+    """What every page of this session shows."""
+
+    ref: CheckpointRef
+    loaded: Loaded
+    seed: int
+    params: Params  # the task parameters the trace was captured with
+    trace: Optional[Trace]  # None when no sample could be run (``problem`` says why)
+    problem: Optional[str]
+    layer: Optional[str]  # the memory layer shown; None without memory layers
+    memory_note: Optional[str]  # why the memory views are off, or None
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.loaded.checkpoint
+
+    @property
+    def task(self) -> str:
+        return self.checkpoint.task.name
+
+    @property
+    def backbone(self) -> str:
+        return self.checkpoint.model.backbone.config.kind
+
+    @property
+    def has_memory_views(self) -> bool:
+        return self.trace is not None and self.layer is not None and self.memory_note is None
+
+    @property
+    def num_chunks(self) -> int:
+        return 0 if self.trace is None else self.trace.num_chunks
+
+    @property
+    def sample_key(self) -> tuple[Any, ...]:
+        """What identifies the sample shown: the stepper restarts when it changes."""
+        return self.ref, self.seed, self.params
+
+    @property
+    def chunk(self) -> int:
+        """The current chunk, within the trace."""
+        return min(max(int(st.session_state.get(CHUNK_KEY, 0)), 0), max(self.num_chunks - 1, 0))
+
+
+def _fallback(failed: CheckpointRef) -> Optional[CheckpointRef]:
+    """The checkpoint to show instead of ``failed``: the last one that loaded, else the startup one."""
+    previous = st.session_state.get(GOOD_CHECKPOINT_KEY)
+    if previous is not None and previous != failed:
+        return previous
+    label, path = startup_checkpoint()
+    try:
+        startup = CheckpointRef.of(path, label)
+    except CheckpointError:
+        return None
+    return startup if startup != failed else None
+
+
+def load_checkpoint_or_previous(ref: CheckpointRef) -> tuple[CheckpointRef, Loaded]:
+    """The chosen checkpoint loaded, or — with an ``st.error`` saying why — the last one that loaded."""
+    try:
+        loaded = cache.load(ref)
+    except CheckpointError as error:
+        fallback = _fallback(ref)
+        if fallback is None:
+            st.error(f"Could not load the checkpoint {ref.label}: {error}")
+            st.stop()
+        st.error(f"Could not load the checkpoint {ref.label}: {error}. Still showing {fallback.label}.")
+        return load_checkpoint_or_previous(fallback)
+    st.session_state[GOOD_CHECKPOINT_KEY] = ref
+    return ref, loaded
+
+
+def _capture(ref: CheckpointRef, seed: int, params: Params) -> tuple[Optional[Trace], Optional[str]]:
+    try:
+        return cache.sample_trace(ref, seed, params), None
+    except (TraceError, ValueError) as error:
+        return None, str(error)
+
+
+def capture_sample(ref: CheckpointRef, seed: int, params: Params) -> tuple[Optional[Trace], Params, Optional[str]]:
+    """(trace, parameters used, problem): the chosen sample, else the task's own settings with an error shown."""
+    trace, problem = _capture(ref, seed, params)
+    if trace is not None:
+        return trace, params, None
+    st.error(f"This sample cannot be run on {ref.label}: {problem}. Showing the checkpoint's own task settings "
+             f"instead; change the sample settings in the sidebar.")
+    trace, fallback_problem = _capture(ref, seed, ())
+    if trace is None:
+        return None, (), f"No sample of this checkpoint's task can be run: {fallback_problem}"
+    return trace, (), None
+
+
+def memory_note(ref: CheckpointRef, loaded: Loaded, trace: Optional[Trace]) -> Optional[str]:
+    """Why the memory views cannot be shown for this trace, or None when they can."""
+    if not loaded.has_memory:
+        kind = loaded.checkpoint.model.backbone.config.kind
+        return (f"{ref.label} is a `{kind}` model: it has no Tensor Memory layers, so there is no memory to show. "
+                f"Its predictions are shown; pick a `tensor` checkpoint (e.g. occlusion-tensor) for the memory views.")
+    if trace is not None:
+        problems = nonfinite_fields(trace)
+        if problems:
+            return ("This trace holds NaN or infinite values, so the memory views are off (the model's weights blow "
+                    "up on this input; try another sample or an earlier checkpoint): " + "; ".join(problems))
+    return None
+
+
+def publish(context: Context) -> None:
+    st.session_state[CONTEXT_KEY] = context
+
+
+def current() -> Context:
+    """The context ``main.py`` built for this run."""
+    context = st.session_state.get(CONTEXT_KEY)
+    if context is None:
+        st.error("This page is part of the Tensor Memory Explorer: start it with `make run`.")
+        st.stop()
+    return context
+
+
+__all__ = ["Context", "current", "publish", "shipped_checkpoints", "startup_checkpoint",
+           "load_checkpoint_or_previous", "capture_sample", "memory_note", "CHUNK_KEY", "CHECKPOINT_ENV"]

@@ -1,0 +1,125 @@
+"""The chunk stepper: Previous / Play / Next, a chunk slider, "Chunk k / K" and the annotation track.
+
+The current chunk lives in ``st.session_state["chunk"]`` (a plain key, kept while pages without
+the stepper are open), so every page and view of the session follows it. Chunks are numbered from
+0, as in every plot, and K is the last chunk's number. The slider is keyed by the chunk it shows:
+a step made by the buttons or by Play replaces it with a new slider, and a browser still
+reporting an old slider's value (it may, while a step is on its way) is ignored.
+
+Playing advances one chunk per :data:`PLAY_INTERVAL_S`: a fragment ticks on that timer and
+reruns the app when a step is due, and the rerun takes the step before anything is drawn.
+Playing stops at the last chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from analysis.annotations import annotation_figure, key_chunk
+from analysis.chunk_input import chunk_outcome
+
+from .figure_cache import figure_cache
+from .state import CHUNK_KEY, Context
+
+PLAY_INTERVAL_S = 1.0
+PLAYING_KEY = "playing"
+DUE_KEY = "next_step_due"  # time.monotonic() at which a playing stepper takes its next step
+SLIDER_KEY = "chunk_slider"  # + ".<chunk>"
+SAMPLE_KEY = "stepper_sample"  # the sample the chunk belongs to: a new sample starts at its key chunk
+CHART_CONFIG = {"displayModeBar": False}
+
+
+def annotation_job(context: Context, chunk: int) -> tuple[tuple, Callable[[], go.Figure]]:
+    """(key, build) of the annotation track at ``chunk``, for :class:`app.figure_cache.FigureCache`."""
+    trace = context.trace
+    return ("annotation", context.sample_key, chunk), lambda: annotation_figure(trace, chunk)
+
+
+def advance(chunk: int, count: int) -> tuple[int, bool]:
+    """The chunk after ``chunk`` of ``count``, and whether playing goes on (not past the last chunk)."""
+    following = min(chunk + 1, count - 1)
+    return following, following < count - 1
+
+
+def _move(delta: int, count: int) -> None:
+    st.session_state[CHUNK_KEY] = min(max(int(st.session_state.get(CHUNK_KEY, 0)) + delta, 0), count - 1)
+    st.session_state[PLAYING_KEY] = False
+
+
+def _slid(key: str, shown: int) -> None:
+    """The slider drawn at chunk ``shown`` was moved; a browser reporting a slider already replaced is ignored."""
+    if st.session_state.get(CHUNK_KEY) == shown:
+        st.session_state[CHUNK_KEY] = int(st.session_state[key])
+        st.session_state[PLAYING_KEY] = False
+
+
+def _toggle_play(count: int) -> None:
+    if st.session_state.get(PLAYING_KEY):
+        st.session_state[PLAYING_KEY] = False
+        return
+    if int(st.session_state.get(CHUNK_KEY, 0)) >= count - 1:
+        st.session_state[CHUNK_KEY] = 0  # playing from the end starts over
+    st.session_state[PLAYING_KEY] = True
+    st.session_state[DUE_KEY] = time.monotonic() + PLAY_INTERVAL_S
+
+
+def _sync(context: Context) -> None:
+    """Open a new sample at its key chunk; take a due step while playing."""
+    count = context.num_chunks
+    if st.session_state.get(SAMPLE_KEY) != context.sample_key:
+        st.session_state[SAMPLE_KEY] = context.sample_key
+        st.session_state[CHUNK_KEY] = key_chunk(context.trace)
+        st.session_state[PLAYING_KEY] = False
+    st.session_state[CHUNK_KEY] = context.chunk  # within this trace
+    if st.session_state.get(PLAYING_KEY) and time.monotonic() >= st.session_state.get(DUE_KEY, 0.0):
+        st.session_state[CHUNK_KEY], st.session_state[PLAYING_KEY] = advance(context.chunk, count)
+        st.session_state[DUE_KEY] = time.monotonic() + PLAY_INTERVAL_S
+
+
+@st.fragment(run_every=PLAY_INTERVAL_S)
+def _ticker() -> None:
+    """While playing, rerun the whole app once a step is due (the rerun takes the step)."""
+    if st.session_state.get(PLAYING_KEY) and time.monotonic() >= st.session_state.get(DUE_KEY, 0.0):
+        st.rerun()
+
+
+def render(context: Context) -> None:
+    """Draw the stepper for the context's trace; afterwards ``context.chunk`` is the chunk to show."""
+    if context.trace is None:
+        return
+    count = context.num_chunks
+    if count == 0:
+        st.info("This sample has no chunks to step through: the sequence is shorter than one memory chunk. "
+                "Make the horizon longer in the sidebar.")
+        return
+    _sync(context)
+    chunk, playing = context.chunk, bool(st.session_state.get(PLAYING_KEY))
+    with st.container(border=True):
+        buttons, slider, counter = st.columns([3.2, 6, 2.2], vertical_alignment="center")
+        with buttons:
+            row = st.container(horizontal=True, gap="small")
+            row.button("Previous", icon=":material/skip_previous:", disabled=chunk == 0, on_click=_move,
+                       args=(-1, count), key="previous")
+            row.button("Pause" if playing else "Play", icon=":material/pause:" if playing else ":material/play_arrow:",
+                       type="primary", disabled=count < 2, on_click=_toggle_play, args=(count,), key="play")
+            row.button("Next", icon=":material/skip_next:", disabled=chunk == count - 1, on_click=_move,
+                       args=(1, count), key="next")
+        with slider:
+            if count > 1:
+                key = f"{SLIDER_KEY}.{chunk}"
+                st.slider("Chunk", 0, count - 1, chunk, key=key, label_visibility="collapsed", on_change=_slid,
+                          args=(key, chunk))
+        with counter:
+            st.markdown(f"#### Chunk {chunk} / {count - 1}")
+            st.caption(chunk_outcome(context.trace, chunk)["event"])
+        track = figure_cache().get(*annotation_job(context, chunk))
+        st.plotly_chart(track, theme=None, config=CHART_CONFIG, key="annotation_track")
+    if playing:
+        _ticker()
+
+
+__all__ = ["render", "advance", "annotation_job", "PLAY_INTERVAL_S"]

@@ -1,0 +1,133 @@
+"""Uploaded checkpoints: a checkpoint folder as a .zip, unpacked safely and validated by ``load_checkpoint``.
+
+Nothing in an upload is ever unpickled: the archive is read with :mod:`zipfile`, only regular
+files with plain relative names are written, sizes are capped before and while unpacking (a zip
+bomb stops at the cap), and the folder is then checked by
+:func:`tensor_memory.checkpoint.load_checkpoint`, which reads only safetensors and JSON. Each
+upload is unpacked into its own folder named by the archive's SHA-256, so the same file uploaded
+twice (or by two sessions) shares one folder, and a folder is complete before it becomes visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import stat
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path, PurePosixPath
+
+from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE
+
+MAX_UPLOAD_BYTES = 64 << 20  # the archive; keep in step with server.maxUploadSize in .streamlit/config.toml
+MAX_UNPACKED_BYTES = 600 << 20  # everything unpacked: the weights file alone may be 512 MiB
+MAX_MEMBERS = 64  # a checkpoint folder holds a handful of files
+KEEP_UPLOADS = 16  # unpacked uploads kept on disk; older ones are removed
+UPLOAD_ROOT = Path(tempfile.gettempdir()) / "tensor-memory-uploads"
+
+
+class UploadError(ValueError):
+    """An upload that cannot be a checkpoint; the message says what is wrong and what to upload instead."""
+
+
+def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
+    """The member's relative path, refusing absolute paths, '..', links and anything but files and folders."""
+    name = info.filename.replace("\\", "/")
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or (path.parts and path.parts[0].endswith(":")):
+        raise UploadError(f"the zip holds an unsafe path {info.filename!r}; zip the checkpoint folder itself")
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip tool recorded no Unix file type
+    if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+        raise UploadError(f"the zip holds {info.filename!r}, which is a link or special file; zip plain files only")
+    return path
+
+
+def _checkpoint_folder(names: list[PurePosixPath]) -> PurePosixPath:
+    """The folder inside the archive that holds config.json: the root or one folder down."""
+    configs = [n.parent for n in names if n.name == CONFIG_FILE]
+    if not configs:
+        raise UploadError(f"the zip holds no {CONFIG_FILE}; zip a checkpoint folder (it holds {MODEL_FILE} and "
+                          f"{CONFIG_FILE})")
+    if len(configs) > 1:
+        listed = ", ".join(str(c) or "." for c in configs)
+        raise UploadError(f"the zip holds {len(configs)} checkpoints ({listed}); upload one checkpoint folder per zip")
+    return configs[0]
+
+
+def _unpack(archive: zipfile.ZipFile, folder: PurePosixPath, target: Path) -> None:
+    """Write the files under ``folder`` into ``target``, counting real bytes against the cap."""
+    written = 0
+    for info in archive.infolist():
+        path = _member_path(info)
+        if info.is_dir() or path.parent != folder:
+            continue  # only the checkpoint's own files; sub-folders are not part of a checkpoint
+        with archive.open(info) as source, open(target / path.name, "wb") as sink:
+            while chunk := source.read(1 << 20):
+                written += len(chunk)
+                if written > MAX_UNPACKED_BYTES:
+                    raise UploadError(f"the zip unpacks to over {MAX_UNPACKED_BYTES >> 20} MB; a checkpoint is far "
+                                      "smaller (is this the right file?)")
+                sink.write(chunk)
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove the oldest unpacked uploads beyond :data:`KEEP_UPLOADS` (never ``keep``)."""
+    folders = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                     key=lambda p: p.stat().st_mtime)
+    for old in folders[:max(0, len(folders) - KEEP_UPLOADS)]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
+    """Unpack a zipped checkpoint folder under ``root`` and return the folder (not yet loaded).
+
+    Raises :class:`UploadError` for anything that is not a safe zip of one checkpoint folder.
+    """
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise UploadError(f"the file is {len(data) / 2**20:.1f} MB, over the {MAX_UPLOAD_BYTES >> 20} MB upload limit")
+    if not data:
+        raise UploadError("the file is empty; upload a .zip of a checkpoint folder")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise UploadError("the file is not a zip archive (or it is damaged); zip the checkpoint folder and upload "
+                          "the .zip") from None
+    with archive:
+        members = archive.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise UploadError(f"the zip holds {len(members)} entries; a checkpoint folder holds a few files")
+        names = [_member_path(info) for info in members if not info.is_dir()]
+        folder = _checkpoint_folder(names)
+        declared = sum(info.file_size for info in members)
+        if declared > MAX_UNPACKED_BYTES:
+            raise UploadError(f"the zip unpacks to {declared / 2**20:.0f} MB, over the {MAX_UNPACKED_BYTES >> 20} MB "
+                              "limit for a checkpoint")
+        root.mkdir(parents=True, exist_ok=True)
+        target = root / hashlib.sha256(data).hexdigest()[:24]
+        if not target.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=root))
+            try:
+                _unpack(archive, folder, staging)
+                os.replace(staging, target)  # complete before it is visible
+            except (zipfile.BadZipFile, EOFError, zlib.error) as error:
+                raise UploadError(f"the zip is damaged ({error}); zip the checkpoint folder again") from None
+            except OSError as error:
+                if not target.is_dir():  # else a concurrent upload of the same file got there first: use it
+                    raise UploadError(f"could not unpack the upload: {error.strerror or error}") from None
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    os.utime(target)
+    _prune(root, keep=target)
+    return target
+
+
+def checkpoint_label(folder: Path, upload_name: str) -> str:
+    """The picker's name for an uploaded checkpoint: the zip's name and a short digest."""
+    return f"{Path(upload_name).stem} (upload {folder.name[:8]})"
+
+
+__all__ = ["unpack_checkpoint", "checkpoint_label", "UploadError", "MAX_UPLOAD_BYTES"]

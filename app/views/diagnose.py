@@ -1,0 +1,97 @@
+"""Diagnose: the addressing report over many samples, and two checkpoints side by side."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import streamlit as st
+
+from analysis.compare import comparison_figure, comparison_note, comparison_rows
+from analysis.trace import TraceError
+from app import cache, layout, state
+from app.cache import CheckpointRef
+from app.sidebar import checkpoint_options
+from tensor_memory.checkpoint import CheckpointError
+
+SAMPLE_COUNTS = [8, 16, 32, 64, 128]
+MEASURES = (("write_spread_voxels", "write spread (voxels)", "{:.2f}"), ("effective_voxels", "voxels filled", "{:.1f}"),
+            ("sigma_voxels", "median σ (voxels)", "{:.2f}"), ("reads_within_2sigma", "reads within 2σ", "{:.0%}"),
+            ("boundary_fraction", "at a face", "{:.0%}"), ("gate_scale", "σ(γ)", "{:.3f}"))
+
+
+def verdict(report: Optional[dict[str, Any]], name: str) -> None:
+    """The addressing verdict as a coloured box, or a note for a checkpoint without memory."""
+    if report is None:
+        st.info(f"{name} has no Tensor Memory layers: no addressing to report.", icon=":material/info:")
+    elif report["verdict"] == "healthy":
+        st.success(f"**healthy**: {name} reads and writes across its grid", icon=":material/check_circle:")
+    else:
+        st.error(f"**{report['verdict']}**" + (f" (also: {', '.join(report['failures'][1:])})"
+                                              if len(report["failures"]) > 1 else ""), icon=":material/error:")
+
+
+def measured(ref: CheckpointRef, seed: int, samples: int, params: tuple, layer: Optional[str]) -> dict[str, Any]:
+    """The checkpoint's summary over the samples, or the page stops saying why it cannot be measured."""
+    try:
+        return cache.summary(ref, seed, samples, params, layer)
+    except (TraceError, ValueError) as error:
+        st.error(f"Could not measure {ref.label} on these samples: {error}")
+        st.stop()
+
+
+def counterpart(label: str, options: list[str]) -> str:
+    """The natural checkpoint to compare with: tensor ↔ base of the same task, else another one."""
+    task, _, backbone = label.rpartition("-")
+    wanted = f"{task}-{'base' if backbone == 'tensor' else 'tensor'}"
+    return wanted if wanted in options else next((o for o in options if o != label), label)
+
+
+context = state.current()
+layout.header(context, "Diagnose", "Is the memory using its grid? The addressing report over many samples, with its "
+                                   "verdict and reasons, and any two checkpoints side by side.")
+samples = layout.remembered(st.select_slider, "Samples to measure over", "diagnose.samples", 32,
+                            options=SAMPLE_COUNTS, help="More samples: steadier numbers, longer to compute.")
+mine = measured(context.ref, context.seed, samples, context.params, context.layer)
+
+st.markdown("##### Addressing report")
+report = mine["addressing"]
+verdict(report, context.ref.label)
+if report is not None:
+    reasons_col, measures_col = st.columns([3, 2])
+    with reasons_col:
+        st.markdown("\n".join(f"- {reason}" for reason in report["reasons"]))
+        st.caption(f"Layer `{report['layer']}`, {samples} samples of seed {context.seed}.")
+    with measures_col:
+        columns = st.columns(3)
+        for position, (key, label, fmt) in enumerate(MEASURES):
+            value = report["measures"].get(key)
+            columns[position % 3].metric(label, "—" if value is None else fmt.format(value))
+    with st.expander("Every measure and threshold"):
+        st.json({"measures": report["measures"], "thresholds": report["thresholds"]}, expanded=False)
+
+st.markdown("##### Two checkpoints side by side")
+options = checkpoint_options()
+names = list(options)
+other_label = layout.remembered(st.selectbox, "Compare with", f"diagnose.other.{context.ref.label}",
+                                counterpart(context.ref.label, names), options=names,
+                                help="Same task: accuracies compare directly. Another task: compare the addressing.")
+try:
+    other_ref = CheckpointRef.of(options[other_label], other_label)
+    other_loaded = cache.load(other_ref)
+except CheckpointError as error:
+    st.error(f"Could not load {other_label} to compare: {error}")
+    st.stop()
+same_task = other_loaded.checkpoint.task.name == context.task
+theirs = measured(other_ref, context.seed, samples, context.params if same_task else (), None)
+note = comparison_note(mine, theirs)
+if note:
+    st.warning(note, icon=":material/warning:")
+left, right = st.columns(2)
+for column, summary in ((left, mine), (right, theirs)):
+    with column, st.container(border=True):
+        st.markdown(f"**{summary['name']}** · {summary['task']} · `{summary['backbone']}`")
+        verdict(summary["addressing"], summary["name"])
+        accuracy = summary["metrics"].get("accuracy")
+        st.metric("accuracy", "—" if accuracy is None else f"{accuracy:.1%}")
+layout.chart(comparison_figure(mine, theirs), "comparison", height=320)
+st.dataframe(comparison_rows(mine, theirs), hide_index=True, width="stretch")

@@ -1,0 +1,71 @@
+"""Export: the trace, the current chunk's figures (HTML and PNG) and the offline report, to download."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from analysis.export import figure_pngs, figures_html, zip_bytes
+from analysis.render import footprint_plotter, plotter_html
+from analysis.report import report_html
+from app import cache, layout, state, stepper
+from app.figure_cache import figure_cache
+
+context = state.current()
+layout.header(context, "Export", "Take the sample away: its trace, the figures of the current chunk, the offline "
+                                 "report.")
+layout.require_trace(context)
+stepper.render(context)
+trace, chunk = context.trace, context.chunk
+if trace.num_chunks == 0:
+    st.stop()
+view = layout.volume_view()
+series = (cache.volume_series(context.ref, context.seed, context.params, context.layer, view.field, view.mode,
+                              view.index) if context.has_memory_views else None)
+figures = figure_cache().get(*cache.chunk_figures_job(trace, context.sample_key, context.layer, series, view.kind,
+                                                      view.anchor, chunk))
+name = f"{context.ref.label}-seed{context.seed}".replace(" ", "_").replace("(", "").replace(")", "")
+title = f"{context.ref.label}, seed {context.seed}, chunk {chunk}"
+rendered = {} if series is None else {
+    f"pyvista_{series.field}.png": cache.volume_frame(context.sample_key, context.layer, series, chunk)}
+
+
+def png_archive() -> bytes:
+    """Every Plotly figure drawn in Chromium, plus the PyVista volume rendering when there is one."""
+    return zip_bytes({**{f"{key}.png": data for key, data in figure_pngs(figures).items()}, **rendered})
+
+
+trace_col, figures_col, report_col = st.columns(3)
+with trace_col, st.container(border=True):
+    st.markdown("**Trace**")
+    st.caption("Every recorded array of the sample (safetensors with a JSON header; `analysis.load_trace` reads "
+               "it back and validates it).")
+    st.download_button("Trace (.safetensors)", cache.trace_file(context.ref, context.seed, context.params),
+                       file_name=f"{name}.trace.safetensors", mime="application/octet-stream",
+                       icon=":material/database:", key="download_trace")
+with figures_col, st.container(border=True):
+    st.markdown(f"**Figures of chunk {chunk}**")
+    st.caption(f"{len(figures)} figures as the Explore page draws them now: one offline HTML page, or PNG images "
+               "(drawn in headless Chromium; takes a few seconds).")
+    st.download_button("Figures (HTML)", lambda: figures_html(figures, title), file_name=f"{name}-chunk{chunk}.html",
+                       mime="text/html", icon=":material/code:", key="download_html")
+    st.download_button("Figures (PNG, zip)", png_archive, file_name=f"{name}-chunk{chunk}-png.zip",
+                       mime="application/zip", icon=":material/image:", key="download_png")
+    if context.has_memory_views:
+        st.download_button("Footprint, interactive 3D (PyVista HTML)",
+                           lambda: plotter_html(footprint_plotter(trace.layer(context.layer), chunk)),
+                           file_name=f"{name}-chunk{chunk}-footprint.html", mime="text/html",
+                           icon=":material/3d_rotation:", key="download_footprint")
+with report_col, st.container(border=True):
+    st.markdown("**Offline report**")
+    if context.has_memory_views:
+        st.caption("One self-contained HTML page: the addressing verdict, the predictions, the belief, the "
+                   "trajectories, the state and the gates.")
+        st.download_button("Report (HTML)", lambda: report_html(trace), file_name=f"{name}-report.html",
+                           mime="text/html", icon=":material/description:", key="download_report")
+    else:
+        st.caption("The offline report describes a memory; this checkpoint has none to report on.")
+with st.expander("Preview of the exported figures"):
+    columns = st.columns(2)
+    for position, (key, fig) in enumerate(figures.items()):
+        with columns[position % 2]:
+            layout.chart(fig, f"export_{key}", height=320)

@@ -1,0 +1,176 @@
+"""The explorer app's speed: stepping a chunk with the trace cached, and the first page after a start.
+
+Measured side by side in one run:
+
+1. Server-side step time on the Explore page of the default checkpoint (occlusion-tensor), with the
+   trace cached: Streamlit's AppTest clicks "Next"/"Previous" back and forth over every chunk and
+   times each full script run (what the server does before the browser draws). Two paces:
+   back to back, and with a pause between steps as a person stepping (or Play) leaves, which gives
+   the app's worker time to build the next chunks' figures ahead.
+2. What a step would cost without the figure cache: building one chunk's figures (the seven
+   Explore figures and the annotation track) from the cached trace, and one chunk's PyVista
+   volume rendering (a fresh render window, and per chunk within a block rendered together).
+3. Time from starting ``streamlit run app/main.py`` (a new process: nothing cached) until headless
+   Chromium shows the first page settled: the "Chunk k / K" counter, the Plotly 3D scenes and
+   the PyVista image. Needs /usr/bin/chromium.
+
+    .venv/bin/python benchmarks/app.py
+    .venv/bin/python benchmarks/app.py --steps 60 --pause 1.0 --starts 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=30, help="steps timed per pace (default 30)")
+    p.add_argument("--pause", type=float, default=1.0, help="seconds between steps at a person's pace (default 1.0)")
+    p.add_argument("--starts", type=int, default=1, help="server starts to time (default 1)")
+    return p.parse_args()
+
+
+def summary(times_s: list[float]) -> str:
+    ms = sorted(t * 1000 for t in times_s)
+    p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
+    return f"{statistics.median(ms):8.0f} {p90:8.0f} {ms[-1]:8.0f}"
+
+
+def step_times(steps: int, pause: float) -> tuple[list[float], list[str]]:
+    """Seconds per step of the Explore page (a fresh AppTest session; caches are per process)."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300).run()
+    if at.exception:
+        raise RuntimeError(f"the app failed: {at.exception[0].value}")
+    last = int(next(s for s in at.slider if s.label == "Chunk").max)
+    times, counters, direction = [], [], 1
+    for _ in range(steps):
+        chunk = int(at.session_state["chunk"])
+        if not 0 <= chunk + direction <= last:
+            direction = -direction
+        button = at.button(key="next" if direction > 0 else "previous")
+        time.sleep(pause)
+        start = time.perf_counter()
+        button.click().run()
+        times.append(time.perf_counter() - start)
+        counters.append(next(m.value for m in at.markdown if m.value.startswith("#### Chunk")))
+        if at.exception:
+            raise RuntimeError(f"the app failed: {at.exception[0].value}")
+    return times, counters
+
+
+def build_times(repeats: int = 12) -> dict[str, list[float]]:
+    """Seconds to build one chunk's figures, and to render its PyVista volume, from the cached trace."""
+    from analysis import capture
+    from analysis.annotations import annotation_figure
+    from analysis.frames import volume_frames
+    from analysis.views import explore_figures
+    from analysis.volumes import state_series
+    from app.cache import FRAME_BLOCK
+
+    trace = capture(ROOT / "checkpoints" / "occlusion-tensor", progress=False)
+    series = state_series(trace.layer(), "h", "norm")
+    out: dict[str, list[float]] = {"figures": [], "fresh": [], "block": []}
+    for i in range(repeats):
+        chunk = i % trace.num_chunks
+        start = time.perf_counter()
+        explore_figures(trace, chunk, None, series)
+        annotation_figure(trace, chunk)
+        out["figures"].append(time.perf_counter() - start)
+    for i in range(3):
+        start = time.perf_counter()
+        volume_frames(series.values[i:i + 1], series.value_range)
+        out["fresh"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        volume_frames(series.values[:FRAME_BLOCK], series.value_range)
+        out["block"].append((time.perf_counter() - start) / FRAME_BLOCK)
+    return out
+
+
+def first_page_time() -> tuple[float, float]:
+    """(seconds to /_stcore/health ok, seconds to the first page settled in Chromium) after starting the server."""
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1600, "height": 1800})
+        page.set_default_timeout(300_000)
+        start = time.perf_counter()
+        server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+                                   "--server.headless", "true"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:
+                        if answer.read().strip() == b"ok":
+                            break
+                except OSError:
+                    time.sleep(0.05)
+            healthy = time.perf_counter() - start
+            page.goto(url)
+            page.get_by_text("Chunk ", exact=False).first.wait_for()
+            page.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
+            page.locator('[data-testid="stImage"] img').first.wait_for()
+            page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stImage\"] img')]"
+                                   ".every(img => img.complete && img.naturalWidth > 0)")
+            drawn = time.perf_counter() - start
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            browser.close()
+    return healthy, drawn
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
+          f"load average {os.getloadavg()[0]:.1f}")
+    fast, counters = step_times(args.steps, 0.0)
+    paced, _ = step_times(args.steps, args.pause)
+    built = build_times()
+    print(f"\nStepping the Explore page of occlusion-tensor, trace cached ({args.steps} steps each, "
+          f"{counters[0]} … {counters[-1]}):\n")
+    print(f"{'what':<62} {'median':>8} {'p90':>8} {'max':>8}   (ms)")
+    print(f"{'server-side step, back to back':<62} {summary(fast)}")
+    print(f"{f'server-side step, {args.pause:g} s between steps':<62} {summary(paced)}")
+    print(f"{'  without the figure cache: build one chunk s figures':<62} {summary(built['figures'])}".replace(
+        "chunk s", "chunk's"))
+    print(f"{'  PyVista volume rendering, fresh render window':<62} {summary(built['fresh'])}")
+    print(f"{'  PyVista volume rendering, per chunk in a block':<62} {summary(built['block'])}")
+    if not CHROMIUM.exists():
+        print("\nFirst page: skipped, it needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)")
+        return
+    starts = [first_page_time() for _ in range(args.starts)]
+    print(f"\nFrom `streamlit run app/main.py` (new process, nothing cached) to ({args.starts} start(s)):\n")
+    print(f"{'what':<62} {'median':>8} {'max':>8}   (s)")
+    for label, values in (("server healthy (/_stcore/health)", [h for h, _ in starts]),
+                          ("first page drawn in Chromium (counter, 3D scenes, PyVista)", [d for _, d in starts])):
+        print(f"{label:<62} {statistics.median(values):8.1f} {max(values):8.1f}")
+    print("\nTargets: step < 300 ms median with the trace cached; first page < 10 s after the server starts.")
+
+
+if __name__ == "__main__":
+    main()

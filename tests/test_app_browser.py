@@ -1,0 +1,193 @@
+"""The app in a real browser: ``streamlit run`` on a free port, opened in headless Debian Chromium.
+
+Checks that the first page settles with its 3D views drawn, that "Next" advances "Chunk k / K",
+that Play steps on its own until paused, that a broken upload shows an error, that a second
+browser session keeps its own chunk, and that the other pages draw without an exception.
+Screenshots go to test-artifacts/ (git-ignored) for people to look at.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("browser tests need Debian's chromium at /usr/bin/chromium; install it with "
+                "`sudo apt-get install -y chromium` (make test does when run as root)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright for Python")
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+TIMEOUT_MS = 180_000  # a loaded 2-core machine takes a while for the first page
+COUNTER = re.compile(r"Chunk (\d+) / (\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A ``streamlit run app/main.py`` of this checkout; its URL. Stopped (only this process) at the end."""
+    port = free_port()
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "streamlit-server.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+                                "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                    if answer.read().strip() == b"ok":
+                        break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start (exit code {process.poll()})") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def settle(page, timeout_s: float = 180) -> None:
+    """Wait until the script has finished running and no spinner is left."""
+    deadline = time.monotonic() + timeout_s
+    page.wait_for_timeout(500)
+    while time.monotonic() < deadline:
+        busy = page.locator('[data-testid="stStatusWidget"], [data-testid="stSpinner"]').count()
+        if not busy:
+            page.wait_for_timeout(800)
+            if not page.locator('[data-testid="stStatusWidget"], [data-testid="stSpinner"]').count():
+                return
+        page.wait_for_timeout(300)
+    raise AssertionError("the app did not settle")
+
+
+def chunk(page) -> tuple[int, int]:
+    text = page.get_by_text(COUNTER).first.inner_text()
+    k, last = COUNTER.search(text).groups()
+    return int(k), int(last)
+
+
+def drawn(locator) -> float:
+    """The spread of an element's pixels: near 0 for a blank box."""
+    from PIL import Image
+
+    image = np.asarray(Image.open(io.BytesIO(locator.screenshot())).convert("L"), dtype=np.float32)
+    return float(image.std())
+
+
+def open_app(browser, server):
+    page = browser.new_page(viewport={"width": 1600, "height": 1800})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(server)
+    page.get_by_text(COUNTER).first.wait_for()
+    settle(page)
+    return page
+
+
+def test_first_page_draws_the_memory_and_next_advances(browser, server):
+    page = open_app(browser, server)
+    page.screenshot(path=str(ARTIFACTS / "app-explore.png"))
+    k, last = chunk(page)
+    assert 0 <= k <= last
+    # the 3D views: Plotly's WebGL scenes (volume and trajectories) and the PyVista rendering
+    scenes = page.locator(".js-plotly-plot .gl-container canvas")
+    assert scenes.count() >= 2
+    volume = page.locator(".js-plotly-plot").filter(has_text="after chunk").first
+    assert drawn(volume) > 10
+    rendering = page.locator('[data-testid="stImage"] img').first
+    assert rendering.evaluate("img => img.complete && img.naturalWidth > 0")
+    assert drawn(rendering) > 10
+    if k == last:
+        page.get_by_role("button", name="Previous").click()
+        settle(page)
+        k -= 1
+    page.get_by_role("button", name="Next").click()
+    page.get_by_text(f"Chunk {k + 1} / {last}").wait_for()
+    settle(page)
+    assert page.locator(".js-plotly-plot").filter(has_text=f"after chunk {k + 1}").count() == 1  # views follow
+    page.screenshot(path=str(ARTIFACTS / "app-explore-next.png"))
+    page.close()
+
+
+def test_play_steps_on_its_own_and_pause_stops(browser, server):
+    page = open_app(browser, server)
+    k, last = chunk(page)
+    if k > last - 2:
+        page.get_by_role("button", name="Previous").click()
+        settle(page)
+        page.get_by_role("button", name="Previous").click()
+        settle(page)
+        k, last = chunk(page)
+    page.get_by_role("button", name="Play").click()
+    page.get_by_text(f"Chunk {k + 2} / {last}").wait_for(timeout=60_000)  # two steps, nobody clicking
+    page.get_by_role("button", name="Pause").click()
+    settle(page)
+    stopped = chunk(page)
+    page.wait_for_timeout(3000)
+    assert chunk(page) == stopped and page.get_by_role("button", name="Play").count() == 1
+    page.close()
+
+
+def test_broken_upload_shows_an_error_and_the_app_goes_on(browser, server):
+    page = open_app(browser, server)
+    before = chunk(page)
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(
+        files=[{"name": "broken.zip", "mimeType": "application/zip", "buffer": b"PK\x03\x04 not really a zip"}])
+    page.get_by_text("Could not use broken.zip").wait_for()
+    settle(page)
+    assert "not a zip archive" in page.locator('[data-testid="stAlertContentError"]').first.inner_text()
+    assert chunk(page) == before
+    page.screenshot(path=str(ARTIFACTS / "app-upload-error.png"))
+    page.close()
+
+
+def test_two_sessions_keep_their_own_chunk(browser, server):
+    first, second = open_app(browser, server), open_app(browser, server)
+    k, last = chunk(second)
+    first.get_by_role("button", name="Previous" if k == last else "Next").click()
+    settle(first)
+    second.get_by_text("isosurface", exact=True).first.click()  # the second session runs again, on its own state
+    settle(second)
+    assert chunk(second) == (k, last) and chunk(first) != (k, last)
+    first.close()
+    second.close()
+
+
+def test_other_pages_render(browser, server):
+    page = open_app(browser, server)
+    for name in ("Occlusion", "Teach", "Diagnose"):
+        page.get_by_role("link", name=name).first.click()
+        settle(page)
+        assert not page.locator('[data-testid="stException"]').count(), name
+        page.screenshot(path=str(ARTIFACTS / f"app-{name.lower()}.png"))
+    page.close()
