@@ -13,6 +13,7 @@ Each number in metrics.json is reproduced by one command, e.g.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -66,8 +67,15 @@ def fmt(mean: dict, std: dict, key: str) -> str:
 
 
 def main() -> None:
-    all_metrics = {d.name: evaluate_dir(d) for d in sorted((ROOT / "checkpoints").iterdir())
-                   if (d / "config.json").exists()}
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="re-evaluate only these checkpoint folders; the others keep their metrics.json")
+    args = parser.parse_args()
+    all_metrics = {}
+    for d in sorted((ROOT / "checkpoints").iterdir()):
+        if (d / "config.json").exists():
+            redo = args.only is None or d.name in args.only or not (d / "metrics.json").exists()
+            all_metrics[d.name] = evaluate_dir(d) if redo else json.loads((d / "metrics.json").read_text())
     training = json.loads((ROOT / "checkpoints" / "training.json").read_text())
     write_checkpoints_readme(all_metrics, training)
     write_results_tables(all_metrics)
@@ -84,11 +92,13 @@ def write_checkpoints_readme(all_metrics: dict, training: dict) -> None:
              "best validation accuracy (validation batches are disjoint from the evaluation seeds).",
              f"Two runs at a time, {training['grid']['threads_per_job']} torch thread each. Then",
              "`checkpoints/evaluate_all.py` wrote the metrics, this file and `docs/results.md`.", "",
-             "| checkpoint | command (run from the repository root) | wall time | validation accuracy | shipped |",
-             "|---|---|---:|---:|:---:|"]
-    for run in sorted(training["runs"], key=lambda r: (r["task"], BACKBONES.index(r["backbone"]), r["lr"])):
-        lines.append(f"| {run['task']}-{run['backbone']} | `{run['command']}` | {run['wall_seconds'] / 60:.1f} min | "
-                     f"{run['validation']['accuracy']:.4f} | {'yes' if run.get('shipped') else ''} |")
+             *training.get("notes", []), "",
+             "| checkpoint | steps | command (run from the repository root) | wall time | validation accuracy | shipped |",
+             "|---|---:|---|---:|---:|:---:|"]
+    for run in sorted(training["runs"], key=lambda r: (r["task"], BACKBONES.index(r["backbone"]), r["steps"], r["lr"])):
+        lines.append(f"| {run['task']}-{run['backbone']} | {run['steps']} | `{run['command']}` | "
+                     f"{run['wall_seconds'] / 60:.1f} min | {run['validation']['accuracy']:.4f} | "
+                     f"{'yes' if run.get('shipped') else ''} |")
     total = sum(r["wall_seconds"] for r in training["runs"]) / 60
     lines += ["", f"Sum of the runs' wall times: {total:.0f} min (two ran at a time). The shipped copy drops the "
               "run's resume file; retraining with a command above writes to `runs/`.", "",

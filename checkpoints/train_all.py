@@ -46,7 +46,8 @@ def run(task: str, backbone: str, lr: str, runs: Path, threads: int) -> dict:
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     val = [entry for entry in log if "val_accuracy" in entry][-1]
     print(f"{task}-{backbone} lr {lr}: {wall / 60:.1f} min, validation accuracy {val['val_accuracy']:.4f}", flush=True)
-    return {"task": task, "backbone": backbone, "lr": float(lr), "command": " ".join(cmd),
+    steps = json.loads((out / "config.json").read_text())["training"]["steps"]
+    return {"task": task, "backbone": backbone, "lr": float(lr), "steps": steps, "command": " ".join(cmd),
             "wall_seconds": round(wall, 1), "validation": {k[4:]: v for k, v in val.items() if k.startswith("val_")},
             "run_dir": str(out.relative_to(ROOT))}
 
