@@ -151,7 +151,9 @@ def test_play_steps_on_its_own_and_pause_stops(browser, server):
     page.get_by_role("button", name="Play").click()
     page.get_by_text(f"Chunk {k + 2} / {last}").wait_for(timeout=60_000)  # two steps, nobody clicking
     page.get_by_role("button", name="Pause").click()
+    page.get_by_role("button", name="Play").wait_for()  # the pause has taken effect
     settle(page)
+    page.wait_for_timeout(1500)  # a step already in flight when Pause was clicked may still land
     stopped = chunk(page)
     page.wait_for_timeout(3000)
     assert chunk(page) == stopped and page.get_by_role("button", name="Play").count() == 1
