@@ -20,7 +20,8 @@ from tensor_memory.checkpoint import atomic_write_text
 
 from . import figures
 from .addressing import addressing_report
-from .occlusion import belief, memory_energy, occlusion_memory
+from .occlusion import belief, occlusion_memory
+from .occlusion_views import energy_figure
 from .trace import GATE_FIELDS, Trace
 
 
@@ -73,12 +74,11 @@ def _figure(fig: go.Figure) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
 
 
-def _key_chunk(trace: Trace) -> tuple[int, str]:
+def _key_chunk(trace: Trace, numbers: dict[str, Any]) -> tuple[int, str]:
     """The chunk to show the state at: the last visible frame before an occlusion, else the last chunk."""
-    if trace.info.get("task") == "occlusion":
-        memory = occlusion_memory(trace)
-        if memory.get("last_visible") is not None:
-            return memory["last_visible"], "the last visible frame before the occlusion"
+    last_visible = (numbers["occlusion"] or {}).get("memory", {}).get("last_visible")
+    if last_visible is not None:
+        return last_visible, "the last visible frame before the occlusion"
     return trace.num_chunks - 1, "the last chunk"
 
 
@@ -102,12 +102,7 @@ def _occlusion_html(trace: Trace, numbers: dict[str, Any]) -> str:
                      f"(x, y, z) = ({', '.join(f'{v:.2f}' for v in memory['write_voxel'])}) with σ = "
                      f"{memory['sigma_voxels']:.2f} voxels. Reads during the occlusion (frames "
                      f"{hidden[0]}–{hidden[-1]}) land {held} voxels from it.</p>")
-        energy = memory_energy(trace.layer()).sum(axis=(1, 2, 3))
-        fig = go.Figure(go.Scatter(x=np.arange(len(energy)), y=energy, mode="lines+markers", name="energy"))
-        for k in hidden:
-            fig.add_vrect(x0=k - 0.5, x1=k + 0.5, fillcolor="grey", opacity=0.2, line_width=0)
-        fig.update_layout(title="Memory energy Σ‖h‖² per chunk (occluded frames shaded)", template="plotly_white",
-                          height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="chunk", yaxis_title="energy")
+        fig = energy_figure(trace.layer(), trace.num_chunks - 1, b["occluded"])
         parts.append(_figure(fig))
     return "".join(parts)
 
@@ -127,7 +122,7 @@ def report_html(trace: Trace, numbers: Optional[dict[str, Any]] = None) -> str:
     numbers = numbers or report_numbers(trace)
     info, layer = trace.info, trace.layer()
     K = trace.num_chunks
-    key, key_reason = _key_chunk(trace)
+    key, key_reason = _key_chunk(trace, numbers)
     predictions = numbers["predictions"]
     rows = [("checkpoint", info.get("checkpoint_name")), ("task", info.get("task")),
             ("task parameters", info.get("task_params")), ("backbone", info.get("backbone")),

@@ -199,7 +199,7 @@ def load_trace(path: Union[str, Path]) -> Trace:
     not a safetensors file, a pickle, truncated or corrupt data, another format or version,
     missing or unexpected arrays, shapes that disagree, NaN or infinite values.
     """
-    from safetensors.numpy import load
+    from safetensors.numpy import load_file
 
     path = Path(path)
     try:
@@ -220,7 +220,7 @@ def load_trace(path: Union[str, Path]) -> Trace:
             raise _fail(path, f"array {name!r} has shape {list(tensors[name].shape)}, the header implies "
                               f"{list(shape)}")
     try:
-        arrays = load(path.read_bytes())
+        arrays = load_file(path)
     except Exception as error:  # the structure was validated above; this is the library's own check
         raise _fail(path, f"corrupt trace data ({error})") from None
     for name, (_, kind) in expected.items():

@@ -22,6 +22,7 @@ import streamlit as st
 from analysis.annotations import annotation_figure, key_chunk
 from analysis.chunk_input import chunk_outcome
 
+from . import layout
 from .figure_cache import figure_cache
 from .state import CHUNK_KEY, Context
 
@@ -123,3 +124,14 @@ def render(context: Context) -> None:
 
 
 __all__ = ["render", "advance", "annotation_job", "PLAY_INTERVAL_S"]
+
+
+def stepped_page(context: Context, title: str, subtitle: str) -> None:
+    """The opening of every page that follows the current chunk: header, the sample (or why there is
+    none), the stepper; the page stops here when the sample has no chunk."""
+    layout.header(context, title, subtitle)
+    layout.require_trace(context)
+    render(context)
+    if context.num_chunks == 0:
+        st.stop()
+

@@ -20,11 +20,6 @@ BINDING = ROOT / "checkpoints" / "coordinate_binding-tensor"
 
 
 @pytest.fixture(scope="module")
-def occlusion():
-    return load_checkpoint(OCCLUSION)
-
-
-@pytest.fixture(scope="module")
 def trace(occlusion):
     return capture(occlusion, seed=1, index=4, occlusion_start=5, progress=False)
 

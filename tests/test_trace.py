@@ -15,7 +15,6 @@ from analysis import Trace, TraceError, capture, load_trace
 from analysis.capture import capture_many, sample_batch
 from analysis.cli import add_trace_parsers  # noqa: F401  (the CLI module imports cleanly)
 from analysis.trace import TRACE_VERSION, volume_bytes
-from tensor_memory import load_checkpoint
 from tensor_memory.checkpoint import Checkpoint
 from tensor_memory.cli import main
 from tensor_memory.memory import MemoryConfig
@@ -25,12 +24,6 @@ from tensor_memory.tasks import make_task
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
-BINDING = ROOT / "checkpoints" / "coordinate_binding-tensor"
-
-
-@pytest.fixture(scope="module")
-def occlusion():
-    return load_checkpoint(OCCLUSION)
 
 
 @pytest.fixture(scope="module")

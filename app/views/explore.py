@@ -54,13 +54,9 @@ def prediction_card(outcome: dict) -> None:
 
 
 context = state.current()
-layout.header(context, "Explore", "Step through the sample chunk by chunk: every view follows the current chunk.")
-layout.require_trace(context)
-stepper.render(context)
+stepper.stepped_page(context, "Explore",
+                     "Step through the sample chunk by chunk: every view follows the current chunk.")
 trace, chunk = context.trace, context.chunk
-if trace.num_chunks == 0:
-    st.stop()
-
 series, view = None, layout.VolumeView()
 if context.has_memory_views:
     lay = trace.layer(context.layer)

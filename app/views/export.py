@@ -11,13 +11,9 @@ from app import cache, layout, state, stepper
 from app.figure_cache import figure_cache
 
 context = state.current()
-layout.header(context, "Export", "Take the sample away: its trace, the figures of the current chunk, the offline "
-                                 "report.")
-layout.require_trace(context)
-stepper.render(context)
+stepper.stepped_page(context, "Export",
+                     "Take the sample away: its trace, the figures of the current chunk, the offline report.")
 trace, chunk = context.trace, context.chunk
-if trace.num_chunks == 0:
-    st.stop()
 view = layout.volume_view()
 series = (cache.volume_series(context.ref, context.seed, context.params, context.layer, view.field, view.mode,
                               view.index) if context.has_memory_views else None)

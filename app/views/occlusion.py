@@ -18,13 +18,9 @@ SURVIVAL_SAMPLES = 64
 INTERVENTION_KEY = "intervention"  # (sample, the last intervention asked for on it as cache arguments)
 
 context = state.current()
-layout.header(context, "Occlusion", "What the model believes while the ball is hidden, what its memory holds, and "
-                                    "what changes when the memory is taken away.")
-layout.require_trace(context)
-stepper.render(context)
+stepper.stepped_page(context, "Occlusion", "What the model believes while the ball is hidden, what its memory "
+                                            "holds, and what changes when the memory is taken away.")
 trace, chunk = context.trace, context.chunk
-if trace.num_chunks == 0:
-    st.stop()
 is_occlusion = context.task == "occlusion"
 
 if is_occlusion:

@@ -28,11 +28,9 @@ def step_box(number: int, title: str, text: str):
 
 
 context = state.current()
-layout.header(context, "Teach", "How Tensor Memory handles one chunk, with the checkpoint's own numbers — then try "
-                                "it by hand.")
-layout.require_trace(context)
-stepper.render(context)
-if context.num_chunks == 0 or not layout.memory_notice(context, "The walkthrough and the sandbox"):
+stepper.stepped_page(context, "Teach", "How Tensor Memory handles one chunk, with the checkpoint's own "
+                                        "numbers — then try it by hand.")
+if not layout.memory_notice(context, "The walkthrough and the sandbox"):
     st.stop()
 trace, chunk = context.trace, context.chunk
 lay = trace.layer(context.layer)
