@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from tensor_memory.local_update import local_scan, update_regions
 from tensor_memory.memory import TensorMemory, gaussian_profiles, gaussian_write, trilinear_read
 from tensor_memory.update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
@@ -105,13 +106,18 @@ def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray,
     with torch.no_grad():
         read = trilinear_read(h0[None], xyz_read)  # 3. read, (1, C)
         message = memory.out_proj(read)
-        write = gaussian_write(what, xyz_write, spread, grid)  # 4. write, (1, C, D, H, W)
+        window = memory.config.write_window  # the layer's ±kσ box, None for the dense write
+        write = gaussian_write(what, xyz_write, spread, grid, window)  # 4. write, (1, C, D, H, W)
         # 5. update, exactly as TensorMemory.forward runs it (one chunk, batch of one, channels-last).
         taps_v, taps_h = memory.depthwise.split(C, dim=1)
-        profiles = [p.view(1, 1, n) for p, n in zip(gaussian_profiles(xyz_write, spread, grid), grid)]
+        profiles = [p.view(1, 1, n) for p, n in zip(gaussian_profiles(xyz_write, spread, grid, window), grid)]
         factors = write_factors(what.view(1, 1, C), profiles, taps_v)
         h_last, c_last = h0.permute(1, 2, 3, 0)[None], c0.permute(1, 2, 3, 0)[None]  # (1, D, H, W, C)
-        hs, cs = convlstm_scan(factors, h_last, c_last, taps_h, memory.mix.weight, memory.mix.bias)
+        update_args = (h_last, c_last, taps_h, memory.mix.weight, memory.mix.bias)
+        if memory.config.write_mode == "local":  # only the cells the write reaches change
+            hs, cs = local_scan(factors, update_regions(profiles), *update_args)
+        else:
+            hs, cs = convlstm_scan(factors, *update_args)
         x = gate_inputs(expand_write(*(f[0] for f in factors)), depthwise3d(h_last, taps_h))
         weight = torch.cat([memory.mix.weight, memory.mix.bias[:, None]], dim=1)
         gates = {name: value.view(*grid, C).permute(3, 0, 1, 2).numpy().copy()

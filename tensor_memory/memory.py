@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ConfigBase, require_float, require_int
+from .local_update import local_scan, update_regions
 from .recording import RECORD_FIELDS, RecordPoint
 from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
@@ -37,6 +38,13 @@ from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_
 # sees a token wherever it sits in the chunk (a random projection of the concatenation has to
 # learn that per position), and with "centre" reads and writes overlap before any training.
 INIT_CHOICES = {"summary_init": ("random", "sum"), "coord_init": ("random", "centre")}
+
+# How a chunk's write reaches the volume. "dense" is the mechanism as written: the Gaussian
+# touches every voxel and every voxel is updated. "windowed" cuts the Gaussian to a box of
+# ±window_k·σ around μ (exactly zero outside). "local" also updates only the cells of that box
+# plus a one-voxel margin (what the 3-tap convolutions reach); every other cell keeps its
+# state exactly — the paper's suggested remedy for the cost of dense updates.
+WRITE_MODES = ("dense", "windowed", "local")
 
 
 @dataclasses.dataclass
@@ -51,6 +59,8 @@ class MemoryConfig(ConfigBase):
     forget_bias: float = 1.0  # forget-gate bias at init: the memory starts by keeping what it holds
     summary_init: str = "random"  # "sum": the write summary starts as the chunk's tokens summed (÷√chunk)
     coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
+    write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
+    window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
@@ -71,6 +81,15 @@ class MemoryConfig(ConfigBase):
                                      ("coord_init", self.coord_init, INIT_CHOICES["coord_init"])):
             if value not in allowed:
                 raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        if self.write_mode not in WRITE_MODES:
+            raise ValueError(f"{owner}.write_mode must be one of {', '.join(map(repr, WRITE_MODES))}, "
+                             f"got {self.write_mode!r}")
+        require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
+
+    @property
+    def write_window(self) -> Optional[float]:
+        """k of the ±kσ write box, or None for the dense write."""
+        return None if self.write_mode == "dense" else float(self.window_k)
 
     @property
     def state_numel(self) -> int:
@@ -148,32 +167,41 @@ def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     return _sample(h.permute(0, 2, 3, 4, 1), xyz)  # (B, D, H, W, C) view
 
 
-def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int]):
-    """The Gaussian around xyz (M, 3) of width sigma (M,) along each axis: (gz (M, D), gy (M, H), gx (M, W))."""
+def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int],
+                      window: Optional[float] = None):
+    """The Gaussian around xyz (M, 3) of width sigma (M,) along each axis: (gz (M, D), gy (M, H), gx (M, W)).
+
+    With ``window`` = k, each profile is cut to |p − μ| ≤ k·σ (exactly zero outside), so their
+    product is the Gaussian inside the box of ±kσ around μ and zero everywhere else.
+    """
     M = xyz.shape[0]
-    two_var = 2.0 * sigma.reshape(M, 1) ** 2  # (M, 1)
+    sigma = sigma.reshape(M, 1)  # (M, 1)
     D, H, W = grid
 
     def profile(axis: int, n: int) -> torch.Tensor:  # (M, n)
-        p = voxel_centres(n, xyz.dtype, xyz.device)
-        return torch.exp(-(p[None, :] - xyz[:, axis, None]) ** 2 / two_var)
+        offset = voxel_centres(n, xyz.dtype, xyz.device)[None, :] - xyz[:, axis, None]  # (M, n)
+        g = torch.exp(-offset ** 2 / (2.0 * sigma ** 2))
+        if window is not None:
+            g = g * (offset.abs() <= window * sigma).to(g.dtype)  # the box, a hard 0/1 cut
+        return g
 
     return profile(2, D), profile(1, H), profile(0, W)
 
 
 def gaussian_write(content: torch.Tensor, xyz: torch.Tensor, sigma: torch.Tensor,
-                   grid: tuple[int, int, int]) -> torch.Tensor:
+                   grid: tuple[int, int, int], window: Optional[float] = None) -> torch.Tensor:
     """Write volume V[b, :, z, y, x] = content[b] · exp(-‖p_zyx − xyz[b]‖² / (2 sigma[b]²)).
 
     content (B, C), xyz (B, 3) as (x, y, z), sigma (B,) or (B, 1), grid (D, H, W)
     → (B, C, D, H, W). No hard voxel assignment: every voxel gets some of the content.
     exp(-‖p − μ‖²/2σ²) is the product of one Gaussian per axis, which is how it is computed.
+    With ``window`` = k the volume is zero outside the box of ±kσ around xyz (the windowed write).
     """
     B = content.shape[0]
     if content.dim() != 2 or xyz.shape != (B, 3) or sigma.numel() != B:
         raise ValueError(f"gaussian_write expects content (B, C), xyz (B, 3), sigma (B,), got "
                          f"{tuple(content.shape)}, {tuple(xyz.shape)}, {tuple(sigma.shape)}")
-    gz, gy, gx = gaussian_profiles(xyz, sigma, grid)
+    gz, gy, gx = gaussian_profiles(xyz, sigma, grid, window)
     return (content[:, :, None, None, None] * gz[:, None, :, None, None]
             * gy[:, None, None, :, None] * gx[:, None, None, None, :])
 
@@ -271,7 +299,8 @@ class TensorMemory(nn.Module):
         #    write path is chunk-major, (n_write, B, …), the order the scan walks in.
         content = self.content(summaries)  # (B, n_write, C)
         sigma = F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min  # (B, n_write)
-        profiles = gaussian_profiles(mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1), cfg.grid)
+        profiles = gaussian_profiles(mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1), cfg.grid,
+                                     cfg.write_window)  # cut to the ±kσ box unless write_mode is "dense"
         profiles = [p.view(n_write, B, n) for p, n in zip(profiles, (D, H, W))]  # V = content ⊗ gz ⊗ gy ⊗ gx; (n_write, B, n) each
 
         # 5. Recurrent update, channels-last inside (update.py). The write volume is separable,
@@ -280,7 +309,10 @@ class TensorMemory(nn.Module):
         factors = write_factors(content.transpose(0, 1), profiles, taps_v)  # dw_V(V) = fz ⊗ fy ⊗ fxc
         h0 = state.h.permute(0, 2, 3, 4, 1)  # (B, D, H, W, C) channels-last view
         c0 = state.c.permute(0, 2, 3, 4, 1)
-        hs, cs_ = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias)  # (n_write, B, D, H, W, C)
+        if cfg.write_mode == "local":  # update only the cells each write reaches; the rest keep their state
+            hs, cs_ = local_scan(factors, update_regions(profiles), h0, c0, taps_h, self.mix.weight, self.mix.bias)
+        else:
+            hs, cs_ = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias)  # (n_write, B, D, H, W, C)
 
         # 3. Read: chunk k reads h before its own write — the incoming state for the first
         #    chunk, the state after chunk k-1 for the others — and adds it to its tokens.
@@ -329,7 +361,9 @@ class TensorMemory(nn.Module):
                             ("content", content), ("h", hs.permute(by_chunk)), ("c", cs.permute(by_chunk)),
                             ("gate_scale", self.gate_scale[None])):
             self.record(name, value)
-        if self.record_points["gate_i"].active:  # gates are recomputed only when asked for: they are large
+        # Gates are recomputed only when asked for: they are large. With write_mode "local" they are
+        # the values at every cell, but act only inside each chunk's update region.
+        if self.record_points["gate_i"].active:
             with torch.no_grad():
                 h_prev = torch.cat([h0[None], hs[:-1]], dim=0)  # (K, B, D, H, W, C) state before each write
                 x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h))  # [dw_V(V) ; dw_h(h) ; 1]

@@ -3,7 +3,9 @@
 Chunk by chunk, exactly as the mechanism is written down: ``grid_sample`` for the read, a
 Gaussian evaluated at every voxel centre for the write, ``nn.Conv3d(groups=…)`` for the
 depthwise convolutions of ``[V ; h]`` and a 1×1×1 ``Conv3d`` for the mix. It shares no code
-with ``memory.py`` beyond the parameter values it copies.
+with ``memory.py`` beyond the parameter values it copies. The windowed write masks the Gaussian
+with its box; the local update computes the dense step and keeps the old state outside the box
+dilated by one voxel: both options' definitions, written literally.
 """
 
 from __future__ import annotations
@@ -71,10 +73,18 @@ class ReferenceMemory(nn.Module):
             sigma = F.softplus(self.spread(s)) + cfg.sigma_min  # (B, 1)
             dist2 = ((centres[None] - mu_write[:, None, None, None, :]) ** 2).sum(-1)  # (B, D, H, W)
             weight = torch.exp(-dist2 / (2 * sigma.view(B, 1, 1, 1) ** 2))  # (B, D, H, W)
+            if cfg.write_window is not None:  # windowed: zero outside the box |p − μ| ≤ kσ on every axis
+                box = ((centres[None] - mu_write[:, None, None, None, :]).abs()
+                       <= cfg.write_window * sigma.view(B, 1, 1, 1, 1)).all(-1)  # (B, D, H, W)
+                weight = weight * box
             volume = self.content(s)[:, :, None, None, None] * weight[:, None]  # (B, C, D, H, W)
             stacked = torch.cat([volume, h], dim=1)  # (B, 2C, D, H, W)
             pre = self.mix(self.conv_w(self.conv_h(self.conv_d(stacked))))  # (B, 4C, D, H, W)
             i, f, o, g = pre.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
+            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h_new = torch.sigmoid(o) * torch.tanh(c_new)
+            if cfg.write_mode == "local":  # only the box dilated by one voxel changes
+                region = F.max_pool3d(box[:, None].to(x.dtype), 3, stride=1, padding=1) > 0  # (B, 1, D, H, W)
+                c_new, h_new = torch.where(region, c_new, c), torch.where(region, h_new, h)
+            c, h = c_new, h_new
         return torch.cat(outputs, dim=1), (h, c)

@@ -101,3 +101,22 @@ def test_figures_of_a_step(setup):
     assert bars.data[0].y[1] == pytest.approx(float(step.gates["f"].mean()))
     assert set(teach.update_figures(step, (0, 0, 0))) == {"before", "after", "change"}
     np.testing.assert_allclose(teach.vector_figure(step.read, "r").data[0].y, step.read, rtol=1e-6)
+
+
+def test_walkthrough_follows_a_local_update_memory():
+    """With write_mode "local" the walkthrough runs the local update the layer runs, not the dense one."""
+    ckpt = load_checkpoint(CHECKPOINT)
+    for module in ckpt.model.modules():
+        if hasattr(module, "config") and hasattr(module.config, "write_mode"):
+            module.config.write_mode, module.config.window_k = "local", 1.0
+    trace = capture(ckpt, seed=2, progress=False)
+    name = trace.layer_names[-1]
+    memory = teach.memory_module(ckpt.model, name)
+    layer = trace.layer(name)
+    for k in (3, trace.num_chunks - 1):
+        step, agreement = teach.walkthrough(trace, memory, name, k)
+        assert agreement <= 2e-3 * max(float(np.abs(layer.h[k].astype(np.float32)).max()), 1.0)
+        written = np.abs(step.write).sum(0) > 0  # the box: outside it the write is exactly zero
+        assert written.any() and not written.all()
+        kept = np.all(step.h_new == step.h_prev, axis=0)  # cells far from the write keep h bit for bit
+        assert kept.any() and not kept.all()
