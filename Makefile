@@ -36,6 +36,10 @@ browser:
 
 bench: $(STAMP)
 	$(PY) benchmarks/memory_step.py
+	$(PY) benchmarks/large_grid.py
+	$(PY) benchmarks/compile.py
+	$(PY) benchmarks/training_throughput.py
+	$(PY) benchmarks/streaming.py
 	$(PY) benchmarks/trace.py
 	$(PY) benchmarks/app.py
 

@@ -13,11 +13,9 @@ times them alternately and prints a table and the speed ratio.
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
-import time
 
 import torch
+from common import alternate, machine, median_ms, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 from tensor_memory.reference import ReferenceMemory
@@ -64,32 +62,23 @@ def main() -> None:
     for name, diff in diffs.items():
         assert diff < 1e-5, f"{name} differs by {diff:.2e}"
 
-    def step(module, run) -> float:
-        module.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        y = run()
-        (y * weights).sum().backward()
-        return time.perf_counter() - start
+    def step(module, run):
+        def timed_call() -> None:
+            module.zero_grad(set_to_none=True)
+            (run() * weights).sum().backward()
+        return timed_call
 
-    runs = {"plain (grouped Conv3d, autograd)": (plain, lambda: plain(x, state.h, state.c)[0]),
-            "tensor_memory": (fast, lambda: fast(x, state)[0])}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for name, (module, run) in runs.items():  # warm-up
-        step(module, run)
-    for _ in range(args.repeats):  # alternate, so drifts in machine speed hit both alike
-        for name, (module, run) in runs.items():
-            times[name].append(step(module, run))
+    times = alternate({"plain (grouped Conv3d, autograd)": step(plain, lambda: plain(x, state.h, state.c)[0]),
+                       "tensor_memory": step(fast, lambda: fast(x, state)[0])}, args.repeats)
 
     chunks = -(-args.tokens // args.chunk_size)
     print(f"Memory layer forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
-          f"grid={args.grid}^3 chunk={args.chunk_size}, {args.threads} threads, torch {torch.__version__}, "
-          f"{platform.processor() or platform.machine()}")
+          f"grid={args.grid}^3 chunk={args.chunk_size}; {machine(args.threads)}")
     print("max |difference| fast vs plain: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
-    print(f"{'implementation':<34} {'median ms':>10} {'min ms':>8} {'ms/chunk':>9}")
-    medians = {}
-    for name, values in times.items():
-        medians[name] = statistics.median(values) * 1e3
-        print(f"{name:<34} {medians[name]:10.1f} {min(values) * 1e3:8.1f} {medians[name] / chunks:9.2f}")
+    medians = {name: median_ms(values) for name, values in times.items()}
+    print(table(["implementation", "median ms", "min ms", "ms/chunk"],
+                [[name, medians[name], min(values) * 1e3, f"{medians[name] / chunks:.2f}"]
+                 for name, values in times.items()]))
     plain_ms, fast_ms = medians.values()
     print(f"speed-up (median plain / median tensor_memory): {plain_ms / fast_ms:.2f}x")
 

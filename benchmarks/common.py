@@ -1,0 +1,47 @@
+"""What every benchmark script shares: alternating timings, a machine line, plain tables."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+def machine(threads: int) -> str:
+    """One line naming what the figures were measured on."""
+    cpu = platform.processor() or platform.machine()
+    return (f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs ({cpu}), {threads} torch threads, "
+            f"torch {torch.__version__}, Python {platform.python_version()}")
+
+
+def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of each run, timed in turn so drifts in the machine's speed hit all alike."""
+    for run in runs.values():
+        for _ in range(warmup):
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1e3
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    """A Markdown table (pastes into docs/performance.md); floats with one decimal unless formatted."""
+    def cell(v: object) -> str:
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
