@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import torch
 
 from tensor_memory.local_update import local_scan, update_regions
-from tensor_memory.memory import TensorMemory, gaussian_profiles, gaussian_write, trilinear_read
+from tensor_memory.memory import TensorMemory, gaussian_profiles, gaussian_write, trilinear_read, write_box
 from tensor_memory.update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
 from . import figures
@@ -115,7 +115,8 @@ def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray,
         h_last, c_last = h0.permute(1, 2, 3, 0)[None], c0.permute(1, 2, 3, 0)[None]  # (1, D, H, W, C)
         update_args = (h_last, c_last, taps_h, memory.mix.weight, memory.mix.bias)
         if memory.config.write_mode == "local":  # only the cells the write reaches change
-            hs, cs = local_scan(factors, update_regions(profiles), *update_args)
+            box = [m.view(1, 1, n) for m, n in zip(write_box(xyz_write, spread, grid, window), grid)]
+            hs, cs = local_scan(factors, update_regions(box), *update_args)
         else:
             hs, cs = convlstm_scan(factors, *update_args)
         x = gate_inputs(expand_write(*(f[0] for f in factors)), depthwise3d(h_last, taps_h))

@@ -9,8 +9,9 @@ values are the dense update's, because the window holds one more voxel on every 
 all the convolutions of ``h`` look at (at the grid's faces the zero padding is the dense
 update's own).
 
-The cost of a chunk scales with the region, not the grid, once σ is small next to the grid.
-The batch shares one window size per chunk (the largest region in the batch); each sample's
+The arithmetic of a chunk scales with its region, not the grid, once σ is small next to the
+grid; the state itself is still copied whole once per chunk (``index_put`` out of place, which
+autograd needs), so memory traffic keeps a term that grows with the grid. The batch shares one window size per chunk (the largest region in the batch); each sample's
 window sits at its own place, and the cells of the window outside that sample's region are
 kept, so the result does not depend on the rest of the batch. Autograd differentiates it:
 each chunk is a handful of operations on a small window.
@@ -25,19 +26,18 @@ import torch
 from .update import depthwise3d, expand_write, gate_inputs, gate_values
 
 
-def update_regions(profiles) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Where each write reaches, from its windowed Gaussian profiles.
+def update_regions(box) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where each write reaches, from its box (``memory.write_box``).
 
-    profiles: (gz (K, B, D), gy (K, B, H), gx (K, B, W)), zero outside the write box.
+    box: (K, B, D), (K, B, H), (K, B, W) booleans, the write box along each axis.
     Returns lo, hi (K, B, 3) in (z, y, x) order: the inclusive voxel bounds of the box dilated
     by one voxel, clipped to the grid; and present (K, B): False where the box holds no voxel
     centre at all (a write narrower than the voxel spacing, between centres), which updates nothing.
     """
     lows, highs, present = [], [], []
-    for g in profiles:
-        inside = g.detach() != 0  # (K, B, n) the box along this axis
-        n = g.shape[-1]
-        index = torch.arange(n, device=g.device)
+    for inside in box:  # (K, B, n) each
+        n = inside.shape[-1]
+        index = torch.arange(n, device=inside.device)
         first = torch.where(inside, index, n).amin(-1)  # (K, B)
         last = torch.where(inside, index, -1).amax(-1)
         lows.append((first - 1).clamp(0, n - 1))  # one voxel of margin for the 3-tap convolutions

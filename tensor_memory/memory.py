@@ -167,25 +167,30 @@ def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     return _sample(h.permute(0, 2, 3, 4, 1), xyz)  # (B, D, H, W, C) view
 
 
+def _axis_offsets(xyz: torch.Tensor, grid: tuple[int, int, int]):
+    """Voxel centre minus μ along each axis: (D, H, W order) (M, D), (M, H), (M, W) from xyz (M, 3) as (x, y, z)."""
+    return tuple(voxel_centres(n, xyz.dtype, xyz.device)[None, :] - xyz[:, axis, None]
+                 for axis, n in zip((2, 1, 0), grid))
+
+
+def write_box(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int], window: float):
+    """The windowed write's box per axis: (M, D), (M, H), (M, W) booleans, |p − μ| ≤ window·σ."""
+    limit = window * sigma.reshape(-1, 1)  # (M, 1)
+    return tuple(offset.abs() <= limit for offset in _axis_offsets(xyz, grid))
+
+
 def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int],
                       window: Optional[float] = None):
     """The Gaussian around xyz (M, 3) of width sigma (M,) along each axis: (gz (M, D), gy (M, H), gx (M, W)).
 
-    With ``window`` = k, each profile is cut to |p − μ| ≤ k·σ (exactly zero outside), so their
-    product is the Gaussian inside the box of ±kσ around μ and zero everywhere else.
+    With ``window`` = k, each profile is cut to the :func:`write_box` (exactly zero outside), so
+    their product is the Gaussian inside the box of ±kσ around μ and zero everywhere else.
     """
-    M = xyz.shape[0]
-    sigma = sigma.reshape(M, 1)  # (M, 1)
-    D, H, W = grid
-
-    def profile(axis: int, n: int) -> torch.Tensor:  # (M, n)
-        offset = voxel_centres(n, xyz.dtype, xyz.device)[None, :] - xyz[:, axis, None]  # (M, n)
-        g = torch.exp(-offset ** 2 / (2.0 * sigma ** 2))
-        if window is not None:
-            g = g * (offset.abs() <= window * sigma).to(g.dtype)  # the box, a hard 0/1 cut
-        return g
-
-    return profile(2, D), profile(1, H), profile(0, W)
+    two_var = 2.0 * sigma.reshape(-1, 1) ** 2  # (M, 1)
+    profiles = [torch.exp(-offset ** 2 / two_var) for offset in _axis_offsets(xyz, grid)]
+    if window is not None:  # the box, a hard 0/1 cut
+        profiles = [g * inside.to(g.dtype) for g, inside in zip(profiles, write_box(xyz, sigma, grid, window))]
+    return tuple(profiles)
 
 
 def gaussian_write(content: torch.Tensor, xyz: torch.Tensor, sigma: torch.Tensor,
@@ -299,8 +304,8 @@ class TensorMemory(nn.Module):
         #    write path is chunk-major, (n_write, B, …), the order the scan walks in.
         content = self.content(summaries)  # (B, n_write, C)
         sigma = F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min  # (B, n_write)
-        profiles = gaussian_profiles(mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1), cfg.grid,
-                                     cfg.write_window)  # cut to the ±kσ box unless write_mode is "dense"
+        xyz_k, sigma_k = mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1)  # chunk-major, (n_write·B, …)
+        profiles = gaussian_profiles(xyz_k, sigma_k, cfg.grid, cfg.write_window)  # cut to the ±kσ box unless "dense"
         profiles = [p.view(n_write, B, n) for p, n in zip(profiles, (D, H, W))]  # V = content ⊗ gz ⊗ gy ⊗ gx; (n_write, B, n) each
 
         # 5. Recurrent update, channels-last inside (update.py). The write volume is separable,
@@ -310,7 +315,8 @@ class TensorMemory(nn.Module):
         h0 = state.h.permute(0, 2, 3, 4, 1)  # (B, D, H, W, C) channels-last view
         c0 = state.c.permute(0, 2, 3, 4, 1)
         if cfg.write_mode == "local":  # update only the cells each write reaches; the rest keep their state
-            hs, cs_ = local_scan(factors, update_regions(profiles), h0, c0, taps_h, self.mix.weight, self.mix.bias)
+            box = [m.view(n_write, B, n) for m, n in zip(write_box(xyz_k, sigma_k, cfg.grid, cfg.window_k), (D, H, W))]
+            hs, cs_ = local_scan(factors, update_regions(box), h0, c0, taps_h, self.mix.weight, self.mix.bias)
         else:
             hs, cs_ = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias)  # (n_write, B, D, H, W, C)
 

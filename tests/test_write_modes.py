@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from tensor_memory import MemoryConfig, TensorMemory, gaussian_write
 from tensor_memory.local_update import local_scan, update_regions
-from tensor_memory.memory import gaussian_profiles, voxel_centres
+from tensor_memory.memory import gaussian_profiles, voxel_centres, write_box
 from tensor_memory.reference import ReferenceMemory
 from tensor_memory.update import convlstm_scan, write_factors
 
@@ -77,29 +77,37 @@ def test_layer_matches_the_literal_reference_in_values_and_gradients(mode, grid,
                                atol=1e-4, rtol=1e-4)
 
 
-def _one_chunk(grid=(10, 9, 8), C=3, B=4, k=2.0, seed=1):
-    """One chunk's windowed write factors, regions and a random state, channels-last."""
+def _one_chunk_write(grid=(10, 9, 8), B=4, seed=1):
+    """Where one chunk's four writes go: xyz (B, 3), sigma (B,), grid."""
     torch.manual_seed(seed)
     xyz = torch.rand(B, 3) * 2 - 1
     sigma = torch.tensor([0.05, 0.12, 0.2, 0.01])[:B]  # the last is narrower than a voxel: maybe no centre
     xyz[-1] = torch.tensor([0.03, -0.04, 0.05])  # between centres of every axis
+    return xyz, sigma, grid
+
+
+def _one_chunk(C=3, B=4, k=2.0):
+    """One chunk's windowed write factors, its box and a random state, channels-last."""
+    xyz, sigma, grid = _one_chunk_write(B=B)
     profiles = [p[None] for p in gaussian_profiles(xyz, sigma, grid, window=k)]  # (1, B, n) each
+    box = [m[None] for m in write_box(xyz, sigma, grid, k)]  # (1, B, n) each
     taps = torch.randn(3, 2 * C, 3) * 0.3
     taps[:, :, 1] += 1.0
     taps_v, taps_h = taps.split(C, dim=1)
     factors = write_factors(torch.randn(1, B, C), profiles, taps_v)
     h, c = torch.randn(B, *grid, C), torch.randn(B, *grid, C)
     mix, bias = torch.randn(4 * C, 2 * C) * 0.3, torch.randn(4 * C) * 0.3
-    return factors, profiles, h, c, taps_h, mix, bias
+    return factors, box, h, c, taps_h, mix, bias
 
 
 def test_local_update_equals_dense_inside_its_region_and_keeps_every_other_cell_exactly():
-    factors, profiles, h, c, taps_h, mix, bias = _one_chunk()
-    lo, hi, present = update_regions(profiles)
+    factors, box_axes, h, c, taps_h, mix, bias = _one_chunk()
+    lo, hi, present = update_regions(box_axes)
     hs_dense, cs_dense = convlstm_scan(factors, h, c, taps_h, mix, bias)
     hs_local, cs_local = local_scan(factors, (lo, hi, present), h, c, taps_h, mix, bias)
-    # The region, computed independently: cells where the convolved write is non-zero lie inside it.
-    box = torch.einsum("bz,by,bx->bzyx", *(p[0] != 0 for p in profiles)).float()  # the write box
+    # The region, computed independently: the cells where the windowed write is non-zero, dilated.
+    write = gaussian_write(torch.ones(4, 1), *_one_chunk_write(), window=2.0)[:, 0]  # (B, D, H, W)
+    box = (write != 0).float()  # the write box
     region = F.max_pool3d(box[:, None], 3, stride=1, padding=1)[:, 0] > 0  # dilated by one voxel
     assert region.any() and (~region).any()
     assert not present[0, -1] and not region[-1].any()  # the sub-voxel write touches no centre: nothing changes
@@ -113,10 +121,10 @@ def test_local_update_equals_dense_inside_its_region_and_keeps_every_other_cell_
 
 
 def test_a_batch_whose_writes_reach_no_voxel_centre_keeps_its_state_exactly():
-    factors, profiles, h, c, taps_h, mix, bias = _one_chunk()
+    factors, box, h, c, taps_h, mix, bias = _one_chunk()
     last = slice(-1, None)  # the sub-voxel write alone
-    factors, profiles = [f[:, last] for f in factors], [p[:, last] for p in profiles]
-    hs, cs = local_scan(factors, update_regions(profiles), h[last], c[last], taps_h, mix, bias)
+    factors, box = [f[:, last] for f in factors], [m[:, last] for m in box]
+    hs, cs = local_scan(factors, update_regions(box), h[last], c[last], taps_h, mix, bias)
     assert torch.equal(hs[0], h[last]) and torch.equal(cs[0], c[last])
 
 
@@ -130,6 +138,19 @@ def test_local_update_with_a_box_covering_the_grid_is_the_dense_update():
     y_local, s_local = local(x)
     torch.testing.assert_close(y_local, y_dense, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(s_local.h, s_dense.h, atol=1e-6, rtol=1e-6)
+
+
+def test_the_region_is_the_box_even_where_the_gaussian_underflows_to_zero():
+    # k = 20 with σ of a fraction of a voxel: exp(-r²/2σ²) is exactly 0.0 in float32 well inside the box,
+    # yet those cells are in the box and must be updated, as the literal reference does.
+    cfg = MemoryConfig(token_dim=16, channels=4, grid=(8, 8, 8), chunk_size=1, write_mode="local",
+                       window_k=20.0, sigma_init=0.04, sigma_min=0.02)
+    memory = _trained_looking(cfg, seed=7)
+    x = torch.randn(2, 5, 16)
+    y, state = memory(x)
+    y_ref, (h_ref, c_ref) = ReferenceMemory(memory)(x, *(lambda s: (s.h, s.c))(memory.init_state(2)))
+    torch.testing.assert_close(state.h, h_ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(y, y_ref, atol=1e-6, rtol=1e-5)
 
 
 def test_options_leave_the_default_dense_layer_untouched():
