@@ -12,14 +12,21 @@ from tensor_memory.evaluation import evaluate_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm")
 BACKBONES = ("tensor", "base", "local")
-SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES]
+LOCAL_UPDATE = "tensor_local_update"  # the tensor backbone retrained with MemoryConfig.write_mode = "local"
+SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES] + \
+    sorted((ROOT / "checkpoints").glob(f"*-{LOCAL_UPDATE}"))
 
 
 @pytest.mark.parametrize("directory", SHIPPED, ids=lambda d: d.name)
 def test_shipped_checkpoint_reproduces_its_metrics(directory):
     ckpt = load_checkpoint(directory)
-    assert ckpt.task.name == directory.name.rsplit("-", 1)[0]
-    assert ckpt.config["model"]["kind"] == directory.name.rsplit("-", 1)[1]
+    task, variant = directory.name.split("-", 1)
+    assert ckpt.task.name == task
+    kind = ckpt.config["model"]["kind"]
+    if variant == LOCAL_UPDATE:
+        assert kind == "tensor" and ckpt.config["model"]["memory"]["write_mode"] == "local"
+    else:
+        assert kind == variant
     assert directory.stat().st_size and (directory / "model.safetensors").stat().st_size < 5_000_000  # a few MB
     recorded = json.loads((directory / "metrics.json").read_text())
     seed = recorded["eval_seeds"][0]
