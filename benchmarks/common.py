@@ -33,6 +33,14 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int =
     return times
 
 
+def fwd_bwd(module: torch.nn.Module, run: Callable[[], torch.Tensor], weights) -> Callable[[], None]:
+    """A training step to time: zero the gradients, run, back-propagate the weighted sum of the output."""
+    def call() -> None:
+        module.zero_grad(set_to_none=True)
+        (run() * weights).sum().backward()
+    return call
+
+
 def median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1e3
 

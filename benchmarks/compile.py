@@ -14,7 +14,7 @@ import argparse
 import time
 
 import torch
-from common import alternate, machine, median_ms, table
+from common import alternate, fwd_bwd, machine, median_ms, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 from tensor_memory.compiled import use_compiled_scan
@@ -54,9 +54,7 @@ def main() -> None:
         x = torch.randn(B, N, fields["token_dim"])
         weights = torch.randn_like(x)
 
-        def train_step() -> None:
-            memory.zero_grad(set_to_none=True)
-            (memory(x)[0] * weights).sum().backward()
+        train_step = fwd_bwd(memory, lambda: memory(x)[0], weights)
 
         def forward() -> torch.Tensor:
             with torch.no_grad():

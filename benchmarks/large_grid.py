@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import alternate, machine, median_ms, table
+from common import alternate, fwd_bwd, machine, median_ms, table
 
 from tensor_memory import MemoryConfig, TensorMemory, gaussian_write
 from tensor_memory.reference import ReferenceMemory
@@ -54,13 +54,6 @@ def layer(args, grid: int, sigma: float, mode: str = "dense", seed: int = 0) -> 
         memory.depthwise.add_(0.2 * torch.randn_like(memory.depthwise))
         memory.coord_head.weight.mul_(4.0)  # spread the writes over the grid
     return memory
-
-
-def fwd_bwd(memory: torch.nn.Module, run, weights: torch.Tensor):
-    def call() -> None:
-        memory.zero_grad(set_to_none=True)
-        (run() * weights).sum().backward()
-    return call
 
 
 def part_plain(args) -> None:

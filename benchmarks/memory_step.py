@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import alternate, machine, median_ms, table
+from common import alternate, fwd_bwd, machine, median_ms, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 from tensor_memory.reference import ReferenceMemory
@@ -62,14 +62,8 @@ def main() -> None:
     for name, diff in diffs.items():
         assert diff < 1e-5, f"{name} differs by {diff:.2e}"
 
-    def step(module, run):
-        def timed_call() -> None:
-            module.zero_grad(set_to_none=True)
-            (run() * weights).sum().backward()
-        return timed_call
-
-    times = alternate({"plain (grouped Conv3d, autograd)": step(plain, lambda: plain(x, state.h, state.c)[0]),
-                       "tensor_memory": step(fast, lambda: fast(x, state)[0])}, args.repeats)
+    times = alternate({"plain (grouped Conv3d, autograd)": fwd_bwd(plain, lambda: plain(x, state.h, state.c)[0], weights),
+                       "tensor_memory": fwd_bwd(fast, lambda: fast(x, state)[0], weights)}, args.repeats)
 
     chunks = -(-args.tokens // args.chunk_size)
     print(f"Memory layer forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "

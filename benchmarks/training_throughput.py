@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import alternate, machine, median_ms, table
+from common import alternate, fwd_bwd, machine, median_ms, table
 
 from tensor_memory import Backbone, BackboneConfig, MemoryConfig
 from tensor_memory.memory import _sample
@@ -49,13 +49,6 @@ def backbone(args, kind: str, grid=None, memory_layers=None) -> Backbone:
     memory = None if kind == "base" else MemoryConfig(token_dim=args.dim, channels=32, grid=grid, chunk_size=16)
     return Backbone(BackboneConfig(kind=kind, dim=args.dim, layers=args.layers, heads=4, memory=memory,
                                    memory_layers=memory_layers if kind == "tensor" else None))
-
-
-def train_step(module, run, weights):
-    def call() -> None:
-        module.zero_grad(set_to_none=True)
-        (run() * weights).sum().backward()
-    return call
 
 
 def profile(args, model: Backbone, x: torch.Tensor) -> list[list[object]]:
@@ -89,11 +82,11 @@ def profile(args, model: Backbone, x: torch.Tensor) -> list[list[object]]:
         return memory(x)[0]
 
     x.requires_grad_(True)
-    times = alternate({"attention": train_step(model, attention, weights), "MLP": train_step(model, mlp, weights),
-                       "memory: update (scan)": train_step(model, update, 1.0),
-                       "memory: read (trilinear samples)": train_step(model, read, 1.0),
-                       "memory layer": train_step(model, whole_memory, weights),
-                       "whole step": train_step(model, lambda: model(x)[0], weights)}, args.repeats)
+    times = alternate({"attention": fwd_bwd(model, attention, weights), "MLP": fwd_bwd(model, mlp, weights),
+                       "memory: update (scan)": fwd_bwd(model, update, 1.0),
+                       "memory: read (trilinear samples)": fwd_bwd(model, read, 1.0),
+                       "memory layer": fwd_bwd(model, whole_memory, weights),
+                       "whole step": fwd_bwd(model, lambda: model(x)[0], weights)}, args.repeats)
     x.requires_grad_(False)
     ms = {k: median_ms(v) for k, v in times.items()}
     rest = ms["memory layer"] - ms["memory: update (scan)"] - ms["memory: read (trilinear samples)"]
@@ -116,7 +109,7 @@ def main() -> None:
     weights = torch.randn_like(x)
     base = backbone(args, "base")
     models = {"base": base} | {name: backbone(args, "tensor", grid, layers) for name, (grid, layers) in VARIANTS.items()}
-    times = alternate({name: train_step(m, lambda m=m: m(x)[0], weights) for name, m in models.items()}, args.repeats)
+    times = alternate({name: fwd_bwd(m, lambda m=m: m(x)[0], weights) for name, m in models.items()}, args.repeats)
     ms = {k: median_ms(v) for k, v in times.items()}
     tokens = args.batch * args.tokens
     print(table(["backbone", "median ms / step", "tokens/s", "time vs base"],
