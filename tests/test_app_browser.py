@@ -153,8 +153,14 @@ def test_play_steps_on_its_own_and_pause_stops(browser, server):
     page.get_by_role("button", name="Pause").click()
     page.get_by_role("button", name="Play").wait_for()  # the pause has taken effect
     settle(page)
-    page.wait_for_timeout(1500)  # a step already in flight when Pause was clicked may still land
+    # A step already in flight when Pause was clicked may still land (later on a loaded machine):
+    # wait until the counter holds for 2 s, then it must hold for 3 s more. Playing, it moves every ~1 s.
     stopped = chunk(page)
+    for _ in range(10):
+        page.wait_for_timeout(2000)
+        now, stopped = stopped, chunk(page)
+        if now == stopped:
+            break
     page.wait_for_timeout(3000)
     assert chunk(page) == stopped and page.get_by_role("button", name="Play").count() == 1
     page.close()
