@@ -173,10 +173,15 @@ def _axis_offsets(xyz: torch.Tensor, grid: tuple[int, int, int]):
                  for axis, n in zip((2, 1, 0), grid))
 
 
+def _in_box(offsets, sigma: torch.Tensor, window: float):
+    """Per axis, whether |p − μ| ≤ window·σ, from the offsets of :func:`_axis_offsets`."""
+    limit = window * sigma.reshape(-1, 1)  # (M, 1)
+    return tuple(offset.abs() <= limit for offset in offsets)
+
+
 def write_box(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int], window: float):
     """The windowed write's box per axis: (M, D), (M, H), (M, W) booleans, |p − μ| ≤ window·σ."""
-    limit = window * sigma.reshape(-1, 1)  # (M, 1)
-    return tuple(offset.abs() <= limit for offset in _axis_offsets(xyz, grid))
+    return _in_box(_axis_offsets(xyz, grid), sigma, window)
 
 
 def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int],
@@ -187,9 +192,10 @@ def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, i
     their product is the Gaussian inside the box of ±kσ around μ and zero everywhere else.
     """
     two_var = 2.0 * sigma.reshape(-1, 1) ** 2  # (M, 1)
-    profiles = [torch.exp(-offset ** 2 / two_var) for offset in _axis_offsets(xyz, grid)]
+    offsets = _axis_offsets(xyz, grid)
+    profiles = [torch.exp(-offset ** 2 / two_var) for offset in offsets]
     if window is not None:  # the box, a hard 0/1 cut
-        profiles = [g * inside.to(g.dtype) for g, inside in zip(profiles, write_box(xyz, sigma, grid, window))]
+        profiles = [g * inside.to(g.dtype) for g, inside in zip(profiles, _in_box(offsets, sigma, window))]
     return tuple(profiles)
 
 
