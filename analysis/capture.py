@@ -21,7 +21,8 @@ from tensor_memory.evaluation import task_with
 from tensor_memory.recording import record
 from tensor_memory.tasks.base import Batch, derive_seed
 
-from .trace import GATE_FIELDS, LayerTrace, Trace, TraceError
+from .quantized import QuantizedVolumes, quantize
+from .trace import GATE_FIELDS, SCALE_SUFFIX, VOLUME_DTYPES, VOLUME_FIELDS, LayerTrace, Trace, TraceError
 
 SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
 
@@ -55,13 +56,21 @@ def memory_chunk_size(model: torch.nn.Module) -> int:
 RECORDED = ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", *GATE_FIELDS)
 
 
+def _check_volume_dtype(volumes: str) -> None:
+    if volumes not in VOLUME_DTYPES:
+        raise ValueError(f"volumes must be one of {', '.join(VOLUME_DTYPES)}, got {volumes!r}")
+
+
 def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int, gates: bool = True,
-                 cells: bool = True, progress: Optional[bool] = None) -> tuple[torch.Tensor, dict[str, dict[str, np.ndarray]]]:
+                 cells: bool = True, progress: Optional[bool] = None,
+                 volumes: str = "float16") -> tuple[torch.Tensor, dict[str, dict[str, np.ndarray]]]:
     """Stream ``inputs`` (B samples) through ``model`` a segment at a time, recording every memory layer.
 
     Returns the logits (B, N, classes) and, per layer, each field as (B, K, …) arrays — volumes
-    float16, the rest float32 — with ``gate_scale`` a float.
+    float16, or int8 codes with ``<field>_scale`` (B, K, C) beside them when ``volumes="int8"``;
+    the rest float32 — with ``gate_scale`` a float.
     """
+    _check_volume_dtype(volumes)
     N = next(iter(inputs.values())).shape[1]
     step = SEGMENT_CHUNKS * chunk_size
     parts: dict[str, dict[str, list]] = {}
@@ -79,9 +88,17 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
                 fields = parts.setdefault(name, {})
                 for field in RECORDED:
                     value = getattr(layer, field)
-                    if value is not None and (cells or field != "c"):  # volumes are cut to float16 per segment: that bounds memory
-                        volume = field in ("h", "c") or field in GATE_FIELDS
-                        fields.setdefault(field, []).append(value.to(torch.float16 if volume else torch.float32).numpy())
+                    if value is None or (field == "c" and not cells):
+                        continue
+                    # Volumes are cut to float16 or int8 per segment: that bounds memory.
+                    if field not in VOLUME_FIELDS and field not in GATE_FIELDS:
+                        fields.setdefault(field, []).append(value.float().numpy())
+                    elif volumes == "int8":
+                        codes, scale = quantize(value.float().numpy())  # (B, k, C, D, H, W), (B, k, C)
+                        fields.setdefault(field, []).append(codes)
+                        fields.setdefault(field + SCALE_SUFFIX, []).append(scale)
+                    else:
+                        fields.setdefault(field, []).append(value.to(torch.float16).numpy())
                 fields["gate_scale"] = [float(layer.gate_scale)]
     joined = {name: {f: (v[-1] if f == "gate_scale" else np.concatenate(v, axis=1)) for f, v in fields.items()}
               for name, fields in parts.items()}
@@ -113,9 +130,10 @@ def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, c
 
 def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indices: Sequence[int] = (0,),
                  gates: bool = True, cells: bool = True, progress: Optional[bool] = None,
-                 **task_params: Any) -> list[Trace]:
+                 volumes: str = "float16", **task_params: Any) -> list[Trace]:
     """One trace per sample index, run together as one batch (the same samples as capturing each alone;
     the arrays agree up to float rounding, since batched arithmetic may round differently)."""
+    _check_volume_dtype(volumes)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     model = ckpt.model.eval()
     chunk_size = memory_chunk_size(model)
@@ -124,7 +142,7 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
     if N < chunk_size:
         raise TraceError(f"the sample has {N} tokens, fewer than one memory chunk ({chunk_size}); "
                          f"choose task parameters that give a longer sequence")
-    logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cells, progress)
+    logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cells, progress, volumes)
     if not torch.isfinite(logits).all():
         raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
     K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
@@ -134,12 +152,16 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
             "num_classes": int(task.num_classes),
             "training_frozen": list(ckpt.config.get("training", {}).get("frozen", [])),
             "layers": {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]),
-                              "gates": "gate_i" in f, "cells": "c" in f, "chunk_size": chunk_size} for name, f in layers.items()}}
+                              "gates": "gate_i" in f, "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size}
+                       for name, f in layers.items()}}
     traces = []
     for row, index in enumerate(indices):
         per_layer = {}
         for name, f in layers.items():
             fields = {k: v[row, :K] for k, v in f.items() if k != "gate_scale"}
+            for field in [k for k in fields if k.endswith(SCALE_SUFFIX)]:  # int8: codes + scales → one volume
+                volume = field[:-len(SCALE_SUFFIX)]
+                fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
             per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
         meta = {k: v[row].numpy() for k, v in batch.meta.items()}
         meta = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in meta.items()}
@@ -149,9 +171,12 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
 
 
 def capture(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0, gates: bool = True,
-            cells: bool = True, progress: Optional[bool] = None, **task_params: Any) -> Trace:
+            cells: bool = True, progress: Optional[bool] = None, volumes: str = "float16",
+            **task_params: Any) -> Trace:
     """Record sample ``index`` of stream ``seed`` through ``checkpoint`` (a path or a loaded checkpoint,
     possibly with modules swapped by the caller). ``task_params`` override the task's config.
     ``gates=False`` leaves out the four gate volumes and ``cells=False`` the cell volume ``c``: the
-    trace of a long sequence on a large grid then holds ``h`` alone."""
-    return capture_many(checkpoint, seed, [index], gates, cells, progress, **task_params)[0]
+    trace of a long sequence on a large grid then holds ``h`` alone. ``volumes="int8"`` stores every
+    volume as int8 with a scale per chunk and channel (:mod:`analysis.quantized`): half the size of
+    float16, each value within 1/254 of its channel's largest magnitude in that chunk."""
+    return capture_many(checkpoint, seed, [index], gates, cells, progress, volumes, **task_params)[0]

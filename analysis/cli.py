@@ -37,7 +37,8 @@ def _trace(args: argparse.Namespace) -> int:
     from .capture import capture
 
     trace = capture(args.checkpoint, seed=args.seed, index=args.index, gates=not args.no_gates,
-                    cells=not args.no_cells, progress=False if args.no_progress else None, **dict(args.param))
+                    cells=not args.no_cells, progress=False if args.no_progress else None, volumes=args.volumes,
+                    **dict(args.param))
     path = trace.save(args.out)
     size = path.stat().st_size
     print(f"Trace of {trace.info['checkpoint_name']} (task {trace.info['task']}, seed {args.seed}, index "
@@ -75,6 +76,10 @@ def add_trace_parsers(subparsers: Any) -> None:
                             "(repeatable; only parameters that keep the model's shapes)")
     trace.add_argument("--no-gates", action="store_true", help="leave out the gate volumes (a smaller file)")
     trace.add_argument("--no-cells", action="store_true", help="leave out the cell volume c (a smaller file)")
+    trace.add_argument("--volumes", choices=("float16", "int8"), default="float16",
+                       help="how h, c and the gate volumes are stored: float16 (default), or int8 with a scale "
+                            "per chunk and channel — half the size, each value within 1/254 of its channel's "
+                            "largest magnitude in that chunk")
     trace.add_argument("--no-progress", action="store_true", help="no progress bar")
     trace.set_defaults(func=_trace)
 

@@ -12,11 +12,14 @@ File layout (one safetensors file, format version :data:`TRACE_VERSION`)::
         mu_read (K, 3) f32   read (K, C) f32   mu_write (K, 3) f32   sigma (K,) f32
         content (K, C) f32   h (K, C, D, H, W) f16   c (same, optional)   gate_i/f/o/g (same, optional)
         gate_scale (1,) f32
+        with volumes = "int8": each volume is int8 codes (K, C, D, H, W) plus <field>_scale (K, C) f32
     chunk/<field>                    per chunk: prediction, target (K,) i64, scored (K,) bool,
                                      probs (K, classes) f32
     meta/<name>                      the task's metadata for this sample (frames, keys, …)
 
-Volumes are float16 (they are what makes a trace large); everything else keeps float32.
+Volumes are float16 (they are what makes a trace large), or int8 with a float32 scale per chunk
+and channel (``volumes="int8"``, half the size; see :mod:`analysis.quantized`); everything else
+keeps float32.
 Loading checks the file like a checkpoint: structure, version, the fields each layer must
 have and that their shapes agree with each other and with ``info``; no pickle is involved.
 """
@@ -33,37 +36,46 @@ import numpy as np
 
 from tensor_memory.checkpoint import CheckpointError, atomic_write_bytes, read_safetensors_layout
 
+from .quantized import QuantizedVolumes
+
 TRACE_FORMAT = "tensor-memory-trace"
 TRACE_VERSION = 1
-MAX_TRACE_BYTES = 2 << 30  # 2 GiB: a 1,000-chunk trace at C = 32 and 16³ is ~0.5 GB
+MAX_TRACE_BYTES = 2 << 30  # 2 GiB: a 1,000-chunk trace at C = 32 and 16³ is ~0.5 GB in float16
 MAX_INFO_CHARS = 1 << 20  # the JSON header is a few kilobytes
 
 VOLUME_FIELDS = ("h", "c")
 GATE_FIELDS = ("gate_i", "gate_f", "gate_o", "gate_g")
 VECTOR_FIELDS = ("mu_read", "read", "mu_write", "sigma", "content")
 CHUNK_FIELDS = ("prediction", "target", "scored", "probs")
+VOLUME_DTYPES = ("float16", "int8")  # how h, c and the gate volumes are stored
+SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) beside the codes
 
 
 class TraceError(ValueError):
     """A trace file (or trace) that cannot be used; the message names the file and the problem."""
 
 
+Volumes = Union[np.ndarray, QuantizedVolumes]
+
+
 @dataclasses.dataclass
 class LayerTrace:
-    """One memory layer over K chunks. Volumes are (K, C, D, H, W) float16."""
+    """One memory layer over K chunks. Volumes are (K, C, D, H, W): float16 arrays, or
+    :class:`~analysis.quantized.QuantizedVolumes` (int8, decoded on access) when captured with
+    ``volumes="int8"``."""
 
     mu_read: np.ndarray  # (K, 3) read coordinates (x, y, z) in [-1, 1]
     read: np.ndarray  # (K, C) vector read before the chunk's write
     mu_write: np.ndarray  # (K, 3)
     sigma: np.ndarray  # (K,) write spread, normalised units
     content: np.ndarray  # (K, C)
-    h: np.ndarray  # (K, C, D, H, W) after the chunk's update
-    c: Optional[np.ndarray]  # (K, C, D, H, W), or None when captured with cells=False
+    h: Volumes  # (K, C, D, H, W) after the chunk's update
+    c: Optional[Volumes]  # (K, C, D, H, W), or None when captured with cells=False
     gate_scale: float  # σ(γ)
-    gate_i: Optional[np.ndarray] = None  # (K, C, D, H, W) or None when captured without gates
-    gate_f: Optional[np.ndarray] = None
-    gate_o: Optional[np.ndarray] = None
-    gate_g: Optional[np.ndarray] = None
+    gate_i: Optional[Volumes] = None  # (K, C, D, H, W) or None when captured without gates
+    gate_f: Optional[Volumes] = None
+    gate_o: Optional[Volumes] = None
+    gate_g: Optional[Volumes] = None
 
     @property
     def has_gates(self) -> bool:
@@ -76,6 +88,10 @@ class LayerTrace:
     @property
     def channels(self) -> int:
         return self.h.shape[1]
+
+    @property
+    def volume_dtype(self) -> str:
+        return "int8" if isinstance(self.h, QuantizedVolumes) else "float16"
 
 
 @dataclasses.dataclass
@@ -104,12 +120,16 @@ class Trace:
         return self.layers[name]
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every recorded array by its file name (``layer/<path>/<field>``, ``chunk/…``, ``meta/…``)."""
+        """Every recorded array by its file name (``layer/<path>/<field>``, ``chunk/…``, ``meta/…``),
+        as stored: an int8 volume is its codes under its own name and its scales under ``<field>_scale``."""
         out: dict[str, np.ndarray] = {}
         for path, layer in self.layers.items():
             for field in (*VECTOR_FIELDS, *VOLUME_FIELDS, *GATE_FIELDS):
                 value = getattr(layer, field)
-                if value is not None:
+                if isinstance(value, QuantizedVolumes):
+                    out[f"layer/{path}/{field}"] = value.codes
+                    out[f"layer/{path}/{field}{SCALE_SUFFIX}"] = value.scale
+                elif value is not None:
                     out[f"layer/{path}/{field}"] = value
             out[f"layer/{path}/gate_scale"] = np.array([layer.gate_scale], dtype=np.float32)  # (1,)
         out.update({f"chunk/{k}": v for k, v in self.chunks.items()})
@@ -181,15 +201,37 @@ def _expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[
             C = int(layer["channels"])
             grid = tuple(int(n) for n in layer["grid"])
             gates, cells = bool(layer["gates"]), bool(layer.get("cells", True))
-            assert C >= 1 and len(grid) == 3 and min(grid) >= 1
+            volumes = layer.get("volumes", "float16")
+            assert C >= 1 and len(grid) == 3 and min(grid) >= 1 and volumes in VOLUME_DTYPES
         except (KeyError, TypeError, ValueError, AssertionError):
-            raise _fail(path, f"the trace header's entry for layer {name!r} lacks channels, grid or gates") from None
+            raise _fail(path, f"the trace header's entry for layer {name!r} lacks channels, grid or gates, "
+                              f"or names volumes other than {' or '.join(VOLUME_DTYPES)}") from None
         pre = f"layer/{name}/"
         out.update({pre + "mu_read": ((K, 3), "f"), pre + "read": ((K, C), "f"), pre + "mu_write": ((K, 3), "f"),
                     pre + "sigma": ((K,), "f"), pre + "content": ((K, C), "f"), pre + "gate_scale": ((1,), "f")})
         for field in ("h",) + (("c",) if cells else ()) + (GATE_FIELDS if gates else ()):
-            out[pre + field] = ((K, C, *grid), "f")
+            if volumes == "int8":
+                out[pre + field] = ((K, C, *grid), "int8")
+                out[pre + field + SCALE_SUFFIX] = ((K, C), "f")
+            else:
+                out[pre + field] = ((K, C, *grid), "f")
     return out
+
+
+def _check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
+    """The dtype ``kind`` ("f", "i", "b", or "int8" exactly) and, for floats, finite values."""
+    kinds = dict(f="float", i="integer", b="bool", int8="int8")
+    if kind == "int8":
+        wrong = array.dtype != np.int8
+    else:
+        wrong = array.dtype.kind != kind and not (kind == "i" and array.dtype.kind == "u")
+    if wrong:
+        raise _fail(path, f"array {name!r} is {array.dtype}, expected a{'n' if kind in ('i', 'int8') else ''} "
+                          f"{kinds[kind]} array")
+    if kind == "f" and not np.isfinite(array).all():
+        raise _fail(path, f"array {name!r} contains NaN or infinite values (was the model diverged?)")
+    if name.endswith(SCALE_SUFFIX) and (array < 0).any():
+        raise _fail(path, f"array {name!r} holds negative scales; int8 volumes need scales ≥ 0")
 
 
 def load_trace(path: Union[str, Path]) -> Trace:
@@ -224,10 +266,7 @@ def load_trace(path: Union[str, Path]) -> Trace:
     except Exception as error:  # the structure was validated above; this is the library's own check
         raise _fail(path, f"corrupt trace data ({error})") from None
     for name, (_, kind) in expected.items():
-        if arrays[name].dtype.kind != kind and not (kind == "i" and arrays[name].dtype.kind == "u"):
-            raise _fail(path, f"array {name!r} is {arrays[name].dtype}, expected a {dict(f='float', i='integer', b='bool')[kind]} array")
-        if kind == "f" and not np.isfinite(arrays[name]).all():
-            raise _fail(path, f"array {name!r} contains NaN or infinite values (was the model diverged?)")
+        _check_values(path, name, arrays[name], kind)
     return _from_arrays(info, arrays)
 
 
@@ -236,6 +275,9 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
     for name in info["layers"]:
         pre = f"layer/{name}/"
         fields = {f: arrays.get(pre + f) for f in (*VECTOR_FIELDS, *VOLUME_FIELDS, *GATE_FIELDS)}
+        for field in (*VOLUME_FIELDS, *GATE_FIELDS):
+            if pre + field + SCALE_SUFFIX in arrays:
+                fields[field] = QuantizedVolumes(arrays[pre + field], arrays[pre + field + SCALE_SUFFIX])
         layers[name] = LayerTrace(gate_scale=float(arrays[pre + "gate_scale"][0]), **fields)  # type: ignore[arg-type]
     chunks = {f: arrays[f"chunk/{f}"] for f in CHUNK_FIELDS}
     meta = {n[len("meta/"):]: a for n, a in arrays.items() if n.startswith("meta/")}
@@ -243,10 +285,15 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
 
 
 def volume_bytes(num_chunks: int, channels: int, grid: tuple[int, int, int], gates: bool = False,
-                 cells: bool = True) -> int:
-    """Bytes the float16 volumes of one layer take: (h, c if cells, 4 gates if gates) × K × C × D·H·W × 2."""
-    volumes = 1 + int(cells) + 4 * int(gates)
-    return volumes * num_chunks * channels * math.prod(grid) * 2
+                 cells: bool = True, volumes: str = "float16") -> int:
+    """Bytes the volumes of one layer take: (h, c if cells, 4 gates if gates) × K × C × D·H·W × 2 in
+    float16; × 1 in int8, plus a 4-byte scale per chunk and channel of each volume."""
+    if volumes not in VOLUME_DTYPES:
+        raise ValueError(f"volumes must be one of {', '.join(VOLUME_DTYPES)}, got {volumes!r}")
+    count = 1 + int(cells) + 4 * int(gates)
+    if volumes == "int8":
+        return count * num_chunks * channels * (math.prod(grid) + 4)
+    return count * num_chunks * channels * math.prod(grid) * 2
 
 
-__all__ = ["Trace", "LayerTrace", "TraceError", "load_trace", "TRACE_VERSION", "volume_bytes"]
+__all__ = ["Trace", "LayerTrace", "TraceError", "load_trace", "TRACE_VERSION", "VOLUME_DTYPES", "volume_bytes"]

@@ -82,16 +82,20 @@ def main() -> None:
 
         if not args.skip_large:
             big = large_model(args.chunks)
-            for cells in (True, False):
-                label = "h and c" if cells else "h only"
-                big_trace, t_big = timed(lambda: capture(big, seed=0, gates=False, cells=cells, progress=True))
-                big_path = Path(tmp) / f"big-{cells}.safetensors"
+            for cells, volumes in ((True, "float16"), (False, "float16"), (True, "int8")):
+                label = f"{'h and c' if cells else 'h only'}, {volumes}"
+                big_trace, t_big = timed(lambda: capture(big, seed=0, gates=False, cells=cells, volumes=volumes,
+                                                         progress=True))
+                big_path = Path(tmp) / f"big-{cells}-{volumes}.safetensors"
                 _, t_big_save = timed(lambda: big_trace.save(big_path))
-                rows.append((f"C=32 16³ × {big_trace.num_chunks} chunks, {label}: capture", t_big,
-                             f"{big_trace.nbytes() / 1e6:.1f} MB in memory"))
-                rows.append((f"C=32 16³ × {big_trace.num_chunks} chunks, {label}: write", t_big_save,
-                             f"{big_path.stat().st_size / 1e6:.1f} MB on disk"))
                 del big_trace
+                loaded, t_big_load = timed(lambda: load_trace(big_path))
+                rows.append((f"C=32 16³ × {loaded.num_chunks} chunks, {label}: capture", t_big,
+                             f"{loaded.nbytes() / 1e6:.1f} MB in memory"))
+                rows.append((f"C=32 16³ × {loaded.num_chunks} chunks, {label}: write", t_big_save,
+                             f"{big_path.stat().st_size / 1e6:.1f} MB on disk"))
+                rows.append((f"C=32 16³ × {loaded.num_chunks} chunks, {label}: load", t_big_load, ""))
+                del loaded
                 big_path.unlink()
 
     print(f"\nMachine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
