@@ -139,3 +139,33 @@ def test_shipped_occlusion_memory_is_one_location_by_design():
     assert report["verdict"] == "coordinate collapse"
     assert "by design" in report["reasons"][0] and report["measures"]["coordinates_frozen"]
     assert report["measures"]["reads_within_2sigma"] == 1.0  # every read lands on the writes
+
+
+# What the report says about every shipped memory checkpoint (16 samples of seed 0). Binding and
+# no_harm use their memories with spread-out addressing; the occlusion memory is one location by
+# design (its coordinate head was frozen at the centre); the map-building memories never learned
+# to use their memory (chance accuracy) and their writes did collapse to one point.
+SHIPPED_VERDICTS = {
+    "coordinate_binding-tensor": "healthy",
+    "coordinate_binding-tensor_local_update": "healthy",
+    "no_harm-tensor": "healthy",
+    "no_harm-tensor_local_update": "healthy",
+    "occlusion-tensor": "coordinate collapse",
+    "map_building-tensor": "coordinate collapse",
+    "map_building-tensor_local_update": "coordinate collapse",
+}
+
+
+def test_every_shipped_memory_checkpoint_has_a_pinned_verdict():
+    shipped = {d.name for d in (ROOT / "checkpoints").glob("*-tensor*") if (d / "config.json").exists()}
+    assert shipped == set(SHIPPED_VERDICTS)
+
+
+@pytest.mark.parametrize("name, verdict", SHIPPED_VERDICTS.items())
+def test_shipped_memory_checkpoint_verdict(name, verdict):
+    report = _report(load_checkpoint(ROOT / "checkpoints" / name))
+    assert report["verdict"] == verdict, report["reasons"]
+    by_design = "by design" in report["reasons"][0]
+    assert by_design == name.startswith("occlusion")  # only the frozen-coordinate model is excused
+    if verdict == "healthy":
+        assert report["failures"] == [] and report["measures"]["write_spread_voxels"] > 0.5
