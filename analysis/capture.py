@@ -22,7 +22,7 @@ from tensor_memory.recording import record
 from tensor_memory.tasks.base import Batch, derive_seed
 
 from .quantized import QuantizedVolumes, quantize
-from .trace import GATE_FIELDS, SCALE_SUFFIX, VOLUME_DTYPES, VOLUME_FIELDS, LayerTrace, Trace, TraceError
+from .trace import GATE_FIELDS, SCALE_SUFFIX, VOLUME_FIELDS, LayerTrace, Trace, TraceError, check_volume_dtype
 
 SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
 
@@ -56,11 +56,6 @@ def memory_chunk_size(model: torch.nn.Module) -> int:
 RECORDED = ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", *GATE_FIELDS)
 
 
-def _check_volume_dtype(volumes: str) -> None:
-    if volumes not in VOLUME_DTYPES:
-        raise ValueError(f"volumes must be one of {', '.join(VOLUME_DTYPES)}, got {volumes!r}")
-
-
 def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int, gates: bool = True,
                  cells: bool = True, progress: Optional[bool] = None,
                  volumes: str = "float16") -> tuple[torch.Tensor, dict[str, dict[str, np.ndarray]]]:
@@ -70,7 +65,7 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
     float16, or int8 codes with ``<field>_scale`` (B, K, C) beside them when ``volumes="int8"``;
     the rest float32 — with ``gate_scale`` a float.
     """
-    _check_volume_dtype(volumes)
+    check_volume_dtype(volumes)
     N = next(iter(inputs.values())).shape[1]
     step = SEGMENT_CHUNKS * chunk_size
     parts: dict[str, dict[str, list]] = {}
@@ -133,7 +128,7 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
                  volumes: str = "float16", **task_params: Any) -> list[Trace]:
     """One trace per sample index, run together as one batch (the same samples as capturing each alone;
     the arrays agree up to float rounding, since batched arithmetic may round differently)."""
-    _check_volume_dtype(volumes)
+    check_volume_dtype(volumes)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     model = ckpt.model.eval()
     chunk_size = memory_chunk_size(model)

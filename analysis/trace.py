@@ -284,12 +284,17 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
     return Trace(info=info, layers=layers, chunks=chunks, meta=meta)
 
 
+def check_volume_dtype(volumes: str) -> None:
+    """A ValueError unless ``volumes`` names a storage type traces support."""
+    if volumes not in VOLUME_DTYPES:
+        raise ValueError(f"volumes must be one of {', '.join(VOLUME_DTYPES)}, got {volumes!r}")
+
+
 def volume_bytes(num_chunks: int, channels: int, grid: tuple[int, int, int], gates: bool = False,
                  cells: bool = True, volumes: str = "float16") -> int:
     """Bytes the volumes of one layer take: (h, c if cells, 4 gates if gates) × K × C × D·H·W × 2 in
     float16; × 1 in int8, plus a 4-byte scale per chunk and channel of each volume."""
-    if volumes not in VOLUME_DTYPES:
-        raise ValueError(f"volumes must be one of {', '.join(VOLUME_DTYPES)}, got {volumes!r}")
+    check_volume_dtype(volumes)
     count = 1 + int(cells) + 4 * int(gates)
     if volumes == "int8":
         return count * num_chunks * channels * (math.prod(grid) + 4)
