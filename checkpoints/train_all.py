@@ -5,7 +5,7 @@ the same grid; the run with the best *validation* accuracy (batches disjoint fro
 evaluation seeds) is copied to ``checkpoints/<task>-<backbone>/``. The commands, wall times and
 the whole grid go to ``checkpoints/training.json``, from which ``checkpoints/README.md`` is written.
 
-    .venv/bin/python checkpoints/train_all.py                 # everything (about an hour on 2 cores)
+    .venv/bin/python checkpoints/train_all.py                 # everything (hours on 2 cores: see checkpoints/README.md)
     .venv/bin/python checkpoints/train_all.py --tasks no_harm --jobs 1
 """
 
