@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .trace import VOLUME_DTYPES
+
 TRACE_DESCRIPTION = (
     "Run one sample of a checkpoint's task through the model with recording on and save the trace: per "
-    "memory layer and chunk, h and c after the update (float16), read/write coordinates, sigma, content, "
+    "memory layer and chunk, h and c after the update (float16, or int8 with --volumes int8), read/write coordinates, sigma, content, "
     "the read vector, the gate volumes i/f/o/g and sigma(gamma); per chunk the prediction, its class "
     "probabilities and the target; and the task's metadata. Sample INDEX of stream SEED is the same every "
     "time, so the same checkpoint, seed and index give the same trace.")
@@ -76,7 +78,7 @@ def add_trace_parsers(subparsers: Any) -> None:
                             "(repeatable; only parameters that keep the model's shapes)")
     trace.add_argument("--no-gates", action="store_true", help="leave out the gate volumes (a smaller file)")
     trace.add_argument("--no-cells", action="store_true", help="leave out the cell volume c (a smaller file)")
-    trace.add_argument("--volumes", choices=("float16", "int8"), default="float16",
+    trace.add_argument("--volumes", choices=VOLUME_DTYPES, default="float16",
                        help="how h, c and the gate volumes are stored: float16 (default), or int8 with a scale "
                             "per chunk and channel — half the size, each value within 1/254 of its channel's "
                             "largest magnitude in that chunk")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,8 @@ from analysis import TraceError, addressing_report, capture, load_trace
 from analysis.quantized import INT8_LEVELS, QuantizedVolumes, dequantize, quantize
 from analysis.trace import volume_bytes
 from tensor_memory.cli import main
+
+from safetensors_edits import rewrite_array, rewrite_header
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
@@ -112,50 +113,27 @@ def test_an_int8_trace_saves_and_loads_exactly(pair, tmp_path):
     assert capture(OCCLUSION, seed=3, index=2, progress=False, volumes="int8").arrays().keys() == a.keys()
 
 
-def _edit_array(saved: Path, out: Path, name: str, values: np.ndarray) -> Path:
-    """Overwrite array ``name``'s bytes in a safetensors file (same size), keeping the header."""
-    data = bytearray(saved.read_bytes())
-    (n,) = struct.unpack("<Q", data[:8])
-    start, end = json.loads(data[8:8 + n])[name]["data_offsets"]
-    raw = values.tobytes()
-    assert len(raw) == end - start
-    data[8 + n + start:8 + n + end] = raw
-    out.write_bytes(bytes(data))
-    return out
-
-
 def test_broken_int8_traces_are_refused(pair, tmp_path):
     _, q8 = pair
     saved = q8.save(tmp_path / "q.safetensors")
     name = "layer/backbone.blocks.1.memory/h_scale"
     scale = q8.layer().h.scale
-    negative = _edit_array(saved, tmp_path / "neg", name, -scale)
-    nan = _edit_array(saved, tmp_path / "nan", name, np.full_like(scale, np.nan))
+    negative = rewrite_array(saved, tmp_path / "neg", name, -scale)
+    nan = rewrite_array(saved, tmp_path / "nan", name, np.full_like(scale, np.nan))
     for path, pattern in ((negative, "negative scales"), (nan, "NaN")):
         with pytest.raises(TraceError, match=pattern) as error:
             load_trace(path)
         assert str(path) in str(error.value)
-    # A float16 trace whose header claims int8 volumes: the scales are missing.
+    # A float16 trace whose header claims int8 volumes (the scales are missing), or an unknown type.
     f16 = pair[0].save(tmp_path / "f.safetensors")
-    data = f16.read_bytes()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    info = json.loads(header["__metadata__"]["trace"])
-    for layer in info["info"]["layers"].values():
-        layer["volumes"] = "int8"
-    header["__metadata__"]["trace"] = json.dumps(info)
-    text = json.dumps(header).encode()
-    claimed = tmp_path / "claimed"
-    claimed.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
-    with pytest.raises(TraceError, match="missing arrays"):
-        load_trace(claimed)
-    for layer in info["info"]["layers"].values():
-        layer["volumes"] = "int4"
-    header["__metadata__"]["trace"] = json.dumps(info)
-    text = json.dumps(header).encode()
-    claimed.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
-    with pytest.raises(TraceError, match="float16 or int8"):
-        load_trace(claimed)
+    for volumes, pattern in (("int8", "missing arrays"), ("int4", "float16 or int8")):
+        def claim(header, volumes=volumes):
+            trace = json.loads(header["__metadata__"]["trace"])
+            for layer in trace["info"]["layers"].values():
+                layer["volumes"] = volumes
+            header["__metadata__"]["trace"] = json.dumps(trace)
+        with pytest.raises(TraceError, match=pattern):
+            load_trace(rewrite_header(f16, tmp_path / f"claims-{volumes}", claim))
 
 
 def test_the_size_bound_for_1000_chunks_at_c32_on_16_cubed():
