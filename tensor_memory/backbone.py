@@ -4,8 +4,8 @@ Every kind shares the same block,
 
     x += attn(LN(x));  x += mem(x)  [memory layers only, LN_m inside];  x += mlp(LN(x))
 
-and a sinusoidal absolute position embedding added at the input. They differ only in the
-context mechanism:
+and, with ``positions="sinusoidal"``, a sinusoidal absolute position embedding added at the
+input. They differ only in the context mechanism:
 
 - ``base``      softmax attention over every earlier token (a KV cache that grows).
 - ``local``     softmax attention over the last ``window`` tokens (a fixed-size KV cache).
@@ -36,6 +36,10 @@ from .config import ConfigBase, require_int
 from .memory import MemoryConfig, MemoryState, TensorMemory
 
 KINDS = ("tensor", "base", "xl", "local", "linear", "slots", "registers")
+# What the backbone adds to its input to mark token positions. "sinusoidal" has amplitude 1 per
+# feature, which swamps task encoders whose features start small: the diagnostic tasks' configs use
+# "none" and let their encoders carry the positions they need (docs/trainability.md).
+POSITIONS = ("sinusoidal", "none")
 MEMORY_KINDS = ("tensor", "slots")  # kinds with a memory sub-block in their memory layers
 SLOT_GATE_INIT = -2.0  # read gate of the slot memory at init, the same σ(γ) ≈ 0.12 as MemoryConfig
 LINEAR_EPS = 1e-6  # keeps linear attention's normaliser away from zero
@@ -53,6 +57,7 @@ class BackboneConfig(ConfigBase):
     heads: int = 4
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio · dim
     causal: bool = True  # False: bidirectional, whole sequences only
+    positions: str = "sinusoidal"  # "sinusoidal" | "none", see POSITIONS
     window: Optional[int] = None  # attend to positions (t − window, t]; None = unbounded
     memory: Optional[MemoryConfig] = None  # kind "tensor" only; defaults to MemoryConfig(token_dim=dim)
     memory_layers: Optional[list[int]] = None  # layers with a memory (tensor) or slots; None = all
@@ -73,6 +78,9 @@ class BackboneConfig(ConfigBase):
         require_int(owner, "mlp_ratio", self.mlp_ratio, 1)
         if not isinstance(self.causal, bool):
             raise ValueError(f"{owner}.causal must be True or False, got {self.causal!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"{owner}.positions must be one of {', '.join(map(repr, POSITIONS))}, "
+                             f"got {self.positions!r}")
         if self.window is not None:
             require_int(owner, "window", self.window, 1)
         elif self.kind == "local":
@@ -553,7 +561,9 @@ class Backbone(nn.Module):
         pos0 = 0 if state is None else state.pos
         if N == 0:  # an empty segment of a stream changes nothing
             return self.norm(x), state
-        h = x + sinusoidal_positions(pos0, N, self.config.dim, x.device, x.dtype)  # (B, N, dim)
+        h = x  # (B, N, dim)
+        if self.config.positions == "sinusoidal":
+            h = x + sinusoidal_positions(pos0, N, self.config.dim, x.device, x.dtype)
         prefix = 0
         if self.registers is not None:
             prefix = self.registers.shape[0]

@@ -3,7 +3,7 @@
 A checkpoint is a directory::
 
     model.safetensors   the TaskModel state_dict (safetensors: a JSON header, then raw tensor bytes)
-    config.json         {"schema_version": 1, "task": {"name", "params"}, "model": {...}, "training": {...}}
+    config.json         {"schema_version": 2, "task": {"name", "params"}, "model": {...}, "training": {...}}
     metrics.json        optional: evaluation results with their seeds
     …                   anything else (train_log.jsonl, optimizer state for resuming) is ignored here
 
@@ -37,7 +37,11 @@ from .backbone import BackboneConfig
 from .model import TaskModel
 from .tasks import TASKS, Task, make_task
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 predates the defaults that made the memory trainable (docs/trainability.md). Its configs
+# omit settings whose defaults changed; they are read with the values those models were built with.
+V1_DEFAULTS = {"model": {"positions": "sinusoidal"}, "memory": {"summary_norm": False},
+               "task_params": {"occlusion": {"head": "joint"}}}
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -163,7 +167,7 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     if not isinstance(config, dict):
         raise CheckpointError(f"save_checkpoint: config must be a dict, got {type(config).__name__}")
     config = {"schema_version": SCHEMA_VERSION, **config}
-    task, backbone = _parse_config(config, "save_checkpoint config")
+    config, task, backbone = _parse_config(config, "save_checkpoint config")
     if isinstance(model, TaskModel) and backbone.to_dict() != model.backbone.config.to_dict():
         raise CheckpointError("save_checkpoint: config['model'] does not describe the model's backbone "
                               f"(config: {backbone.to_dict()}, model: {model.backbone.config.to_dict()})")
@@ -188,18 +192,41 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
 # Config
 # ---------------------------------------------------------------------------------------
 
-def _parse_config(config: Any, source: str, fix: str = "") -> tuple[Task, BackboneConfig]:
-    """Validate a config dict; the task it names and its backbone config. Errors name ``source``, end with ``fix``."""
+def _upgrade_v1(config: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 config as schema 2: the settings whose defaults changed, filled with their old values."""
+    config = json.loads(json.dumps(config))  # a deep copy of plain JSON
+    model, task = config.get("model"), config.get("task")
+    if isinstance(model, dict):
+        for key, value in V1_DEFAULTS["model"].items():
+            model.setdefault(key, value)
+        if isinstance(model.get("memory"), dict):
+            for key, value in V1_DEFAULTS["memory"].items():
+                model["memory"].setdefault(key, value)
+    if isinstance(task, dict) and isinstance(task.get("params", {}), dict):
+        old = V1_DEFAULTS["task_params"].get(task.get("name"), {})
+        if old:
+            task["params"] = {**old, **task.get("params", {})}
+    config["schema_version"] = SCHEMA_VERSION
+    return config
+
+
+def _parse_config(config: Any, source: str, fix: str = "") -> tuple[dict[str, Any], Task, BackboneConfig]:
+    """Validate a config dict: (the config at the current schema, its task, its backbone config).
+
+    Errors name ``source`` and end with ``fix``. A schema-1 config is upgraded (:func:`_upgrade_v1`).
+    """
     if not isinstance(config, dict):
         raise CheckpointError(f"{source}: the top level must be a JSON object, got {_json_type(config)}")
     if "schema_version" not in config:
         raise CheckpointError(f"{source}: missing 'schema_version' (this version of tensor_memory reads "
                               f"schema_version {SCHEMA_VERSION}); is this a tensor_memory checkpoint?")
     version = config["schema_version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version not in (1, SCHEMA_VERSION):
         raise CheckpointError(f"{source}: unknown schema_version {version!r}; this version of tensor_memory "
-                              f"reads schema_version {SCHEMA_VERSION} only (upgrade tensor_memory for newer "
+                              f"reads schema_version 1 and {SCHEMA_VERSION} only (upgrade tensor_memory for newer "
                               f"checkpoints)")
+    if version == 1:
+        config = _upgrade_v1(config)
     for key in ("task", "model"):
         if key not in config:
             raise CheckpointError(f"{source}: missing the '{key}' section{fix}")
@@ -226,7 +253,7 @@ def _parse_config(config: Any, source: str, fix: str = "") -> tuple[Task, Backbo
         backbone = BackboneConfig.from_dict(config["model"])
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"{source}: invalid model config: {error}{fix}") from None
-    return task, backbone
+    return config, task, backbone
 
 
 def _json_type(value: Any) -> str:
@@ -237,7 +264,7 @@ def _json_type(value: Any) -> str:
 
 def build_model(config: dict[str, Any], source: str = "config") -> tuple[TaskModel, Task]:
     """A freshly initialised (TaskModel, Task) from a checkpoint config dict (validated first)."""
-    task, backbone = _parse_config(config, source)
+    _, task, backbone = _parse_config(config, source)
     return TaskModel(task, backbone), task
 
 
@@ -461,7 +488,8 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu") ->
                                   f"{MODEL_FILE} and {CONFIG_FILE} (copy the whole directory)")
 
     config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
-    task, backbone = _parse_config(config, str(config_path), f" (fix {CONFIG_FILE} or re-save the checkpoint)")
+    config, task, backbone = _parse_config(config, str(config_path),
+                                           f" (fix {CONFIG_FILE} or re-save the checkpoint)")
     header = read_safetensors_header(model_path)
 
     # Shapes are checked against a model built on the meta device (no memory), so a config that

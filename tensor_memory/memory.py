@@ -4,7 +4,8 @@ Per memory layer the state is a pair of volumes ``h, c`` of shape (B, C, D, H, W
 at the start of a sequence. The tokens are cut into chunks of ``chunk_size``; for chunk k:
 
 1. Chunk summaries — read query ``q_k`` = the chunk's first token; write summary ``s_k`` =
-   a learned projection of the chunk's concatenated tokens.
+   a learned projection of the chunk's concatenated tokens, layer-normalised (no gain) so
+   that it sits on the same scale as the query, which is a normalised token.
 2. Addressing — one shared ``coord_head`` + tanh: ``mu_read = tanh(coord_head(q_k))``,
    ``mu_write = tanh(coord_head(s_k))``, as (x, y, z) in [-1, 1] (grid_sample's order).
 3. Read — trilinear interpolation of ``h`` *before* chunk k's write at ``mu_read``,
@@ -56,8 +57,9 @@ class MemoryConfig(ConfigBase):
     gate_init: float = -2.0  # γ at init: σ(-2) ≈ 0.12; use ≈ -9 to attach to a pretrained model
     sigma_init: float = 0.4  # initial write spread, normalised units (one voxel spacing at 6 voxels)
     sigma_min: float = 0.05  # floor under the learned spread, so a write never becomes a spike
-    forget_bias: float = 1.0  # forget-gate bias at init: the memory starts by keeping what it holds
+    forget_bias: float = 4.0  # forget-gate bias at init: σ(4) = 0.98, so a write survives tens of chunks (1 forgot it in ~5)
     summary_init: str = "random"  # "sum": the write summary starts as the chunk's tokens summed (÷√chunk)
+    summary_norm: bool = True  # layer-normalise s_k (no gain): without it the projection grows and tanh pins writes at a face
     coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
     write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
     window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
@@ -77,6 +79,8 @@ class MemoryConfig(ConfigBase):
         require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
         require_float(owner, "sigma_init", self.sigma_init, self.sigma_min, low_open=True)
         require_float(owner, "forget_bias", self.forget_bias)
+        if not isinstance(self.summary_norm, bool):
+            raise ValueError(f"{owner}.summary_norm must be True or False, got {self.summary_norm!r}")
         for name, value, allowed in (("summary_init", self.summary_init, INIT_CHOICES["summary_init"]),
                                      ("coord_init", self.coord_init, INIT_CHOICES["coord_init"])):
             if value not in allowed:
@@ -300,6 +304,8 @@ class TensorMemory(nn.Module):
         queries = tokens[:, ::cs]  # (B, n_read, d) each chunk's first token
         whole = tokens[:, :n_write * cs].reshape(B, n_write, cs * d)  # (B, n_write, cs·d)
         summaries = self.summary(whole)  # (B, n_write, d)
+        if cfg.summary_norm:  # the query is a normalised token; the tied coord_head sees both on one scale
+            summaries = F.layer_norm(summaries, (d,))
 
         # 2. Addressing: one coordinate head for both, tanh keeps coordinates in the grid.
         mu_read = torch.tanh(self.coord_head(queries))  # (B, n_read, 3)

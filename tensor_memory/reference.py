@@ -69,6 +69,8 @@ class ReferenceMemory(nn.Module):
             if chunk.shape[1] < cs:  # incomplete: nothing to write yet
                 break
             s = self.summary(chunk.reshape(B, cs * d))  # (B, d)
+            if cfg.summary_norm:
+                s = F.layer_norm(s, (d,))
             mu_write = torch.tanh(self.coord_head(s))  # (B, 3)
             sigma = F.softplus(self.spread(s)) + cfg.sigma_min  # (B, 1)
             dist2 = ((centres[None] - mu_write[:, None, None, None, :]) ** 2).sum(-1)  # (B, D, H, W)

@@ -370,3 +370,17 @@ def test_every_kind_learns_to_copy_the_token_two_back(kind):
         opt.step()
         losses.append(loss.item())
     assert sum(losses[-5:]) / 5 < 0.7 * losses[0], losses
+
+
+def test_positions_none_adds_nothing_and_sinusoidal_adds_the_table():
+    from tensor_memory.backbone import sinusoidal_positions
+    torch.manual_seed(0)
+    plain = Backbone(BackboneConfig(kind="base", dim=16, layers=1, heads=2, positions="none")).eval()
+    with_pe = Backbone(BackboneConfig(kind="base", dim=16, layers=1, heads=2, positions="sinusoidal")).eval()
+    with_pe.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 7, 16)
+    pe = sinusoidal_positions(0, 7, 16)
+    assert torch.allclose(plain(x + pe)[0], with_pe(x)[0], atol=1e-6)
+    assert not torch.allclose(plain(x)[0], with_pe(x)[0], atol=1e-3)
+    with pytest.raises(ValueError, match="positions must be one of"):
+        BackboneConfig(kind="base", positions="learned")

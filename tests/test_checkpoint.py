@@ -15,7 +15,7 @@ from safetensors.torch import save as st_save
 import tensor_memory
 from tensor_memory import checkpoint as ck
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import (CheckpointError, atomic_write_text, build_model, load_checkpoint,
+from tensor_memory.checkpoint import (SCHEMA_VERSION, CheckpointError, atomic_write_text, build_model, load_checkpoint,
                                       save_checkpoint)
 from tensor_memory.memory import MemoryConfig
 from tensor_memory.model import TaskModel
@@ -30,7 +30,7 @@ def backbone_config(kind: str = "tensor", dim: int = 8) -> BackboneConfig:
 
 
 def full_config(kind: str = "tensor", dim: int = 8) -> dict:
-    return {"schema_version": 1, "task": {"name": "no_harm", "params": dict(TASK_PARAMS)},
+    return {"schema_version": SCHEMA_VERSION, "task": {"name": "no_harm", "params": dict(TASK_PARAMS)},
             "model": backbone_config(kind, dim).to_dict(), "training": {"steps": 3, "lr": 1e-3, "seed": 0}}
 
 
@@ -89,7 +89,7 @@ def test_save_fills_schema_version_and_checks_config(tmp_path: Path) -> None:
     config = full_config()
     del config["schema_version"]
     save_checkpoint(tmp_path / "c", make_model(), config)
-    assert json.loads((tmp_path / "c" / "config.json").read_text())["schema_version"] == 1
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["schema_version"] == SCHEMA_VERSION
     with pytest.raises(CheckpointError, match="does not describe the model"):
         save_checkpoint(tmp_path / "d", make_model(), full_config(dim=4))
     assert not (tmp_path / "d").exists()
@@ -298,7 +298,7 @@ def test_bad_metrics_json(saved: Path) -> None:
 
 @pytest.mark.parametrize("edit, phrase", [
     (lambda c: c.pop("schema_version"), "missing 'schema_version'"),
-    (lambda c: c.update(schema_version=2), "unknown schema_version 2"),
+    (lambda c: c.update(schema_version=3), "unknown schema_version 3"),
     (lambda c: c.update(schema_version="1"), "unknown schema_version"),
     (lambda c: c.pop("model"), "missing the 'model' section"),
     (lambda c: c.update(task=[]), "'task' must be an object"),
@@ -312,6 +312,32 @@ def test_bad_config_contents(saved: Path, edit, phrase: str) -> None:
     rewrite_config(saved, edit)
     message = error_of(saved)
     assert "config.json" in message and phrase in message, message
+
+
+def test_schema_1_checkpoints_load_as_the_models_they_were(tmp_path: Path) -> None:
+    """A schema-1 config omits settings whose defaults changed in schema 2; it must load the model it
+    was saved from (sinusoidal positions, no summary norm, the joint occlusion head), not today's defaults."""
+    task = make_task("occlusion", {"frames": 3, "size": 4, "ball": 1, "patch": 2, "occlusion_length": 1,
+                                   "head": "joint"})
+    backbone = BackboneConfig(kind="tensor", dim=8, layers=1, heads=2, mlp_ratio=1, positions="sinusoidal",
+                              memory=MemoryConfig(token_dim=8, channels=2, grid=(2, 2, 2), chunk_size=4,
+                                                  summary_norm=False))
+    torch.manual_seed(0)
+    model = TaskModel(task, backbone).eval()
+    config = {"task": {"name": "occlusion", "params": task.config.to_dict()}, "model": backbone.to_dict()}
+    save_checkpoint(tmp_path / "old", model, config)
+
+    def as_schema_1(c: dict) -> None:  # what a checkpoint written before schema 2 holds
+        c["schema_version"] = 1
+        del c["model"]["positions"], c["model"]["memory"]["summary_norm"], c["task"]["params"]["head"]
+
+    rewrite_config(tmp_path / "old", as_schema_1)
+    loaded = tensor_memory.load_checkpoint(tmp_path / "old")
+    assert loaded.config["schema_version"] == SCHEMA_VERSION
+    assert loaded.model.backbone.config.positions == "sinusoidal"
+    assert loaded.model.backbone.config.memory.summary_norm is False and loaded.task.config.head == "joint"
+    batch = task.sample(2, 0)
+    assert torch.equal(loaded.model(batch.inputs)[0], model(batch.inputs)[0])
 
 
 def test_build_model_validates(tmp_path: Path) -> None:

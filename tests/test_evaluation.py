@@ -28,7 +28,7 @@ def tiny(kind: str = "tensor", seed: int = 0) -> tuple[TaskModel, dict]:
     backbone = BackboneConfig(kind=kind, dim=8, layers=2, heads=2, mlp_ratio=1, memory=memory)
     torch.manual_seed(seed)
     model = TaskModel(make_task("no_harm", PARAMS), backbone)
-    config = {"schema_version": 1, "task": {"name": "no_harm", "params": dict(PARAMS)},
+    config = {"schema_version": 2, "task": {"name": "no_harm", "params": dict(PARAMS)},
               "model": backbone.to_dict(), "training": {}}
     return model, config
 

@@ -341,3 +341,39 @@ def test_sum_and_centre_initialisations():
     assert torch.equal(default.summary.weight, plain.weight)
     with pytest.raises(ValueError, match="coord_init must be one of"):
         MemoryConfig(coord_init="corner")
+
+
+def test_summary_norm_keeps_writes_off_the_faces_however_large_the_projection_grows():
+    """The regression behind docs/trainability.md: an unnormalised write summary grows in training until
+    tanh(coord_head(s)) pins every write at a face. Normalised, μ_write ignores the projection's scale."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 12, 16)
+    mu = {}
+    for norm in (True, False):
+        torch.manual_seed(1)
+        mem = TensorMemory(MemoryConfig(token_dim=16, channels=2, grid=(3, 3, 3), chunk_size=3, summary_norm=norm))
+        for scale in (1.0, 30.0):
+            with torch.no_grad():
+                mem.summary.weight.mul_(scale)
+                mem.summary.bias.mul_(scale)
+            with torch.no_grad(), record(mem) as rec:
+                mem(x)
+            mu[norm, scale] = rec.layers[""].mu_write
+    assert torch.allclose(mu[True, 30.0], mu[True, 1.0], atol=1e-5)
+    assert (mu[True, 30.0].abs() > 0.98).float().mean() < 0.2
+    assert (mu[False, 30.0].abs() > 0.98).float().mean() > 0.6  # the failure summary_norm prevents
+    assert not torch.allclose(mu[False, 30.0], mu[False, 1.0], atol=1e-2)
+
+
+def test_summary_norm_is_a_layer_norm_without_gain_of_the_projection():
+    torch.manual_seed(0)
+    cfg = MemoryConfig(token_dim=8, channels=2, grid=(2, 2, 2), chunk_size=2)
+    mem = TensorMemory(cfg)
+    x = torch.randn(1, 4, 8)
+    with torch.no_grad(), record(mem) as rec:
+        mem(x)
+    u = F.layer_norm(x, (8,), mem.norm.weight, mem.norm.bias).reshape(1, 2, 16)
+    s = mem.summary(u)
+    s = (s - s.mean(-1, keepdim=True)) / torch.sqrt(s.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    assert torch.allclose(rec.layers[""].mu_write, torch.tanh(mem.coord_head(s)), atol=1e-6)
+    assert torch.allclose(rec.layers[""].content, mem.content(s), atol=1e-6)

@@ -322,3 +322,37 @@ def test_map_bookkeeping_and_oracle():
     few = make_task("map_building", {"observations": 2}).sample(B, seed=9)
     ratio = lambda bt: (lambda s, n: s / n)(*task.counts(torch.zeros(*bt.targets.shape, 2), bt)["oracle_accuracy"])  # noqa: E731
     assert ratio(few) < ratio(batch)
+
+
+def test_encoder_embeddings_start_at_the_scale_of_their_role():
+    """Markers (places, rows, columns, flags) start at 0.02 so they do not swamp the content beside them;
+    what a token carries for the memory (a binding's value, a counter's token) starts at N(0, 1)."""
+    from tensor_memory.tasks.base import CONTENT_STD, MARKER_STD
+    roles = {"occlusion": {"place": MARKER_STD}, "map_building": {"row": MARKER_STD, "col": MARKER_STD, "flag": MARKER_STD},
+             "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD}, "no_harm": {"embed": CONTENT_STD}}
+    assert set(roles) == set(TASKS)
+    torch.manual_seed(0)
+    for name, tables in roles.items():
+        encoder = make_task(name).encoder(64)
+        found = {n: m for n, m in encoder.named_modules() if isinstance(m, torch.nn.Embedding)}
+        assert set(found) == set(tables), name
+        for table, std in tables.items():
+            assert abs(found[table].weight.std().item() - std) < 0.15 * std, (name, table)
+
+
+def test_occlusion_position_head_scores_rows_and_columns_apart():
+    torch.manual_seed(0)
+    task = make_task("occlusion", {"size": 8, "patch": 4})
+    head = task.head(16)
+    features = torch.randn(5, 16)
+    logits = head(features)  # (5, 64)
+    row, col = head.row(features), head.col(features)
+    assert torch.allclose(logits.view(5, 8, 8), row[:, :, None] + col[:, None, :], atol=1e-6)
+    target = torch.randint(64, (5,))
+    joint = F.cross_entropy(logits, target)
+    apart = F.cross_entropy(row, target // 8) + F.cross_entropy(col, target % 8)
+    assert torch.allclose(joint, apart, atol=1e-5)  # the softmax over cells factorises
+    assert torch.equal(logits.argmax(-1), row.argmax(-1) * 8 + col.argmax(-1))
+    assert isinstance(make_task("occlusion", {"head": "joint"}).head(16), torch.nn.Linear)
+    with pytest.raises(ValueError, match="head must be one of"):
+        make_task("occlusion", {"head": "both"})

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigBase, require_float, require_int
-from .base import Batch, Counts, Task, generator, masked_accuracy
+from .base import CONTENT_STD, Batch, Counts, Task, embedding, generator, masked_accuracy
 
 
 @dataclasses.dataclass
@@ -41,8 +41,8 @@ class BindingEncoder(nn.Module):
     def __init__(self, values: int, dim: int) -> None:
         super().__init__()
         self.key = nn.Linear(3, dim)
-        self.value = nn.Embedding(values + 1, dim)  # index `values`: no value (a query)
-        self.flag = nn.Embedding(2, dim)  # 0: write, 1: query
+        self.value = embedding(values + 1, dim, CONTENT_STD)  # index `values`: no value (a query)
+        self.flag = embedding(2, dim)  # 0: write, 1: query
 
     def forward(self, key: torch.Tensor, value: torch.Tensor, is_query: torch.Tensor) -> torch.Tensor:
         return self.key(key) + self.value(value) + self.flag(is_query)

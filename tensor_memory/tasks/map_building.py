@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigBase, require_float, require_int
-from .base import Batch, Counts, Task, generator, masked_accuracy
+from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
 
 @dataclasses.dataclass
@@ -45,9 +45,9 @@ class MapEncoder(nn.Module):
     def __init__(self, patch: int, map_size: int, dim: int) -> None:
         super().__init__()
         self.values = nn.Linear(patch * patch, dim)
-        self.row = nn.Embedding(map_size, dim)  # shared by observations (top-left) and queries (cell)
-        self.col = nn.Embedding(map_size, dim)
-        self.flag = nn.Embedding(2, dim)  # 0: observation, 1: query
+        self.row = embedding(map_size, dim)  # shared by observations (top-left) and queries (cell)
+        self.col = embedding(map_size, dim)
+        self.flag = embedding(2, dim)  # 0: observation, 1: query
 
     def forward(self, values: torch.Tensor, row: torch.Tensor, col: torch.Tensor,
                 is_query: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigBase, require_int
-from .base import Batch, Counts, Task, generator, masked_accuracy
+from .base import CONTENT_STD, Batch, Counts, Task, embedding, generator, masked_accuracy
 
 
 @dataclasses.dataclass
@@ -28,7 +28,7 @@ class NoHarmConfig(ConfigBase):
 class CounterEncoder(nn.Module):
     def __init__(self, modulus: int, dim: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(modulus, dim)
+        self.embed = embedding(modulus, dim, CONTENT_STD)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed(tokens)  # (B, N) → (B, N, dim)

@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from ..config import ConfigBase, require_int
-from .base import Batch, Counts, Task, generator, masked_accuracy
+from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
 # The eight velocities (dy, dx) ∈ {−1, 0, 1}² \ {(0, 0)}.
 VELOCITIES = torch.tensor([(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)])
 CURTAIN = 0.5  # the value of every pixel of an occluded frame
+HEADS = ("factorised", "joint")
 
 
 def _require_range(owner: str, name: str, value, low: int, high: int) -> None:
@@ -42,6 +43,7 @@ class OcclusionConfig(ConfigBase):
     patch: int = 4  # patch tokens are patch × patch pixels; must divide size
     occlusion_length: int = 4  # L, consecutive occluded frames (0: none)
     occlusion_start: int = -1  # first occluded frame: −1 = random per sample, else fixed, in [2, frames − L]
+    head: str = "factorised"  # "factorised": row and column scored apart (see PositionHead); "joint": one size²-way Linear
 
     def __post_init__(self) -> None:
         owner = "OcclusionConfig"
@@ -57,6 +59,8 @@ class OcclusionConfig(ConfigBase):
         if isinstance(start, bool) or not isinstance(start, int) or not (start == -1 or 2 <= start <= high):
             raise ValueError(f"{owner}.occlusion_start must be -1 (random) or an integer in [2, {high}] "
                              f"(= [2, frames - occlusion_length]), got {start!r}")
+        if self.head not in HEADS:
+            raise ValueError(f"{owner}.head must be one of {', '.join(map(repr, HEADS))}, got {self.head!r}")
 
     @property
     def tokens_per_frame(self) -> int:
@@ -69,10 +73,30 @@ class PatchEncoder(nn.Module):
     def __init__(self, patch: int, tokens_per_frame: int, dim: int) -> None:
         super().__init__()
         self.pixels = nn.Linear(patch * patch, dim)
-        self.place = nn.Embedding(tokens_per_frame, dim)
+        self.place = embedding(tokens_per_frame, dim)
 
     def forward(self, pixels: torch.Tensor, patch_index: torch.Tensor) -> torch.Tensor:
         return self.pixels(pixels) + self.place(patch_index)
+
+
+class PositionHead(nn.Module):
+    """Features (…, dim) → logits over the size² cells, scored as a row plus a column.
+
+    ``logit[y·size + x] = row(f)[y] + col(f)[x]``, so the softmax over cells is the product of a
+    softmax over rows and one over columns, and the cross-entropy is CE(row) + CE(column). The
+    targets and metrics stay those of one size²-way class; the head only learns the two
+    coordinates apart, which a single size²-way Linear has to learn cell by cell (measured in
+    docs/trainability.md).
+    """
+
+    def __init__(self, dim: int, size: int) -> None:
+        super().__init__()
+        self.row = nn.Linear(dim, size)
+        self.col = nn.Linear(dim, size)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        scores = self.row(features)[..., :, None] + self.col(features)[..., None, :]  # (…, size, size) as (y, x)
+        return scores.flatten(-2)  # (…, size²), cell y·size + x
 
 
 def render(positions: torch.Tensor, size: int, ball: int) -> torch.Tensor:
@@ -135,6 +159,11 @@ class Occlusion(Task):
     def encoder(self, dim: int) -> nn.Module:
         cfg = self.config
         return PatchEncoder(cfg.patch, cfg.tokens_per_frame, dim)
+
+    def head(self, dim: int) -> nn.Module:
+        if self.config.head == "joint":
+            return nn.Linear(dim, self.num_classes)
+        return PositionHead(dim, self.config.size)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         occluded = batch.meta["occluded"].repeat_interleave(self.config.tokens_per_frame, dim=1)  # (B, N)
