@@ -16,6 +16,11 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
+import torch
+
+from tensor_memory.addressing import (BOUNDARY_EPS, boundary_fraction, median, read_write_distances,
+                                      write_spread_voxels)
+from tensor_memory.addressing import sigma_voxels as sigma_in_voxel_spacings
 
 from .grid import voxel_coordinates, voxel_spacing
 from .trace import GATE_FIELDS, LayerTrace, Trace
@@ -28,12 +33,34 @@ COLLAPSE_SPREAD_VOXELS = 0.5  # all writes within half a voxel of their mean: on
 SIGMA_COLLAPSE_VOXELS = 0.25  # a write midway between two voxel centres reaches them at < e^-2: a point write
 SIGMA_EXPLOSION_EXTENT = 0.5  # σ over half the grid's extent: the write is nearly flat, location means little
 BOUNDARY_FRACTION = 0.5  # over half the coordinates pinned at a face: tanh saturated, no gradient to move them
-BOUNDARY_EPS = 0.98  # |coordinate| above this (of 1) counts as pinned: tanh' < 0.04 there
 DEAD_READ_RATIO = 1e-3  # reads vary less than 0.1% of the read gate's scale: the path carries nothing
 DEAD_GATE_SCALE = 1e-3  # σ(γ) below this: the read is multiplied away
 GATE_SATURATION_FRACTION = 0.9  # over 90% of gate values within GATE_EPS of 0 or 1: gradients vanish
 GATE_EPS = 0.01
 ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at ≥ e^-2 (within 2σ)
+
+# A likely remedy for each failure, from the bisection in docs/trainability.md (what made the
+# project's memories learn their addressing, measured one difference at a time).
+REMEDIES = {
+    "dead memory": "Check that the inputs reach the memory with their content and that writes survive until they "
+                   "are read. Markers (places, flags) at N(0, 1) or sinusoidal positions of amplitude 1 "
+                   "(BackboneConfig.positions) swamp the content beside them: the project's occlusion memory stayed "
+                   "at chance with either. A forget gate that starts near 0.73 (MemoryConfig.forget_bias = 1) erases "
+                   "a write within a few chunks: with it, map building stayed at chance even with its addressing "
+                   "given; forget_bias = 4 (the default) keeps it.",
+    "coordinate collapse": "Keep MemoryConfig.summary_norm on: without it the write summary grows during training and "
+                           "tanh drives the writes to a corner. Check that the content reaches the memory at a "
+                           "useful scale (a binding's values at N(0, 1), markers at 0.02): with its content tables "
+                           "at 0.02 the binding memory collapsed its writes to one point (docs/trainability.md).",
+    "sigma collapse": "Raise MemoryConfig.sigma_min: a floor under σ keeps each write reaching the voxel centres "
+                      "around it, so reads near it get a gradient.",
+    "sigma explosion": "The layer is storing one vector, not a map: writes flat over the grid hold the same content "
+                       "everywhere. Without MemoryConfig.summary_norm the occlusion memory (and the plain prototype) "
+                       "grew σ to 3–7 voxels this way; keep it on.",
+    "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
+                           "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
+    "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
+}
 
 THRESHOLDS = {name: value for name, value in globals().items()
               if name.isupper() and isinstance(value, (int, float)) and name != "VERDICTS"}
@@ -81,9 +108,9 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
 
     # Write coordinates in voxels: their spread over all writes, within a sample, and across samples.
     writes = [voxel_coordinates(lay.mu_write.astype(np.float64), grid) for lay in layers]  # each (K, 3)
-    pooled = np.concatenate(writes)
-    spread_all = float(np.sqrt(pooled.var(0).sum()))
-    spread_chunks = float(np.mean([np.sqrt(w.var(0).sum()) for w in writes]))
+    mu_writes = [torch.from_numpy(lay.mu_write.astype(np.float64)) for lay in layers]
+    spread_all = write_spread_voxels(torch.cat(mu_writes), grid)
+    spread_chunks = float(np.mean([write_spread_voxels(w, grid) for w in mu_writes]))
     K = min(len(w) for w in writes)
     spread_samples = float(np.sqrt(np.stack([w[:K] for w in writes]).var(0).sum(-1)).mean()) if len(writes) > 1 else None
     # Input dependence: the share of the coordinates' variance that is not explained by the chunk
@@ -97,21 +124,20 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
 
     # Read–write alignment: each read's distance to the nearest earlier write, and the fraction
     # of reads within 2σ (of that write) of one.
-    distances, within_reach = [], []
+    mu_reads = [torch.from_numpy(lay.mu_read.astype(np.float64)) for lay in layers]
+    distances = torch.cat([read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes)])
+    within_reach = []
     for lay in layers:
         r = voxel_coordinates(lay.mu_read.astype(np.float64), grid)
         w = voxel_coordinates(lay.mu_write.astype(np.float64), grid)
         sig = lay.sigma.astype(np.float64)[:, None] / spacing[None, :]  # (K, 3) σ in voxels per axis
-        for k in range(1, len(r)):
+        for k in range(1, min(len(r), len(w) + 1)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
-            d = np.sqrt(((r[k][None, :] - w[:k]) ** 2).sum(-1))
-            distances.append(float(d.min()))
             within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))
-    both = [np.concatenate([lay.mu_read, lay.mu_write]) for lay in layers]
-    pinned = float(np.mean(np.concatenate([(np.abs(b) > BOUNDARY_EPS).any(-1) for b in both])))
+    pinned = boundary_fraction(*mu_reads, *mu_writes)
 
     sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
-    sigma_voxels = float(np.median(sigma / spacing.mean()))
+    sigma_voxels = sigma_in_voxel_spacings(torch.from_numpy(sigma), grid)
     sigma_extent = float(np.median(sigma) / 2.0)  # fraction of the grid's extent (2 in normalised units)
 
     reads = np.concatenate([lay.read for lay in layers]).astype(np.float64)
@@ -134,7 +160,7 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
             "ever_active_fraction": ever_active,
             "write_spread_voxels": spread_all, "write_spread_within_sample": spread_chunks,
             "write_spread_across_samples": spread_samples, "input_dependence": input_dependence,
-            "read_write_distance_voxels": float(np.median(distances)) if distances else None,
+            "read_write_distance_voxels": median(distances) if len(distances) else None,
             "reads_within_2sigma": float(np.mean(within_reach)) if within_reach else None,
             "boundary_fraction": pinned,
             "sigma_median": float(np.median(sigma)), "sigma_voxels": sigma_voxels, "sigma_extent": sigma_extent,
@@ -201,7 +227,11 @@ def _summary(m: dict[str, Any]) -> list[str]:
 
 
 def addressing_report(traces: Union[Trace, Sequence[Trace]], layer: Optional[str] = None) -> dict[str, Any]:
-    """``{"verdict", "reasons", "failures", "layer", "measures", "thresholds"}`` for one or many traces."""
+    """``{"verdict", "reasons", "failures", "remedies", "layer", "measures", "thresholds"}`` for one or many traces.
+
+    ``remedies`` maps each failure found to what usually helps (:data:`REMEDIES`); a failure that is
+    by design (coordinates frozen in training) gets none.
+    """
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     if not traces:
         raise ValueError("addressing_report needs at least one trace")
@@ -209,4 +239,6 @@ def addressing_report(traces: Union[Trace, Sequence[Trace]], layer: Optional[str
     found = _findings(m)
     verdict = found[0][0] if found else "healthy"
     return {"verdict": verdict, "reasons": [r for _, r in found] + _summary(m),
-            "failures": [v for v, _ in found], "layer": m["layer"], "measures": m, "thresholds": dict(THRESHOLDS)}
+            "failures": [v for v, _ in found], "layer": m["layer"], "measures": m, "thresholds": dict(THRESHOLDS),
+            "remedies": {v: REMEDIES[v] for v, _ in found
+                         if not (v == "coordinate collapse" and m["coordinates_frozen"])}}

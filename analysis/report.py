@@ -85,9 +85,11 @@ def _key_chunk(trace: Trace, numbers: dict[str, Any]) -> tuple[int, str]:
 def _verdict_html(addressing: dict[str, Any]) -> str:
     healthy = addressing["verdict"] == "healthy"
     items = "".join(f"<li>{html.escape(r)}</li>" for r in addressing["reasons"])
+    remedies = "".join(f"<li><b>{html.escape(failure)}</b>: {html.escape(text)}</li>"
+                       for failure, text in addressing.get("remedies", {}).items())
     return (f"<p class='verdict {'ok' if healthy else 'bad'}'>Addressing verdict for "
             f"<code>{html.escape(addressing['layer'])}</code>: <b>{html.escape(addressing['verdict'])}</b></p>"
-            f"<ul>{items}</ul>")
+            f"<ul>{items}</ul>" + (f"<p>What usually helps:</p><ul>{remedies}</ul>" if remedies else ""))
 
 
 def _occlusion_html(trace: Trace, numbers: dict[str, Any]) -> str:

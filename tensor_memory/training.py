@@ -26,15 +26,19 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from tqdm import tqdm
 
+from .addressing import layer_measures
 from .backbone import BackboneConfig
 from .checkpoint import SCHEMA_VERSION, atomic_write_bytes, atomic_write_text, save_checkpoint
 from .config import ConfigBase, require_float, require_int
 from .evaluation import evaluate
+from .memory import TensorMemory
 from .model import TaskModel
+from .recording import record
 from .tasks import Batch, derive_seed, make_task
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
 LOG_FILE = "train_log.jsonl"
+ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
 
 
 @dataclasses.dataclass
@@ -183,6 +187,26 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
 
 
+def addressing_during_training(model: TaskModel, task, seed: int) -> dict[str, dict[str, Optional[float]]]:
+    """Each memory layer's addressing measures (tensor_memory.addressing) on a few validation samples.
+
+    Logged at every evaluation, so a collapse shows when it happens: {layer path: {measure: value}}.
+    Empty for a model without memory layers.
+    """
+    grids = {name: m.config.grid for name, m in model.named_modules() if isinstance(m, TensorMemory)}
+    if not grids:
+        return {}
+    batch = task.sample(ADDRESSING_SAMPLES, derive_seed("val-addressing", seed, 0))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), record(model) as recording:
+            model(batch.inputs)
+    finally:
+        model.train(was_training)
+    return {name: layer_measures(layer, grids[name]) for name, layer in recording.layers.items()}
+
+
 def loss_on(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """Cross-entropy over the scored positions (every task scores the same number per sample)."""
     logits, _ = model(batch.inputs)
@@ -327,7 +351,9 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
             if world.main:
                 metrics = evaluate(model, task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
                                    purpose="val")
-                _log(log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()}})
+                addressing = addressing_during_training(model, task, cfg.seed)
+                _log(log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
+                                        **({"addressing": addressing} if addressing else {})})
                 save_resume(resume_path, model, optimizer, done, full_config)
             if world.world > 1:
                 dist.barrier()
@@ -349,9 +375,17 @@ def _log(path: Path, writer, entry: dict[str, Any]) -> None:
     with path.open("a") as log:
         log.write(json.dumps(entry) + "\n")
     if writer is not None:
-        for key, value in entry.items():
-            if key != "step" and isinstance(value, (int, float)):
-                writer.add_scalar(key, value, entry["step"])
+        for key, value in _scalars(entry):
+            writer.add_scalar(key, value, entry["step"])
+
+
+def _scalars(entry: dict[str, Any], prefix: str = ""):
+    """(name, number) of every numeric value in a log entry but the step; nested names joined with '/'."""
+    for key, value in entry.items():
+        if isinstance(value, dict):
+            yield from _scalars(value, f"{prefix}{key}/")
+        elif key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
 
 
 def _tensorboard(out: Path):

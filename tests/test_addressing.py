@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analysis import addressing_report
-from analysis.addressing import COLLAPSE_SPREAD_VOXELS, measure, write_mass
+from analysis.addressing import COLLAPSE_SPREAD_VOXELS, REMEDIES, VERDICTS, measure, write_mass
 from analysis.grid import voxel_coordinates
 from analysis.capture import capture_many
 from analysis.trace import LayerTrace, Trace
@@ -132,6 +132,19 @@ def test_collapse_threshold_is_applied_at_its_value():
     wide = _layer(mu_write=[[0, 0, 0], [0.6, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2)
     assert addressing_report(_trace(tight))["verdict"] == "coordinate collapse"
     assert addressing_report(_trace(wide))["verdict"] == "healthy"
+
+
+def test_each_failure_names_its_remedy_and_a_failure_by_design_none():
+    eps = COLLAPSE_SPREAD_VOXELS / 4 * 2 / 4
+    tight = _trace(_layer(mu_write=[[0, 0, 0], [eps, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2))
+    pinned = _trace(_layer(mu_write=[[1, 0, 0], [-1, 0.5, 0]], sigma=[0.5, 0.5], mu_read=[[0.99, 0, 0]] * 2))
+    report = addressing_report(tight)
+    assert report["remedies"] == {"coordinate collapse": REMEDIES["coordinate collapse"]}
+    assert "summary_norm" in report["remedies"]["coordinate collapse"]
+    assert addressing_report(pinned)["remedies"]["boundary saturation"] == REMEDIES["boundary saturation"]
+    assert set(REMEDIES) == set(VERDICTS) - {"healthy"}
+    tight.info["training_frozen"] = ["coord_head"]  # frozen on purpose: a collapse by design gets no remedy
+    assert addressing_report(tight)["remedies"] == {}
 
 
 def test_shipped_occlusion_memory_is_one_location_by_design():

@@ -8,7 +8,8 @@ import streamlit as st
 
 from analysis.compare import comparison_figure, comparison_note, comparison_rows
 from analysis.trace import TraceError
-from app import cache, layout, state
+from analysis.training_log import addressing_history_figure
+from app import cache, layout, state, world_view
 from app.cache import CheckpointRef
 from app.sidebar import checkpoint_options
 from tensor_memory.checkpoint import CheckpointError
@@ -66,8 +67,36 @@ if report is not None:
         for position, (key, label, fmt) in enumerate(MEASURES):
             value = report["measures"].get(key)
             columns[position % 3].metric(label, "—" if value is None else fmt.format(value))
+    for failure, remedy in report.get("remedies", {}).items():
+        st.warning(f"**What usually helps ({failure}):** {remedy}", icon=":material/build:")
     with st.expander("Every measure and threshold"):
         st.json({"measures": report["measures"], "thresholds": report["thresholds"]}, expanded=False)
+
+
+def training_section(ref: CheckpointRef, layer: Optional[str]) -> None:
+    """The addressing measures its training logged, against the step: when a collapse happened."""
+    st.markdown("##### Addressing during training")
+    try:
+        history = cache.training_history(ref)
+        figure = addressing_history_figure(history, layer)
+    except FileNotFoundError:
+        st.info(f"{ref.label} has no train_log.jsonl, so there is no training history to show.",
+                icon=":material/info:")
+        return
+    except ValueError as error:
+        st.info(f"No addressing history to show: {error}", icon=":material/info:")
+        return
+    layout.chart(figure, "training_history", height=320)
+    st.caption("Logged by `tensor-memory train` at every evaluation, on 16 validation samples.")
+
+
+if report is not None:
+    training_section(context.ref, report["layer"])
+
+if world_view.supported(context):
+    st.markdown("##### Does the memory's space follow the world?")
+    world_view.readout_numbers(context)
+    world_view.readout_figure(context)
 
 st.markdown("##### Two checkpoints side by side")
 options = checkpoint_options()

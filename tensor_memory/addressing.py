@@ -1,0 +1,91 @@
+"""Addressing measures of a memory layer, from what it recorded: the numbers training logs.
+
+These are the quantities that show an addressing collapse while it happens — how far the writes
+spread, how wide they are, whether reads land near earlier writes, how many coordinates tanh has
+pinned at a face of the grid, the read gate and the ConvLSTM gates. ``analysis.addressing`` builds
+its report and verdict on the same functions. Distances are in voxels (the spacing between voxel
+centres), so the numbers read the same for every grid.
+
+    with record(model) as rec:
+        model(inputs)
+    layer_measures(rec["backbone.blocks.1.memory"], grid)   # {"write_spread_voxels": …, …}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+BOUNDARY_EPS = 0.98  # |coordinate| above this (of 1) counts as pinned at a face: tanh' < 0.04 there
+
+
+def voxel_spacing(grid: tuple[int, int, int]) -> torch.Tensor:
+    """Normalised units per voxel along x, y, z (grid is (D, H, W)): (3,) float64."""
+    D, H, W = grid
+    return torch.tensor([2.0 / (W - 1), 2.0 / (H - 1), 2.0 / (D - 1)], dtype=torch.float64)
+
+
+def in_voxels(xyz: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
+    """(…, 3) coordinates (x, y, z) in [-1, 1] → voxel indices along x, y, z (float64)."""
+    return (xyz.double() + 1.0) / voxel_spacing(grid)
+
+
+def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> float:
+    """How far writes (…, 3) spread around their mean: √(Σ per-axis variance), in voxels."""
+    points = in_voxels(mu_write, grid).reshape(-1, 3)
+    return float(points.var(0, unbiased=False).sum().sqrt()) if len(points) else 0.0
+
+
+def boundary_fraction(*coordinates: torch.Tensor) -> float:
+    """Share of coordinate triples (…, 3), pooled, with some axis beyond ±BOUNDARY_EPS."""
+    pinned = torch.cat([(c.reshape(-1, 3).abs() > BOUNDARY_EPS).any(-1) for c in coordinates])
+    return float(pinned.double().mean()) if len(pinned) else 0.0
+
+
+def median(values: torch.Tensor) -> float:
+    """The median as numpy defines it (the mean of the two middle values for an even count)."""
+    return float(values.double().reshape(-1).quantile(0.5))
+
+
+def sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
+    """Median write spread σ in voxels (the mean spacing of the three axes)."""
+    return median(sigma) / float(voxel_spacing(grid).mean())
+
+
+def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
+    """Each read's distance (voxels) to the nearest write of an earlier chunk of the same sample.
+
+    mu_read (S, K, 3), mu_write (S, Kw, 3) → (S·(K'−1),) for chunks 1 … K'−1, K' = min(K, Kw + 1).
+    """
+    r, w = in_voxels(mu_read, grid), in_voxels(mu_write, grid)  # (S, K, 3), (S, Kw, 3)
+    K = min(r.shape[1], w.shape[1] + 1)
+    if K < 2:
+        return torch.empty(0, dtype=torch.float64)
+    d = torch.cdist(r[:, 1:K], w[:, :K - 1])  # (S, K−1, K−1): read k+1 against write j
+    earlier = torch.ones(K - 1, K - 1, dtype=torch.bool).tril()  # write j < read k+1, i.e. j ≤ k
+    return d.masked_fill(~earlier, float("inf")).min(-1).values.reshape(-1)
+
+
+def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optional[float]]:
+    """The addressing measures of one layer's :class:`~tensor_memory.recording.MemoryRecord`.
+
+    ``gate_i``/``gate_f``/``gate_o`` means are included when the recording kept the gates.
+    """
+    distances = read_write_distances(record.mu_read, record.mu_write, grid)
+    out: dict[str, Optional[float]] = {
+        "write_spread_voxels": write_spread_voxels(record.mu_write, grid),
+        "sigma_voxels": sigma_voxels(record.sigma, grid),
+        "read_write_distance_voxels": median(distances) if len(distances) else None,
+        "boundary_fraction": boundary_fraction(record.mu_read, record.mu_write),
+        "gate_scale": float(record.gate_scale.reshape(-1)[-1]),
+    }
+    for name in ("gate_i", "gate_f", "gate_o"):
+        value = getattr(record, name)
+        if value is not None:
+            out[f"{name}_mean"] = float(value.double().mean())
+    return out
+
+
+__all__ = ["BOUNDARY_EPS", "voxel_spacing", "in_voxels", "write_spread_voxels", "boundary_fraction",
+           "sigma_voxels", "read_write_distances", "layer_measures"]
