@@ -25,6 +25,8 @@ from analysis.interventions import InterventionResult, intervene, memory_layers
 from analysis.occlusion import belief_survival
 from analysis.predictions import prediction_trace
 from analysis.trace import Trace
+from analysis.training_log import addressing_history, read_training_log
+from analysis.world import decoded_map, map_probe, write_position_fit
 from analysis.views import explore_figures
 from analysis.volumes import VolumeSeries, state_series
 from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
@@ -140,6 +142,35 @@ def survival(ref: CheckpointRef, samples: int, seed: int) -> dict[str, Any]:
         return belief_survival(loaded.checkpoint, samples=samples, seed=seed)
 
 
+READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # tasks whose world a linear read-out can check
+
+
+@st.cache_data(max_entries=8, show_spinner="Fitting a read-out of the world over 256 samples…")
+def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str, Any]]:
+    """The task's linear read-out (analysis.world), fitted on seed 0 and scored on seeds 1–3; None for other tasks."""
+    loaded = load(ref)
+    fit = READOUTS.get(loaded.checkpoint.task.name)
+    if fit is None:
+        return None
+    with loaded.lock:
+        return fit(loaded.checkpoint, layer)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def decoded_sample_map(ref: CheckpointRef, seed: int, params: Params, layer: Optional[str]) -> dict[str, Any]:
+    """The session's map-building sample decoded from the memory by the fitted probe."""
+    loaded = load(ref)
+    probe = world_readout(ref, layer)
+    with loaded.lock:
+        return decoded_map(loaded.checkpoint, probe, seed, 0, **dict(params))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def training_history(ref: CheckpointRef) -> dict[str, Any]:
+    """The addressing measures and validation accuracy its training logged, by step (analysis.training_log)."""
+    return addressing_history(read_training_log(Path(ref.path)))
+
+
 @st.cache_data(max_entries=8, show_spinner=False)
 def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
     """The sample's trace as a safetensors file."""
@@ -147,4 +178,6 @@ def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
 
 
 __all__ = ["CheckpointRef", "Loaded", "Params", "load", "sample_trace", "volume_series", "volume_frame",
-           "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "trace_file", "FRAME_BLOCK"]
+           "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
+           "decoded_sample_map", "READOUTS", "trace_file",
+           "FRAME_BLOCK"]

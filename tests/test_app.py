@@ -26,7 +26,9 @@ from analysis import capture
 from analysis.annotations import key_chunk
 from analysis.compare import checkpoint_summary
 from analysis.interventions import intervene
+from analysis.training_log import addressing_history, read_training_log
 from analysis.volumes import state_series
+from analysis.world import apply_linear, decoded_map, map_probe, write_position_fit
 from app import cache
 from app.figure_cache import FigureCache
 from app.stepper import advance
@@ -218,8 +220,45 @@ def test_every_page_renders_its_content(default_trace):
     assert any(expected["reasons"][0] in m.value for m in at.markdown)
     table = at.dataframe[0].value
     assert list(table.columns)[:3] == ["measure", "occlusion-tensor", "occlusion-base"]
+    history = addressing_history(read_training_log(DEFAULT))
+    if history["layers"]:  # the addressing its training logged, against the step
+        spec = chart(at, "Addressing during training")
+        steps, spread = history["layers"][expected["layer"]]["write_spread_voxels"]
+        assert values(spec["data"][0]["y"]).tolist() == spread.tolist() and values(spec["data"][0]["x"]).tolist() == steps.tolist()
+    else:
+        assert any("No addressing history" in i.value for i in at.info)
+    fit = write_position_fit(load_checkpoint(DEFAULT))
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["R², writes → ball (visible frames)"] == f"{fit['r2_visible']:.2f}"
     ok(at.switch_page("views/explore.py").run())
     assert counter(at).startswith("#### Chunk")
+
+
+def test_explore_shows_where_the_writes_put_the_ball_on_request(default_trace):
+    at = start()
+    with pytest.raises(AssertionError):
+        chart(at, "Do the writes follow the ball?")  # off by default: the first page stays fast
+    at.session_state["explore.world"] = True
+    ok(at.run())
+    fit = write_position_fit(load_checkpoint(DEFAULT))
+    spec = chart(at, "Do the writes follow the ball?")
+    predicted = apply_linear(fit["weights"], default_trace.layer(fit["layer"]).mu_write.astype(np.float64))
+    np.testing.assert_allclose(values(spec["data"][1]["x"]), predicted[:, 1], rtol=1e-6)
+    np.testing.assert_allclose(values(spec["data"][0]["x"]), default_trace.meta["positions"][:, 1])
+
+
+def test_map_building_pages_decode_the_map_from_the_memory():
+    at = start(**{"keep.diagnose.samples": 8})
+    ok(at.selectbox(key="checkpoint_choice").set_value("map_building-tensor").run())
+    at.session_state["explore.world"] = True
+    ok(at.run())
+    ckpt = load_checkpoint(CHECKPOINTS / "map_building-tensor")
+    decoded = decoded_map(ckpt, map_probe(ckpt), 0, 0)
+    spec = chart(at, "Map decoded from the memory")
+    np.testing.assert_allclose(values(spec["data"][1]["z"]), decoded["decoded"], rtol=1e-6)
+    ok(at.switch_page("views/diagnose.py").run())
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["map decoded from memory (observed cells)"] == f"{map_probe(ckpt)['accuracy_observed']:.1%}"
 
 
 def test_interventions_match_the_analysis():

@@ -7,7 +7,7 @@ import streamlit as st
 from analysis.chunk_input import chunk_outcome
 from analysis.views import SLICE_ANCHORS
 from analysis.volumes import FIELDS, MODES
-from app import cache, layout, state, stepper
+from app import cache, layout, state, stepper, world_view
 from app.figure_cache import figure_cache
 
 MODE_NAMES = {"norm": "norm", "channel": "one channel", "pca": "PCA"}
@@ -128,4 +128,12 @@ with sigma_col:
     layout.chart(figures["sigma"], "sigma", height=400)
 with gates_col:
     layout.chart(figures["gates"], "gates", height=400)
+
+if world_view.supported(context):
+    st.markdown("##### Does the memory's space follow the world?")
+    question = ("the ball's position read off each write" if context.task == "occlusion"
+                else "the map decoded from what the memory returns for each cell")
+    if layout.remembered(st.toggle, f"Show {question} (fits a linear read-out over 256 samples once)",
+                         "explore.world", False):
+        world_view.readout_figure(context)
 build_ahead()
