@@ -97,10 +97,10 @@ def write_checkpoints_readme(all_metrics: dict, training: dict) -> None:
              *training.get("notes", []), "",
              "| checkpoint | steps | command (run from the repository root) | wall time | validation accuracy | shipped |",
              "|---|---:|---|---:|---:|:---:|"]
-    for run in sorted(training["runs"], key=lambda r: (r["task"], BACKBONES.index(r["backbone"]), r["steps"], r["lr"])):
-        lines.append(f"| {run['task']}-{run['backbone']} | {run['steps']} | `{run['command']}` | "
-                     f"{run['wall_seconds'] / 60:.1f} min | {run['validation']['accuracy']:.4f} | "
-                     f"{'yes' if run.get('shipped') else ''} |")
+    for run in sorted(training["runs"], key=lambda r: (r["task"], BACKBONES.index(r["backbone"]), r["steps"] or 0, r["lr"])):
+        outcome = f"failed: {run['error'][0]}" if "error" in run else f"{run['validation']['accuracy']:.4f}"
+        lines.append(f"| {run['task']}-{run['backbone']} | {run['steps'] or '—'} | `{run['command']}` | "
+                     f"{run['wall_seconds'] / 60:.1f} min | {outcome} | {'yes' if run.get('shipped') else ''} |")
     total = sum(r["wall_seconds"] for r in training["runs"]) / 60
     lines += ["", f"Sum of the runs' wall times: {total:.0f} min (two ran at a time). The shipped copy drops the "
               "run's resume file; retraining with a command above writes to `runs/`.", "",
