@@ -265,23 +265,48 @@ def run(args: argparse.Namespace) -> dict:
             "history": history}
 
 
+def _addressing_cell(results: list[dict]) -> str:
+    """The last probe's addressing, worst memory layer, mean over seeds: write spread and median σ (voxels), share at a face."""
+    last = [r["history"][-1].get("addressing") for r in results]
+    if not all(last):
+        return "—"
+    spread = sum(min(m["write_spread_voxels"] for m in a.values()) for a in last) / len(last)
+    sigma = sum(max(m["sigma_voxels"] for m in a.values()) for a in last) / len(last)
+    face = sum(max(m["boundary_fraction"] for m in a.values()) for a in last) / len(last)
+    return f"{spread:.1f} / {sigma:.1f} / {face:.0%}"
+
+
 def table(path: Path) -> str:
-    """One line per row label: the key accuracy at each evaluated step, mean over seeds, and the seeds' values."""
+    """One line per row label: the key accuracy at each evaluated step, mean over seeds (each seed's value in
+    brackets), and the addressing at the last step."""
     rows: dict[str, list[dict]] = {}
     for line in path.read_text().splitlines():
         if line.strip():
             result = json.loads(line)
             rows.setdefault(result["row"], []).append(result)
-    out = ["| row | seeds | " + " | ".join(f"step {e['step']}" for e in next(iter(rows.values()))[0]["history"]) + " |"]
+    steps = [e["step"] for e in next(iter(rows.values()))[0]["history"]]
+    out = ["| row | seeds | " + " | ".join(f"step {s}" for s in steps) + " | spread / σ / at a face |",
+           "|---|---|" + "---:|" * len(steps) + "---|"]
     for label, results in rows.items():
         metric = "occluded_accuracy" if results[0]["task"] == "occlusion" else "accuracy"
-        steps = [e["step"] for e in results[0]["history"]]
         cells = []
         for i, _ in enumerate(steps):
             values = [r["history"][i][metric] for r in results if i < len(r["history"])]
-            cells.append(f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})")
-        out.append(f"| {label} | {', '.join(str(r['seed']) for r in results)} | " + " | ".join(cells) + " |")
+            cells.append(f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})"
+                         if values else "—")
+        seeds = ", ".join(str(r["seed"]) for r in sorted(results, key=lambda r: r["seed"]))
+        out.append(f"| {label} | {seeds} | " + " | ".join(cells) + f" | {_addressing_cell(results)} |")
     return "\n".join(out)
+
+
+def commands(path: Path) -> str:
+    """Each row's command (seed 0's; the other seeds differ only in --seed)."""
+    seen: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            result = json.loads(line)
+            seen.setdefault(result["row"], result["command"])
+    return "\n".join(f"- {row}: `.venv/bin/python {command}`" for row, command in seen.items())
 
 
 def main() -> None:
@@ -305,7 +330,7 @@ def main() -> None:
     parser.add_argument("--table", metavar="FILE", help="print the Markdown table of a record file and exit")
     args = parser.parse_args()
     if args.table:
-        print(table(Path(args.table)))
+        print(table(Path(args.table)) + "\n\n" + commands(Path(args.table)))
         return
     result = run(args)
     if args.record:

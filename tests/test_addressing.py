@@ -147,11 +147,13 @@ def test_each_failure_names_its_remedy_and_a_failure_by_design_none():
     assert addressing_report(tight)["remedies"] == {}
 
 
-def test_shipped_occlusion_memory_is_one_location_by_design():
-    report = _report(load_checkpoint(ROOT / "checkpoints" / "occlusion-tensor"))
+def test_a_collapse_with_frozen_coordinates_is_reported_as_by_design():
+    eps = COLLAPSE_SPREAD_VOXELS / 4 * 2 / 4
+    trace = _trace(_layer(mu_write=[[0, 0, 0], [eps, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2))
+    trace.info["training_frozen"] = ["coord_head"]
+    report = addressing_report(trace)
     assert report["verdict"] == "coordinate collapse"
     assert "by design" in report["reasons"][0] and report["measures"]["coordinates_frozen"]
-    assert report["measures"]["reads_within_2sigma"] == 1.0  # every read lands on the writes
 
 
 # What the report says about every shipped memory checkpoint (16 samples of seed 0). Binding and

@@ -143,7 +143,8 @@ def test_gradients_reach_coordinates_spread_content_and_gate():
 # -- initialisation ------------------------------------------------------------------------
 
 def test_gate_and_spread_initialisation():
-    cfg = MemoryConfig(token_dim=8, channels=4, grid=(4, 4, 4), gate_init=-3.0, sigma_init=0.7, sigma_min=0.1)
+    cfg = MemoryConfig(token_dim=8, channels=4, grid=(4, 4, 4), gate_init=-3.0, sigma_init=0.7, sigma_min=0.1,
+                       forget_bias=2.5)
     memory = TensorMemory(cfg)
     assert memory.gate_scale.item() == pytest.approx(1 / (1 + math.exp(3.0)))
     torch.manual_seed(0)
@@ -152,7 +153,8 @@ def test_gate_and_spread_initialisation():
     torch.testing.assert_close(rec.layers[""].sigma, torch.full((3, 5), 0.7))  # whatever the input
     assert torch.equal(memory.depthwise[:, :, 1], torch.ones(3, 8))  # convolutions start as identity
     assert torch.equal(memory.depthwise[:, :, 0], torch.zeros(3, 8))
-    assert torch.equal(memory.mix.bias[4:8], torch.ones(4))  # forget gates lean towards keeping
+    assert torch.equal(memory.mix.bias[4:8], torch.full((4,), 2.5))  # forget gates lean towards keeping
+    assert MemoryConfig(token_dim=8).forget_bias == 4.0  # the default keeps ~98% a chunk (docs/trainability.md)
 
 
 def test_suppressing_gate_barely_moves_the_tokens():
