@@ -549,7 +549,7 @@ class Backbone(nn.Module):
             raise ValueError("init_state: bidirectional models (BackboneConfig.causal=False) process whole "
                              "sequences and carry no state")
         require_int("init_state", "batch_size", batch_size, 1)
-        ref = self.norm.weight
+        ref = next(self.parameters())  # the model's device and dtype
         device, dtype = device or ref.device, dtype or ref.dtype
         return BackboneState(0, [block.init_layer_state(batch_size, device, dtype) for block in self.blocks])
 
