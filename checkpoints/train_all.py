@@ -2,13 +2,16 @@
 
 Every (task, backbone) pair runs the same steps from its task's config at each learning rate of
 the same grid; the run with the best *validation* accuracy (batches disjoint from the reported
-evaluation seeds) is copied to ``checkpoints/<task>-<backbone>/``. Then each tensor model is
+evaluation seeds) is copied to ``checkpoints/<task>-<backbone>/`` — for a memory model, the best of
+the runs whose addressing report is healthy on every memory layer (16 samples of seed 0, never an
+evaluation seed), when there is one. Then each tensor model is
 retrained with the local update (``MemoryConfig.write_mode = "local"``) at the learning rate it won,
 into ``checkpoints/<task>-tensor_local_update/``. The commands, wall times and the whole grid go to
 ``checkpoints/training.json``, from which ``checkpoints/README.md`` is written.
 
     .venv/bin/python checkpoints/train_all.py                 # everything (hours on 2 cores: see checkpoints/README.md)
     .venv/bin/python checkpoints/train_all.py --tasks no_harm --jobs 1 --variants   # no local-update retrain
+    .venv/bin/python checkpoints/train_all.py --reuse         # runs that already finished in runs/grid are kept
 """
 
 from __future__ import annotations
@@ -24,10 +27,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from analysis import addressing_report  # noqa: E402
+from analysis.capture import capture_many  # noqa: E402
+from tensor_memory import TensorMemory, load_checkpoint  # noqa: E402
+
 TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building")
 BACKBONES = ("tensor", "base", "local")
 LEARNING_RATES = ("1e-3", "2e-3")
 SHIPPED_FILES = ("model.safetensors", "config.json", "train_log.jsonl")
+RUN_RECORD = "run.json"  # a finished run's record, beside its weights
+ADDRESSING_SAMPLES = 16  # samples of seed 0 behind each run's addressing verdicts
 
 
 # Trained after the grid, at the learning rate the tensor run won: (backbone kind, extra --set overrides).
@@ -41,8 +52,11 @@ def command(task: str, backbone: str, lr: str, out: Path) -> list[str]:
             "--out", str(out.relative_to(ROOT)), "--no-progress"]
 
 
-def run(task: str, backbone: str, lr: str, runs: Path, threads: int) -> dict:
+def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool = False) -> dict:
     out = runs / f"{task}-{backbone}-lr{lr}"
+    if reuse and (out / RUN_RECORD).exists():  # written last, so the run finished
+        print(f"{task}-{backbone} lr {lr}: reused, finished earlier in {out}", flush=True)
+        return json.loads((out / RUN_RECORD).read_text())
     cmd = command(task, backbone, lr, out)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
@@ -58,9 +72,28 @@ def run(task: str, backbone: str, lr: str, runs: Path, threads: int) -> dict:
     val = [entry for entry in log if "val_accuracy" in entry][-1]
     print(f"{task}-{backbone} lr {lr}: {wall / 60:.1f} min, validation accuracy {val['val_accuracy']:.4f}", flush=True)
     steps = json.loads((out / "config.json").read_text())["training"]["steps"]
-    return {"task": task, "backbone": backbone, "lr": float(lr), "steps": steps, "command": " ".join(cmd),
-            "wall_seconds": round(wall, 1), "validation": {k[4:]: v for k, v in val.items() if k.startswith("val_")},
-            "run_dir": str(out.relative_to(ROOT))}
+    result = {"task": task, "backbone": backbone, "lr": float(lr), "steps": steps, "command": " ".join(cmd),
+              "wall_seconds": round(wall, 1), "validation": {k[4:]: v for k, v in val.items() if k.startswith("val_")},
+              "run_dir": str(out.relative_to(ROOT))}
+    result["addressing_verdicts"] = addressing_verdicts(out)
+    (out / RUN_RECORD).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def addressing_verdicts(run_dir: Path) -> dict[str, str]:
+    """The addressing report's verdict for each memory layer of a finished run ({} without memory)."""
+    ckpt = load_checkpoint(run_dir)
+    if not any(isinstance(m, TensorMemory) for m in ckpt.model.modules()):
+        return {}
+    traces = capture_many(ckpt, seed=0, indices=range(ADDRESSING_SAMPLES), progress=False)
+    return {name: addressing_report(traces, name)["verdict"] for name in traces[0].layer_names}
+
+
+def best(grid: list[dict]) -> dict:
+    """Healthy addressing first (a memory that learned where to write), then validation accuracy."""
+    def healthy(r: dict) -> bool:
+        return all(v == "healthy" for v in r.get("addressing_verdicts", {}).values())
+    return max(grid, key=lambda r: ("error" not in r and healthy(r), r["validation"]["accuracy"]))
 
 
 def main() -> None:
@@ -70,6 +103,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     parser.add_argument("--runs", default="runs/grid", help="where the grid's runs go (default runs/grid)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the runs that already finished under --runs instead of training them again")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
                         help="tensor variants retrained at the tensor run's learning rate (default: all; --variants alone: none)")
     args = parser.parse_args()
@@ -77,12 +112,12 @@ def main() -> None:
     jobs = [(t, b, lr) for t in args.tasks for b in args.backbones for lr in LEARNING_RATES]
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda job: run(*job, runs, args.threads), jobs))
+        results = list(pool.map(lambda job: run(*job, runs, args.threads, args.reuse), jobs))
         if "tensor" in args.backbones:  # each variant at the rate its tensor run won
-            won = {t: max((r for r in results if (r["task"], r["backbone"]) == (t, "tensor")),
-                          key=lambda r: r["validation"]["accuracy"])["lr"] for t in args.tasks}
+            won = {t: best([r for r in results if (r["task"], r["backbone"]) == (t, "tensor")])["lr"]
+                   for t in args.tasks}
             variant_jobs = [(t, v, f"{won[t]:g}") for t in args.tasks for v in args.variants]
-            results += list(pool.map(lambda job: run(*job, runs, args.threads), variant_jobs))
+            results += list(pool.map(lambda job: run(*job, runs, args.threads, args.reuse), variant_jobs))
     record_path = ROOT / "checkpoints" / "training.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {"runs": []}
     redone = {(r["task"], r["backbone"]) for r in results}
@@ -90,15 +125,15 @@ def main() -> None:
     record["runs"] = keep + results
     for task, backbone in sorted(redone):
         grid = [r for r in results if (r["task"], r["backbone"]) == (task, backbone)]
-        best = max(grid, key=lambda r: r["validation"]["accuracy"])
-        if "error" in best:
-            raise RuntimeError(f"every {task}-{backbone} run failed: {best['error']}")
+        chosen = best(grid)
+        if "error" in chosen:
+            raise RuntimeError(f"every {task}-{backbone} run failed: {chosen['error']}")
         for r in grid:
-            r["shipped"] = r is best
+            r["shipped"] = r is chosen
         target = ROOT / "checkpoints" / f"{task}-{backbone}"
         target.mkdir(parents=True, exist_ok=True)
         for name in SHIPPED_FILES:
-            shutil.copy2(ROOT / best["run_dir"] / name, target / name)
+            shutil.copy2(ROOT / chosen["run_dir"] / name, target / name)
     record["grid"] = {"learning_rates": [float(lr) for lr in LEARNING_RATES], "jobs": args.jobs,
                       "variants": args.variants,
                       "threads_per_job": args.threads,
