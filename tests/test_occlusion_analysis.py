@@ -62,13 +62,13 @@ def test_belief_survival_counts_each_hidden_frame(occlusion):
 def test_memory_energy_and_the_last_visible_write(trace):
     layer = trace.layer()
     energy = memory_energy(layer)
-    assert energy.shape == (trace.num_chunks, 4, 4, 4)
+    assert energy.shape == (trace.num_chunks, *layer.grid)
     assert np.allclose(energy[3], (layer.h[3].astype(np.float32) ** 2).sum(0))
     m = occlusion_memory(trace)
     assert m["last_visible"] == 4 and m["occluded_chunks"] == [5, 6, 7, 8]
-    write = (layer.mu_write[4].astype(np.float64) + 1) * 3 / 2  # voxel units at 4 voxels per axis
+    write = (layer.mu_write[4].astype(np.float64) + 1) * 5 / 2  # voxel units at 6 voxels per axis
     assert np.allclose(m["write_voxel"], write)
-    reads = (layer.mu_read[5:9].astype(np.float64) + 1) * 3 / 2
+    reads = (layer.mu_read[5:9].astype(np.float64) + 1) * 5 / 2
     assert np.allclose(m["read_distance_voxels"], np.linalg.norm(reads - write, axis=1))
 
 
@@ -76,10 +76,10 @@ def test_zeroing_the_memory_equals_a_run_whose_state_was_zeroed_by_hand(occlusio
     _, batch = sample_batch(occlusion, 0, [0, 1])
     model = occlusion.model
     got = run_intervened(model, batch.inputs, "zero", chunk=6)
-    with torch.no_grad():  # by hand: run 6 frames, zero the memory state, run the rest
+    with torch.no_grad():  # by hand: run 6 frames, zero both layers' memory states, run the rest
         first, state = model({k: v[:, :96] for k, v in batch.inputs.items()})
-        memory = state.layers[1].memory
-        memory.h.zero_(), memory.c.zero_()
+        for layer in state.layers:
+            layer.memory.h.zero_(), layer.memory.c.zero_()
         rest, _ = model({k: v[:, 96:] for k, v in batch.inputs.items()}, state)
         untouched, _ = model(batch.inputs)
     assert torch.equal(got, torch.cat([first, rest], 1))
@@ -92,10 +92,10 @@ def test_zeroing_the_memory_equals_a_run_whose_state_was_zeroed_by_hand(occlusio
 def test_zeroing_a_region_only_touches_that_region(occlusion):
     _, batch = sample_batch(occlusion, 0, [0])
     model = occlusion.model
-    everything = run_intervened(model, batch.inputs, "zero_region", chunk=3, region=((0, 4), (0, 4), (0, 4)))
+    everything = run_intervened(model, batch.inputs, "zero_region", chunk=3, region=((0, 6), (0, 6), (0, 6)))
     assert torch.equal(everything, run_intervened(model, batch.inputs, "zero", chunk=3))
-    with pytest.raises(ValueError, match="0 <= start < end <= 4"):
-        run_intervened(model, batch.inputs, "zero_region", chunk=3, region=((0, 5), (0, 4), (0, 4)))
+    with pytest.raises(ValueError, match="0 <= start < end <= 6"):
+        run_intervened(model, batch.inputs, "zero_region", chunk=3, region=((0, 7), (0, 6), (0, 6)))
     with pytest.raises(ValueError, match="chunk must be in"):
         run_intervened(model, batch.inputs, "zero", chunk=12)
 
@@ -103,12 +103,13 @@ def test_zeroing_a_region_only_touches_that_region(occlusion):
 def test_gate_off_removes_the_read_and_restores_the_model(occlusion):
     _, batch = sample_batch(occlusion, 0, [0])
     model = occlusion.model
-    memory = memory_layers(model)["backbone.blocks.1.memory"][1]
-    gamma = memory.gate.detach().clone()
+    memories = [memory for _, memory in memory_layers(model).values()]
+    assert len(memories) == 2  # both layers carry a memory; the intervention closes every gate
+    gammas = [memory.gate.detach().clone() for memory in memories]
     off = run_intervened(model, batch.inputs, "gate_off", chunk=0)
-    assert torch.equal(memory.gate.detach(), gamma)  # restored
-    with torch.no_grad(), gates_closed([memory]):
-        assert torch.sigmoid(memory.gate).item() == 0.0
+    assert all(torch.equal(m.gate.detach(), g) for m, g in zip(memories, gammas))  # restored
+    with torch.no_grad(), gates_closed(memories):
+        assert all(torch.sigmoid(m.gate).item() == 0.0 for m in memories)
         expected, _ = model(batch.inputs)
     assert torch.equal(off, expected)
     with torch.no_grad():

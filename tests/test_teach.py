@@ -113,7 +113,7 @@ def test_walkthrough_follows_a_local_update_memory():
     name = trace.layer_names[-1]
     memory = teach.memory_module(ckpt.model, name)
     layer = trace.layer(name)
-    for k in (3, trace.num_chunks - 1):
+    for k in (3, 19):  # two of the 20 writes (a query's σ is broad: its box covers the grid)
         step, agreement = teach.walkthrough(trace, memory, name, k)
         assert agreement <= 2e-3 * max(float(np.abs(layer.h[k].astype(np.float32)).max()), 1.0)
         written = np.abs(step.write).sum(0) > 0  # the box: outside it the write is exactly zero

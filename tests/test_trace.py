@@ -37,7 +37,7 @@ def test_trace_matches_the_models_own_state_and_outputs(occlusion, trace):
     with torch.no_grad():
         logits, state = occlusion.model(batch.inputs)
     name = "backbone.blocks.1.memory"
-    assert trace.layer_names == [name]
+    assert trace.layer_names == ["backbone.blocks.0.memory", name]  # a memory in both layers
     final = state.layers[1].memory
     layer = trace.layer(name)
     # The last recorded volumes are the state the model hands on (float16 in the trace).
@@ -53,7 +53,7 @@ def test_trace_matches_the_models_own_state_and_outputs(occlusion, trace):
     assert np.allclose(trace.chunks["probs"].sum(-1), 1.0, atol=1e-5)
     assert np.array_equal(trace.meta["occluded"], batch.meta["occluded"][0].numpy())
     # Shapes of every field.
-    C, grid = 16, (4, 4, 4)
+    C, grid = 16, (6, 6, 6)  # configs/occlusion.toml
     assert layer.h.shape == layer.c.shape == layer.gate_f.shape == (K, C, *grid)
     assert layer.h.dtype == np.float16
     assert layer.mu_read.shape == layer.mu_write.shape == (K, 3)
@@ -153,7 +153,7 @@ def test_hostile_and_broken_trace_files_are_refused_with_one_clear_error(saved, 
         "inconsistent shapes": (rewrite_header(saved, tmp_path / "s", lambda h: info(h, "num_chunks", 13)),
                                 "shape"),
         "missing array": (rewrite_header(saved, tmp_path / "m", lambda h: info(
-            h, "layers", {**json.loads(h["__metadata__"]["trace"])["info"]["layers"], "backbone.blocks.0.memory":
+            h, "layers", {**json.loads(h["__metadata__"]["trace"])["info"]["layers"], "backbone.blocks.7.memory":
                           {"channels": 16, "grid": [4, 4, 4], "gates": False}})), "missing arrays"),
     }
     for name, (path, pattern) in cases.items():
