@@ -91,22 +91,31 @@ def write_checkpoints_readme(all_metrics: dict, training: dict) -> None:
              "Trained on the CPU of the development machine (2 cores) by `checkpoints/train_all.py`, which runs",
              "every (task, backbone) pair for the same steps at each learning rate of the same grid "
              f"({', '.join(str(lr) for lr in training['grid']['learning_rates'])}) and ships the run with the",
-             "best validation accuracy (validation batches are disjoint from the evaluation seeds).",
+             "best validation accuracy (validation batches are disjoint from the evaluation seeds); for a memory",
+             "model, the best of the runs whose addressing report (16 samples of seed 0) is healthy on every",
+             "memory layer, when one is.",
              f"Two runs at a time, {training['grid']['threads_per_job']} torch thread each. Then",
              "`checkpoints/evaluate_all.py` wrote the metrics, this file and `docs/results.md`.", "",
              *training.get("notes", []), "",
-             "| checkpoint | steps | command (run from the repository root) | wall time | validation accuracy | shipped |",
-             "|---|---:|---|---:|---:|:---:|"]
+             "| checkpoint | steps | command (run from the repository root) | wall time | validation accuracy | "
+             "addressing per memory layer | shipped |",
+             "|---|---:|---|---:|---:|---|:---:|"]
     for run in sorted(training["runs"], key=lambda r: (r["task"], BACKBONES.index(r["backbone"]), r["steps"] or 0, r["lr"])):
         outcome = f"failed: {run['error'][0]}" if "error" in run else f"{run['validation']['accuracy']:.4f}"
         lines.append(f"| {run['task']}-{run['backbone']} | {run['steps'] or '—'} | `{run['command']}` | "
-                     f"{run['wall_seconds'] / 60:.1f} min | {outcome} | {'yes' if run.get('shipped') else ''} |")
+                     f"{run['wall_seconds'] / 60:.1f} min | {outcome} | {_verdicts(run)} | "
+                     f"{'yes' if run.get('shipped') else ''} |")
     total = sum(r["wall_seconds"] for r in training["runs"]) / 60
     lines += ["", f"Sum of the runs' wall times: {total:.0f} min (two ran at a time). The shipped copy drops the "
               "run's resume file; retraining with a command above writes to `runs/`.", "",
               "Reproduce a reported figure: `tensor-memory eval --checkpoint checkpoints/NAME --seed 1 --json` "
               "prints the `trained` metrics of seed 1 in that folder's `metrics.json`."]
     (ROOT / "checkpoints" / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def _verdicts(run: dict) -> str:
+    """"healthy, healthy" for a run's memory layers in order; "—" without memory or without a record."""
+    return ", ".join(run.get("addressing_verdicts", {}).values()) or "—"
 
 
 def write_results_tables(all_metrics: dict) -> None:
