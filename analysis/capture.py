@@ -44,7 +44,7 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
 
 def memory_chunk_size(model: torch.nn.Module) -> int:
     """The chunk size shared by the model's memory layers (a trace is indexed by chunk)."""
-    sizes = {m.config.chunk_size for m in model.modules() if hasattr(m, "record_points")}
+    sizes = {m.config.chunk_size for m in model.modules() if hasattr(m, "hook_points")}
     if not sizes:
         raise TraceError("this checkpoint has no memory layers (a backbone other than 'tensor'); "
                          "traces record memory layers: choose a tensor checkpoint")

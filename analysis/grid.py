@@ -34,6 +34,14 @@ def voxel_coordinates(mu: np.ndarray, grid: Sequence[int]) -> np.ndarray:
     return (mu + 1.0) * _per_axis(grid)
 
 
+def normalised_coordinates(voxels: np.ndarray, grid: Sequence[int]) -> np.ndarray:
+    """(…, 3) voxel positions (x along W, y along H, z along D) → coordinates ``(x, y, z)`` in [-1, 1]."""
+    voxels = np.asarray(voxels, dtype=np.float64)
+    if voxels.shape[-1:] != (3,):
+        raise ValueError(f"voxel positions must have shape (..., 3), got {tuple(voxels.shape)}")
+    return voxels / _per_axis(grid) - 1.0
+
+
 def sigma_in_voxels(sigma: float, grid: Sequence[int]) -> np.ndarray:
     """(3,) a spread σ in normalised units as voxel spacings along x, y and z."""
     return float(sigma) * _per_axis(grid)

@@ -19,7 +19,8 @@ from .trace import LayerTrace
 
 BASELINE_COLOUR = "#555555"
 INTERVENED_COLOUR = "#d62728"
-KIND_NAMES = {"zero": "memory zeroed", "zero_region": "region zeroed", "gate_off": "σ(γ) forced to 0"}
+KIND_NAMES = {"zero": "memory zeroed", "zero_region": "region zeroed", "gate_off": "σ(γ) forced to 0",
+              "move_write": "write moved", "set_sigma": "σ of the write set"}
 
 
 def _shade(fig: go.Figure, occluded: Optional[np.ndarray], count: int, **where: Any) -> None:

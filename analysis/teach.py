@@ -1,11 +1,11 @@
 """The mechanism one chunk at a time, computed by a checkpoint's own memory layer, for teaching.
 
 :func:`mechanism_step` takes a memory layer's state before a chunk and the chunk's addressing
-(read and write coordinates, σ, write content) — recorded in a trace, or set by hand — and
-computes steps 3–5 of DESIGN.md §2 with the layer's weights and the functions its forward pass
-uses: the trilinear read and its message, the Gaussian write volume, and the ConvLSTM gates and
-new state. Fed a trace's recorded values it reproduces the recorded state (to the float16 the
-trace stores volumes in), which :func:`walkthrough` reports.
+(read and write coordinates, σ, write content) — recorded in a trace, or set by hand — and runs
+the layer's real forward on that chunk, with hooks setting those values: the trilinear read and
+what it adds to the tokens, the ConvLSTM gates and the new state all come from the forward.
+Fed a trace's recorded values it reproduces the recorded state (to the float16 the trace stores
+volumes in), which :func:`walkthrough` reports.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from tensor_memory.local_update import local_scan, update_regions
-from tensor_memory.memory import TensorMemory, gaussian_profiles, gaussian_write, trilinear_read, write_box
-from tensor_memory.update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
+from tensor_memory import hooks, record
+from tensor_memory.memory import MemoryState, TensorMemory, gaussian_write
 
 from . import figures
 from .grid import sigma_in_voxels, voxel_coordinates
@@ -39,7 +38,7 @@ class MechanismStep:
     content: np.ndarray  # (C,) what the chunk writes
     corners: list[tuple[tuple[int, int, int], float]]  # the voxels (z, y, x) the read mixes, with their weights
     read: np.ndarray  # (C,) r = trilinear read of h_prev at mu_read
-    message_norm: float  # ‖out_proj(r)‖
+    added_norm: float  # ‖σ(γ)·out_proj(r)‖: how far the read moves every token of the chunk
     gate_scale: float  # σ(γ)
     write: np.ndarray  # V: the Gaussian write volume
     gates: dict[str, np.ndarray]  # i, f, o (sigmoids) and g (tanh)
@@ -53,9 +52,9 @@ class MechanismStep:
         return tuple(self.h_prev.shape[1:])  # type: ignore[return-value]
 
     @property
-    def added_norm(self) -> float:
-        """‖σ(γ)·out_proj(r)‖: how far the read moves every token of the chunk."""
-        return self.gate_scale * self.message_norm
+    def message_norm(self) -> float:
+        """‖out_proj(r)‖, the read's message before the gate (NaN with the gate closed)."""
+        return self.added_norm / self.gate_scale if self.gate_scale > 0 else float("nan")
 
 
 def memory_module(model: torch.nn.Module, layer: str) -> TensorMemory:
@@ -91,46 +90,37 @@ def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray,
     """Steps 3–5 of one chunk with ``memory``'s weights, from the state (h_prev, c_prev) before it.
 
     h_prev, c_prev (C, D, H, W); mu_read, mu_write (3,) as (x, y, z) in [-1, 1]; sigma > 0; content (C,).
+    The layer's own forward runs on one chunk, from that state, with hooks setting the addressing and
+    the content; everything shown is what that forward computed (recorded at its hook points).
     """
-    C, grid = memory.config.channels, tuple(memory.config.grid)
+    cfg = memory.config
+    C, grid = cfg.channels, tuple(cfg.grid)
     h0 = torch.as_tensor(np.asarray(h_prev, dtype=np.float32))
     c0 = torch.as_tensor(np.asarray(c_prev, dtype=np.float32))
     if h0.shape != (C, *grid) or c0.shape != (C, *grid):
         raise ValueError(f"h_prev and c_prev must be {(C, *grid)}, got {tuple(h0.shape)} and {tuple(c0.shape)}")
     if not float(sigma) > 0:
         raise ValueError(f"sigma must be > 0, got {sigma}")
-    xyz_read = torch.as_tensor(np.asarray(mu_read, dtype=np.float32)).view(1, 3)
-    xyz_write = torch.as_tensor(np.asarray(mu_write, dtype=np.float32)).view(1, 3)
-    spread = torch.tensor([float(sigma)], dtype=torch.float32)
-    what = torch.as_tensor(np.asarray(content, dtype=np.float32)).view(1, C)
-    with torch.no_grad():
-        read = trilinear_read(h0[None], xyz_read)  # 3. read, (1, C)
-        message = memory.out_proj(read)
-        window = memory.config.write_window  # the layer's ±kσ box, None for the dense write
-        write = gaussian_write(what, xyz_write, spread, grid, window)  # 4. write, (1, C, D, H, W)
-        # 5. update, exactly as TensorMemory.forward runs it (one chunk, batch of one, channels-last).
-        taps_v, taps_h = memory.depthwise.split(C, dim=1)
-        profiles = [p.view(1, 1, n) for p, n in zip(gaussian_profiles(xyz_write, spread, grid, window), grid)]
-        factors = write_factors(what.view(1, 1, C), profiles, taps_v)
-        h_last, c_last = h0.permute(1, 2, 3, 0)[None], c0.permute(1, 2, 3, 0)[None]  # (1, D, H, W, C)
-        update_args = (h_last, c_last, taps_h, memory.mix.weight, memory.mix.bias)
-        if memory.config.write_mode == "local":  # only the cells the write reaches change
-            box = [m.view(1, 1, n) for m, n in zip(write_box(xyz_write, spread, grid, window), grid)]
-            hs, cs = local_scan(factors, update_regions(box), *update_args)
-        else:
-            hs, cs = convlstm_scan(factors, *update_args)
-        x = gate_inputs(expand_write(*(f[0] for f in factors)), depthwise3d(h_last, taps_h))
-        weight = torch.cat([memory.mix.weight, memory.mix.bias[:, None]], dim=1)
-        gates = {name: value.view(*grid, C).permute(3, 0, 1, 2).numpy().copy()
-                 for name, value in zip(GATES, gate_values(x, weight))}
-        gate_scale = float(memory.gate_scale)
-    volume = lambda t: t[0, 0].permute(3, 0, 1, 2).numpy().copy()  # noqa: E731  (1, 1, D, H, W, C) → (C, D, H, W)
-    return MechanismStep(mu_read=xyz_read[0].numpy().copy(), mu_write=xyz_write[0].numpy().copy(),
-                         sigma=float(sigma), content=what[0].numpy().copy(),
-                         corners=read_corners(xyz_read[0].numpy(), grid), read=read[0].numpy().copy(),
-                         message_norm=float(message.norm()), gate_scale=gate_scale, write=write[0].numpy().copy(),
-                         gates=gates, h_prev=h0.numpy().copy(), c_prev=c0.numpy().copy(),
-                         h_new=volume(hs), c_new=volume(cs))
+    given = {"mu_read": torch.as_tensor(np.asarray(mu_read, dtype=np.float32)).view(1, 1, 3),
+             "mu_write": torch.as_tensor(np.asarray(mu_write, dtype=np.float32)).view(1, 1, 3),
+             "sigma": torch.tensor([[float(sigma)]], dtype=torch.float32),
+             "content": torch.as_tensor(np.asarray(content, dtype=np.float32)).view(1, 1, C)}
+    tokens = torch.zeros(1, cfg.chunk_size, cfg.token_dim)  # every value they would give is set by the hooks
+    state = MemoryState(h0[None], c0[None], torch.zeros(1, 0, cfg.token_dim))
+    with torch.no_grad(), hooks(memory, {name: (lambda _, v=v: v) for name, v in given.items()}), \
+            record(memory) as rec:
+        out, _ = memory(tokens, state)
+    got = rec[""]
+    with torch.no_grad():  # the write volume, for the picture: the forward only ever holds its factors
+        write = gaussian_write(given["content"][0], given["mu_write"][0], given["sigma"][0], grid, cfg.write_window)
+    first = lambda t: t[0, 0].numpy().copy()  # noqa: E731  (1, 1, …) → (…)
+    xyz_read = first(got.mu_read)
+    return MechanismStep(mu_read=xyz_read, mu_write=first(got.mu_write), sigma=float(got.sigma[0, 0]),
+                         content=first(got.content), corners=read_corners(xyz_read, grid), read=first(got.read),
+                         added_norm=float((out - tokens)[0, 0].norm()),  # σ(γ)·out_proj(r), as the forward added it
+                         gate_scale=float(got.gate_scale), write=write[0].numpy().copy(),
+                         gates={g: first(getattr(got, f"gate_{g}")) for g in GATES},
+                         h_prev=h0.numpy().copy(), c_prev=c0.numpy().copy(), h_new=first(got.h), c_new=first(got.c))
 
 
 def state_before(layer: LayerTrace, chunk: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from .figures import colour_range, pca_basis, volume_values
+from .grid import voxel_coordinates
 from .trace import LayerTrace
 
 FIELDS = {"h": "hidden state h", "c": "cell state c"}
@@ -67,8 +68,7 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
 
 def nearest_voxel(mu: np.ndarray, grid: tuple[int, int, int]) -> tuple[int, int, int]:
     """The voxel (z, y, x) whose centre is nearest the coordinate ``mu`` = (x, y, z) in [-1, 1]."""
-    D, H, W = grid
-    x, y, z = ((np.clip(float(m), -1.0, 1.0) + 1.0) * (n - 1) / 2.0 for m, n in zip(mu, (W, H, D)))
+    x, y, z = voxel_coordinates(np.clip(np.asarray(mu, dtype=np.float64), -1.0, 1.0), grid)
     return int(round(z)), int(round(y)), int(round(x))
 
 

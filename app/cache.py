@@ -1,7 +1,7 @@
 """Every call into ``analysis/`` the app makes more than once, cached and keyed by what determines it.
 
-A checkpoint is loaded once per :class:`CheckpointRef` (``st.cache_resource``: the model is shared,
-read-only, and used under its lock, since an intervention briefly edits σ(γ)). Everything else
+A checkpoint is loaded once per :class:`CheckpointRef` (``st.cache_resource``: the model is shared
+and read-only; interventions are hooks held per thread, so sessions need no lock). Everything else
 is ``st.cache_data`` keyed by the checkpoint, the sample (seed and task parameters) and the view's
 settings, so a session stepping through chunks only indexes into what is cached, and sessions
 with the same settings share the work but never each other's state. PyVista renderings go through
@@ -59,10 +59,9 @@ class CheckpointRef:
 
 @dataclasses.dataclass
 class Loaded:
-    """A loaded checkpoint and the lock every use of its model holds."""
+    """A loaded checkpoint, shared read-only by every session."""
 
     checkpoint: Checkpoint
-    lock: threading.RLock
 
     @property
     def has_memory(self) -> bool:
@@ -72,17 +71,16 @@ class Loaded:
 @st.cache_resource(max_entries=8, show_spinner="Loading the checkpoint…")
 def load(ref: CheckpointRef) -> Loaded:
     """The checkpoint, validated by ``load_checkpoint`` (never unpickled); CheckpointError otherwise."""
-    return Loaded(load_checkpoint(ref.path), threading.RLock())
+    return Loaded(load_checkpoint(ref.path))
 
 
 @st.cache_data(max_entries=24, show_spinner="Running the sample through the model…")
 def sample_trace(ref: CheckpointRef, seed: int, params: Params) -> Trace:
     """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others."""
     loaded = load(ref)
-    with loaded.lock:
-        if loaded.has_memory:
-            return capture(loaded.checkpoint, seed=seed, index=0, progress=False, **dict(params))
-        return prediction_trace(loaded.checkpoint, seed=seed, index=0, **dict(params))
+    if loaded.has_memory:
+        return capture(loaded.checkpoint, seed=seed, index=0, progress=False, **dict(params))
+    return prediction_trace(loaded.checkpoint, seed=seed, index=0, **dict(params))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -121,25 +119,23 @@ def volume_frame(sample: Hashable, layer: str, series: VolumeSeries, chunk: int)
 def summary(ref: CheckpointRef, seed: int, samples: int, params: Params, layer: Optional[str]) -> dict[str, Any]:
     """Metrics and (for Tensor Memory) the addressing report over ``samples`` samples."""
     loaded = load(ref)
-    with loaded.lock:
-        return checkpoint_summary(loaded.checkpoint, seed, samples, layer, **dict(params))
+    return checkpoint_summary(loaded.checkpoint, seed, samples, layer, **dict(params))
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the sample with and without the intervention…")
 def intervention(ref: CheckpointRef, seed: int, params: Params, kind: str, chunk: int,
-                 region: Optional[tuple[tuple[int, int], ...]], layer: Optional[str]) -> InterventionResult:
+                 region: Optional[tuple[tuple[int, int], ...]], layer: Optional[str],
+                 to: Optional[tuple[float, float, float]] = None, sigma: Optional[float] = None) -> InterventionResult:
     """The sample run untouched and with the intervention, per chunk side by side."""
     loaded = load(ref)
-    with loaded.lock:
-        return intervene(loaded.checkpoint, kind, chunk, seed, 0, region, layer, **dict(params))
+    return intervene(loaded.checkpoint, kind, chunk, seed, 0, region, layer, to, sigma, **dict(params))
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring the belief through occlusions of every length…")
 def survival(ref: CheckpointRef, samples: int, seed: int) -> dict[str, Any]:
     """Accuracy at each hidden frame for occlusion lengths 0, 2, 4 and 6."""
     loaded = load(ref)
-    with loaded.lock:
-        return belief_survival(loaded.checkpoint, samples=samples, seed=seed)
+    return belief_survival(loaded.checkpoint, samples=samples, seed=seed)
 
 
 READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # tasks whose world a linear read-out can check
@@ -152,8 +148,7 @@ def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str
     fit = READOUTS.get(loaded.checkpoint.task.name)
     if fit is None:
         return None
-    with loaded.lock:
-        return fit(loaded.checkpoint, layer)
+    return fit(loaded.checkpoint, layer)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -161,8 +156,7 @@ def decoded_sample_map(ref: CheckpointRef, seed: int, params: Params, layer: Opt
     """The session's map-building sample decoded from the memory by the fitted probe."""
     loaded = load(ref)
     probe = world_readout(ref, layer)
-    with loaded.lock:
-        return decoded_map(loaded.checkpoint, probe, seed, 0, **dict(params))
+    return decoded_map(loaded.checkpoint, probe, seed, 0, **dict(params))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

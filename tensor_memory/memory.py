@@ -30,7 +30,7 @@ from torch import nn
 
 from .config import ConfigBase, require_float, require_int
 from .local_update import local_scan, update_regions
-from .recording import RECORD_FIELDS, RecordPoint
+from .hookpoints import POINTS, HookPoint, any_active
 from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
 
@@ -241,7 +241,7 @@ class TensorMemory(nn.Module):
         self.spread = nn.Linear(d, 1)  # step 4: how widely (σ before softplus)
         self.depthwise = nn.Parameter(torch.zeros(3, 2 * C, 3))  # step 5: (axis D/H/W, [V;h] channel, tap)
         self.mix = nn.Linear(2 * C, 4 * C)  # step 5: pointwise [V;h] → i, f, o, g
-        self.record_points = nn.ModuleDict({name: RecordPoint() for name in RECORD_FIELDS})
+        self.hook_points = nn.ModuleDict({name: HookPoint(name) for name in POINTS})  # hookpoints.py
         self.reset_memory_parameters()
 
     def reset_memory_parameters(self) -> None:
@@ -282,8 +282,9 @@ class TensorMemory(nn.Module):
         """σ(γ): how strongly the read enters the token stream."""
         return torch.sigmoid(self.gate)
 
-    def record(self, name: str, value: torch.Tensor) -> None:
-        self.record_points[name](value)
+    def hook(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """Pass ``value`` through hook point ``name``: the value itself unless a hook replaces it."""
+        return self.hook_points[name](value)
 
     def forward(self, x: torch.Tensor, state: Optional[MemoryState] = None) -> tuple[torch.Tensor, MemoryState]:
         self._check_input(x, state)
@@ -308,14 +309,14 @@ class TensorMemory(nn.Module):
             summaries = F.layer_norm(summaries, (d,))
 
         # 2. Addressing: one coordinate head for both, tanh keeps coordinates in the grid.
-        mu_read = torch.tanh(self.coord_head(queries))  # (B, n_read, 3)
-        mu_write = torch.tanh(self.coord_head(summaries))  # (B, n_write, 3)
+        mu_read = self.hook("mu_read", torch.tanh(self.coord_head(queries)))  # (B, n_read, 3)
+        mu_write = self.hook("mu_write", torch.tanh(self.coord_head(summaries)))  # (B, n_write, 3)
 
         # 4. Soft write (step 3, the read, comes last: it needs the state before each write,
         #    which the scan in step 5 produces for all chunks at once). From here on the
         #    write path is chunk-major, (n_write, B, …), the order the scan walks in.
-        content = self.content(summaries)  # (B, n_write, C)
-        sigma = F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min  # (B, n_write)
+        content = self.hook("content", self.content(summaries))  # (B, n_write, C)
+        sigma = self.hook("sigma", F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min)  # (B, n_write)
         xyz_k, sigma_k = mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1)  # chunk-major, (n_write·B, …)
         profiles = gaussian_profiles(xyz_k, sigma_k, cfg.grid, cfg.write_window)  # cut to the ±kσ box unless "dense"
         profiles = [p.view(n_write, B, n) for p, n in zip(profiles, (D, H, W))]  # V = content ⊗ gz ⊗ gy ⊗ gx; (n_write, B, n) each
@@ -324,8 +325,11 @@ class TensorMemory(nn.Module):
         #    so its depthwise convolutions act on the three profiles, never on a full volume.
         taps_v, taps_h = self.depthwise.split(C, dim=1)  # (3, C, 3) each
         factors = write_factors(content.transpose(0, 1), profiles, taps_v)  # dw_V(V) = fz ⊗ fy ⊗ fxc
-        h0 = state.h.permute(0, 2, 3, 4, 1)  # (B, D, H, W, C) channels-last view
-        c0 = state.c.permute(0, 2, 3, 4, 1)
+        # The incoming state passes its hook points first (an intervention may replace it).
+        h_in, c_in = (self.hook(name, v).contiguous(memory_format=torch.channels_last_3d)  # a no-op unless replaced
+                      for name, v in (("h_in", state.h), ("c_in", state.c)))
+        h0 = h_in.permute(0, 2, 3, 4, 1)  # (B, D, H, W, C) channels-last view
+        c0 = c_in.permute(0, 2, 3, 4, 1)
         if cfg.write_mode == "local":  # update only the cells each write reaches; the rest keep their state
             box = [m.view(n_write, B, n) for m, n in zip(write_box(xyz_k, sigma_k, cfg.grid, cfg.window_k), (D, H, W))]
             hs, cs_ = local_scan(factors, update_regions(box), h0, c0, taps_h, self.mix.weight, self.mix.bias)
@@ -340,20 +344,20 @@ class TensorMemory(nn.Module):
         later_xyz = F.pad(mu_read[:, 1:], (0, 0, 0, n_write + 1 - n_read))  # (B, n_write, 3)
         later = _sample(hs.reshape(-1, D, H, W, C), later_xyz.transpose(0, 1).reshape(-1, 3))  # (n_write·B, C)
         later = later.view(n_write, B, C).transpose(0, 1)[:, :n_read - 1]  # (B, n_read-1, C)
-        read = torch.cat([first[:, None], later], dim=1)  # (B, n_read, C)
+        read = self.hook("read", torch.cat([first[:, None], later], dim=1))  # (B, n_read, C)
         message = self.out_proj(read)  # (B, n_read, d)
         per_token = message.repeat_interleave(cs, dim=1)[:, P:P + N]  # (B, N, d) drop tokens already output
-        y = x + self.gate_scale * per_token
+        y = x + self.hook("gate_scale", self.gate_scale[None]) * per_token  # σ(γ) as (1,)
 
         to_public = (0, 4, 1, 2, 3)  # (B, D, H, W, C) → (B, C, D, H, W), a view
-        new_state = MemoryState(h=hs[-1].permute(to_public) if n_write else state.h,
-                                c=cs_[-1].permute(to_public) if n_write else state.c,
+        new_state = MemoryState(h=hs[-1].permute(to_public) if n_write else h_in,
+                                c=cs_[-1].permute(to_public) if n_write else c_in,
                                 pending=tokens[:, n_write * cs:])
-        if any(point.active for point in self.record_points.values()):
-            self._record_all(mu_read, read, mu_write, sigma, content, hs, cs_, factors, h0, taps_h)
+        if any_active(self.hook_points):  # the read-only points: the volumes after each chunk, the gates
+            self._observe_state(hs, cs_, factors, h0, taps_h)
         return y, new_state
 
-    # -- checks and recording (no effect on the computation) --------------------------------
+    # -- checks and the read-only hook points (no effect on the computation) -----------------
 
     def _check_input(self, x: torch.Tensor, state: Optional[MemoryState]) -> None:
         cfg = self.config
@@ -372,19 +376,17 @@ class TensorMemory(nn.Module):
                 raise ValueError(f"MemoryState.pending must be (B, P < chunk_size, token_dim), "
                                  f"got {tuple(state.pending.shape)}")
 
-    def _record_all(self, mu_read, read, mu_write, sigma, content, hs, cs, factors, h0, taps_h):
-        """Hand every record point its value, shaped (B, K, …) with volumes as (C, D, H, W)."""
+    def _observe_state(self, hs, cs, factors, h0, taps_h):
+        """Hand the read-only points their values, shaped (B, K, C, D, H, W)."""
         by_chunk = (1, 0, 5, 2, 3, 4)  # (K, B, D, H, W, C) → (B, K, C, D, H, W)
-        for name, value in (("mu_read", mu_read), ("read", read), ("mu_write", mu_write), ("sigma", sigma),
-                            ("content", content), ("h", hs.permute(by_chunk)), ("c", cs.permute(by_chunk)),
-                            ("gate_scale", self.gate_scale[None])):
-            self.record(name, value)
-        # Gates are recomputed only when asked for: they are large. With write_mode "local" they are
+        self.hook("h", hs.permute(by_chunk))
+        self.hook("c", cs.permute(by_chunk))
+        # Gates are recomputed only when observed: they are large. With write_mode "local" they are
         # the values at every cell, but act only inside each chunk's update region.
-        if self.record_points["gate_i"].active:
+        if self.hook_points["gate_i"].active:
             with torch.no_grad():
                 h_prev = torch.cat([h0[None], hs[:-1]], dim=0)  # (K, B, D, H, W, C) state before each write
                 x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h))  # [dw_V(V) ; dw_h(h) ; 1]
                 weight = torch.cat([self.mix.weight, self.mix.bias[:, None]], dim=1)
                 for name, value in zip(("gate_i", "gate_f", "gate_o", "gate_g"), gate_values(x, weight)):
-                    self.record(name, value.view(hs.shape).permute(by_chunk))
+                    self.hook(name, value.view(hs.shape).permute(by_chunk))

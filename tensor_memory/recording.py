@@ -1,15 +1,16 @@
-"""Named record points on the memory path and a context that collects them.
+"""A context that records the memory path's hook points into a typed object.
 
-The model code only *marks* values (``self.record("mu_read", mu_read)``); it carries no
-analysis or visualisation logic. ``record(model)`` switches the points on for the duration
-of a ``with`` block and hands back a typed :class:`Recording`::
+``record(model)`` attaches a read-only observer to every hook point of every memory layer
+(:mod:`tensor_memory.hookpoints`) for the duration of a ``with`` block and hands back a
+:class:`Recording`::
 
     with record(model) as rec:
         model(x)
     rec.layers["blocks.0.memory"].mu_write      # (B, K, 3)
 
-With no recording active a record point is a single ``is None`` check, and quantities that
-are only needed for inspection (the gate volumes) are not computed at all.
+Observers run after any hook, so inside a ``hooks`` block the recording holds the values the
+forward went on with. Quantities needed only for inspection (the gate volumes) are computed
+only while something observes them.
 """
 
 from __future__ import annotations
@@ -21,39 +22,11 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
-# The quantities a memory layer marks, each with its shape per forward call
-# (K = chunks in the call; Kw = complete chunks written; volumes are (C, D, H, W)).
-RECORD_FIELDS = {
-    "mu_read": "(B, K, 3) read coordinates (x, y, z) in [-1, 1]",
-    "read": "(B, K, C) vector read from h before the chunk's write",
-    "mu_write": "(B, Kw, 3) write coordinates",
-    "sigma": "(B, Kw) write spread in normalised units",
-    "content": "(B, Kw, C) write content",
-    "h": "(B, Kw, C, D, H, W) hidden volume after each chunk's update",
-    "c": "(B, Kw, C, D, H, W) cell volume after each chunk's update",
-    "gate_i": "(B, Kw, C, D, H, W) input gate",
-    "gate_f": "(B, Kw, C, D, H, W) forget gate",
-    "gate_o": "(B, Kw, C, D, H, W) output gate",
-    "gate_g": "(B, Kw, C, D, H, W) candidate cell values",
-    "gate_scale": "(1,) sigma(gamma), the read gate of the layer",
-}
+from .hookpoints import POINTS, HookPoint, observers
 
-
-class RecordPoint(nn.Module):
-    """An identity on the memory path that hands what passes through it to a sink when recording."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sink: Optional[Callable[[torch.Tensor], None]] = None
-
-    @property
-    def active(self) -> bool:
-        return self.sink is not None
-
-    def forward(self, value: torch.Tensor) -> torch.Tensor:
-        if self.sink is not None:
-            self.sink(value.detach().clone())
-        return value
+# The quantities a recording keeps: every hook point but the incoming state (the state a call
+# starts from is the previous call's last h and c, or zeros).
+RECORD_FIELDS = {name: doc for name, (doc, _) in POINTS.items() if name not in ("h_in", "c_in")}
 
 
 @dataclasses.dataclass
@@ -92,13 +65,13 @@ class Recording:
         return len(self.layers)
 
 
-def _points(model: nn.Module) -> dict[str, dict[str, RecordPoint]]:
-    """Record points of every memory layer in ``model``: {layer path: {field: point}}."""
-    found: dict[str, dict[str, RecordPoint]] = {}
+def _points(model: nn.Module) -> dict[str, dict[str, HookPoint]]:
+    """Recorded hook points of every memory layer in ``model``: {layer path: {field: point}}."""
+    found: dict[str, dict[str, HookPoint]] = {}
     for name, module in model.named_modules():
-        points = getattr(module, "record_points", None)
+        points = getattr(module, "hook_points", None)
         if isinstance(points, nn.ModuleDict):
-            found[name] = {field: points[field] for field in points}  # type: ignore[misc]
+            found[name] = {field: points[field] for field in RECORD_FIELDS}  # type: ignore[misc]
     return found
 
 
@@ -113,18 +86,16 @@ def record(model: nn.Module, gates: bool = True) -> Iterator[Recording]:
     if not layers:
         raise ValueError("record(model): the model has no memory layers to record")
     collected: dict[str, dict[str, list[torch.Tensor]]] = {name: {} for name in layers}
+    sinks: dict[HookPoint, Callable[[torch.Tensor], None]] = {}
     for name, points in layers.items():
         for field, point in points.items():
             if field.startswith("gate_") and field != "gate_scale" and not gates:
                 continue
-            point.sink = collected[name].setdefault(field, []).append
+            keep = collected[name].setdefault(field, []).append
+            sinks[point] = lambda value, keep=keep: keep(value.detach().clone())
     recording = Recording(layers={})
-    try:
+    with observers(sinks):
         yield recording
-    finally:
-        for points in layers.values():
-            for point in points.values():
-                point.sink = None
     for name, fields in collected.items():
         values: dict[str, Optional[torch.Tensor]] = {}
         for field in RECORD_FIELDS:

@@ -275,6 +275,15 @@ def test_interventions_match_the_analysis():
     at.radio(key="intervention.kind").set_value("zero_region")
     ok(next(b for b in at.button if b.label == "Run the intervention").click().run())
     assert not at.error
+    # Moving the chunk's write to the grid's corner voxel (0, 0, 0): the same figures as the analysis gives.
+    at.radio(key="intervention.kind").set_value("move_write")
+    for axis in "xyz":
+        next(s for s in at.slider if s.label == f"Write to voxel {axis}").set_value(0.0)
+    ok(next(b for b in at.button if b.label == "Run the intervention").click().run())
+    moved = intervene(DEFAULT, "move_write", 5, seed=0, to=(-1.0, -1.0, -1.0), **DEFAULT_PARAMS).summary()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Predictions changed"] == f"{moved['chunks_changed']} of {moved['chunks_after']}"
+    assert any("write moved" in m.value for m in at.markdown)
 
 
 def test_teach_sandbox_is_computed_by_the_module():

@@ -296,7 +296,7 @@ def test_recording_captures_every_chunk_consistently():
     # The recorded read is h before the chunk's write, sampled at the recorded coordinate.
     torch.testing.assert_close(r.read[:, 2], trilinear_read(r.h[:, 1], r.mu_read[:, 2]), rtol=0, atol=1e-12)
     assert r.gate_scale.item() == pytest.approx(torch.sigmoid(torch.tensor(0.3)).item())
-    assert all(point.sink is None for point in memory.record_points.values())  # off again
+    assert not any(point.active for point in memory.hook_points.values())  # off again
 
 
 def test_recording_across_stream_segments_concatenates_chunks_and_can_skip_gates():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +12,9 @@ import torch
 
 from analysis import capture
 from analysis.capture import sample_batch
-from analysis.interventions import gates_closed, intervene, memory_layers, run_intervened
+from analysis.interventions import intervene, memory_layers, run_intervened
 from analysis.occlusion import belief, belief_survival, memory_energy, occlusion_memory
-from tensor_memory import load_checkpoint
+from tensor_memory import load_checkpoint, record
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
@@ -100,21 +102,67 @@ def test_zeroing_a_region_only_touches_that_region(occlusion):
         run_intervened(model, batch.inputs, "zero", chunk=12)
 
 
-def test_gate_off_removes_the_read_and_restores_the_model(occlusion):
+def parameters_of(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_gate_off_equals_a_copy_whose_gates_are_closed_and_edits_nothing(occlusion):
     _, batch = sample_batch(occlusion, 0, [0])
     model = occlusion.model
-    memories = [memory for _, memory in memory_layers(model).values()]
-    assert len(memories) == 2  # both layers carry a memory; the intervention closes every gate
-    gammas = [memory.gate.detach().clone() for memory in memories]
+    assert len(memory_layers(model)) == 2  # both layers carry a memory; the intervention closes every gate
+    before = parameters_of(model)
     off = run_intervened(model, batch.inputs, "gate_off", chunk=0)
-    assert all(torch.equal(m.gate.detach(), g) for m, g in zip(memories, gammas))  # restored
-    with torch.no_grad(), gates_closed(memories):
-        assert all(torch.sigmoid(m.gate).item() == 0.0 for m in memories)
-        expected, _ = model(batch.inputs)
-    assert torch.equal(off, expected)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # no parameter was touched
+    closed = copy.deepcopy(model)
     with torch.no_grad():
+        for _, memory in memory_layers(closed).values():
+            memory.gate.fill_(-float("inf"))  # σ(γ) = 0 exactly, on the copy
+        expected, _ = closed(batch.inputs)
         normal, _ = model(batch.inputs)
+    assert torch.equal(off, expected)
     assert not torch.equal(off, normal)
+
+
+@pytest.mark.parametrize("kind, setting", [("move_write", dict(to=(0.9, -0.9, 0.1))), ("set_sigma", dict(sigma=2.0))])
+def test_a_write_moved_or_widened_changes_that_write_alone(occlusion, kind, setting):
+    _, batch = sample_batch(occlusion, 0, [0])
+    model, k = occlusion.model, 5
+    with record(model) as plain:
+        untouched = model(batch.inputs)[0]
+    with record(model) as changed:
+        got = run_intervened(model, batch.inputs, kind, chunk=k, **setting)
+    for name, lay in plain.layers.items():
+        field = "mu_write" if kind == "move_write" else "sigma"
+        value = torch.tensor(setting.get("to", setting.get("sigma")))
+        new, old = getattr(changed[name], field), getattr(lay, field)
+        assert torch.equal(new[:, k], value.expand_as(new[:, k]))  # the chosen write, set
+        assert torch.allclose(new[:, :k], old[:, :k], atol=1e-5)  # the writes before it as they were
+    cut = (k + 1) * 16  # chunk k reads before it writes: its tokens and the earlier ones are unchanged
+    torch.testing.assert_close(got[:, :cut], untouched[:, :cut], atol=1e-4, rtol=1e-5)
+    assert (got[:, cut:] - untouched[:, cut:]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match=kind):
+        run_intervened(model, batch.inputs, kind, chunk=k)  # the setting is required
+
+
+def test_two_users_intervening_at_once_get_independent_results(occlusion):
+    """The app's users share one loaded model: concurrent interventions of every kind must not mix."""
+    asked = [("zero", {}), ("gate_off", {}), ("zero_region", dict(region=((0, 3), (0, 6), (0, 6)))),
+             ("move_write", dict(to=(0.5, 0.5, 0.5))), ("set_sigma", dict(sigma=0.1))]
+    alone = {kind: intervene(occlusion, kind, 6, seed=2, **kw).intervened["probs"] for kind, kw in asked}
+    together, barrier = {}, threading.Barrier(len(asked))
+
+    def run(kind, kw):
+        barrier.wait()
+        together[kind] = [intervene(occlusion, kind, 6, seed=2, **kw).intervened["probs"] for _ in range(3)]
+
+    threads = [threading.Thread(target=run, args=item) for item in asked]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for kind, _ in asked:
+        assert all(np.array_equal(p, alone[kind]) for p in together[kind]), kind
+    assert len({alone[k].tobytes() for k in alone}) == len(asked)  # the five really differ
 
 
 def test_intervene_reports_the_effect_side_by_side():

@@ -75,8 +75,9 @@ def test_hand_set_step_on_an_empty_memory(setup):
     content[3] = 2.0
     step = teach.mechanism_step(memory, zeros, zeros, np.array([0.2, -0.1, 0.5]), np.array([1.0, -1.0, 0.0]), 0.3,
                                 content)
-    assert np.abs(step.read).max() == 0.0 and step.added_norm == pytest.approx(
-        step.gate_scale * step.message_norm)  # an empty memory reads zeros (message = out_proj's bias)
+    # an empty memory reads zeros, so the message is out_proj's bias, scaled by σ(γ)
+    assert np.abs(step.read).max() == 0.0
+    assert step.added_norm == pytest.approx(step.gate_scale * float(memory.out_proj.bias.detach().norm()), rel=1e-5)
     assert np.abs(step.write[[c for c in range(C) if c != 3]]).max() == 0.0
     z, y, x = np.unravel_index(np.abs(step.write[3]).argmax(), grid)  # the write's voxel: x = 1, y = -1, z = 0
     assert (y, x) == (0, grid[2] - 1) and abs(z - (grid[0] - 1) / 2) <= 0.5

@@ -10,6 +10,7 @@ from analysis.interventions import KINDS
 from analysis.occlusion import belief, memory_energy, occlusion_memory
 from analysis.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
 from analysis.views import slice_index
+from analysis.grid import normalised_coordinates
 from analysis.volumes import nearest_voxel
 from app import cache, layout, state, stepper
 
@@ -74,8 +75,9 @@ sample = f"{abs(hash(context.sample_key)):x}"  # a new sample gets fresh control
 with st.form("intervention_form", border=True):
     kind_col, chunk_col = st.columns([2, 3])
     kind = kind_col.radio("Intervention", KINDS, format_func=KIND_NAMES.get, key="intervention.kind",
-                          help="Zero h and c (all of it or a box of voxels) just before the chunk reads, or force "
-                               "σ(γ) = 0 from that chunk on so reads no longer reach the tokens.")
+                          help="Zero h and c (all of it or a box of voxels) just before the chunk reads, force "
+                               "σ(γ) = 0 from that chunk on so reads no longer reach the tokens, or change the "
+                               "chunk's own write: move it to another voxel, or set its σ.")
     at = (chunk_col.slider("Before chunk", 0, trace.num_chunks - 1, default_chunk, key=f"intervention.chunk.{sample}")
           if trace.num_chunks > 1 else 0)
     z0, y0, x0 = nearest_voxel(lay.mu_write[max(default_chunk - 1, 0)], lay.grid)
@@ -86,12 +88,24 @@ with st.form("intervention_form", border=True):
     x_range = x_col.slider("Region x (W)", 0, W - 1, box(x0, W), key=f"intervention.x.{sample}")
     st.caption("The region (voxel indices, ends included) applies to \"region zeroed\"; it starts around the last "
                "write before the chosen chunk. Interventions act on every memory layer.")
+    to_col, sigma_col = st.columns([3, 1])
+    z1, y1, x1 = nearest_voxel(lay.mu_write[min(default_chunk, len(lay.mu_write) - 1)], lay.grid)
+    target = to_col.columns(3)
+    to_voxel = [target[i].slider(f"Write to voxel {a}", 0.0, float(n - 1), float(v), step=0.25,
+                                 key=f"intervention.to.{a}.{sample}")
+                for i, (a, n, v) in enumerate((("x", W, x1), ("y", H, y1), ("z", D, z1)))]
+    new_sigma = sigma_col.slider("σ of the write", 0.05, 2.0, 0.4, step=0.05, key=f"intervention.sigma.{sample}",
+                                 help="Normalised units: 2/(n − 1) is one voxel spacing along an axis of n voxels.")
+    st.caption("\"write moved\" and \"σ of the write set\" change the chosen chunk's write alone (its read comes "
+               "first, so the change shows from the next chunk on).")
     if st.form_submit_button("Run the intervention", icon=":material/science:", type="primary"):
         region = tuple((lo, hi + 1) for lo, hi in (z_range, y_range, x_range)) if kind == "zero_region" else None
-        st.session_state[INTERVENTION_KEY] = (sample, (kind, int(at), region))
+        to = tuple(float(v) for v in normalised_coordinates(to_voxel, lay.grid)) if kind == "move_write" else None
+        st.session_state[INTERVENTION_KEY] = (sample, (kind, int(at), region, None, to,
+                                                       float(new_sigma) if kind == "set_sigma" else None))
 remembered = st.session_state.get(INTERVENTION_KEY)
-asked = remembered[1] if remembered and remembered[0] == sample else ("zero", default_chunk, None)
-result = cache.intervention(context.ref, context.seed, context.params, *asked, None)
+asked = remembered[1] if remembered and remembered[0] == sample else ("zero", default_chunk, None, None, None, None)
+result = cache.intervention(context.ref, context.seed, context.params, *asked)
 numbers = result.summary()
 changed_col, accuracy_col, drop_col = st.columns(3)
 changed_col.metric("Predictions changed", f"{numbers['chunks_changed']} of {numbers['chunks_after']}",

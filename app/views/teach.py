@@ -36,8 +36,7 @@ trace, chunk = context.trace, context.chunk
 lay = trace.layer(context.layer)
 memory = teach.memory_module(context.checkpoint.model, context.layer)
 config = memory.config
-with context.loaded.lock:  # an intervention elsewhere may be editing σ(γ) for a moment
-    step, agreement = teach.walkthrough(trace, memory, context.layer, chunk)
+step, agreement = teach.walkthrough(trace, memory, context.layer, chunk)
 units = teach.voxel_units(step)
 D, H, W = step.grid
 first_token = chunk * config.chunk_size
@@ -146,8 +145,7 @@ with content_col:
 h_prev, c_prev = teach.state_before(lay, chunk)
 if empty:
     h_prev, c_prev = np.zeros_like(h_prev), np.zeros_like(c_prev)
-with context.loaded.lock:
-    mine = teach.mechanism_step(memory, h_prev, c_prev, mu_read, mu_write, sigma, content)
+mine = teach.mechanism_step(memory, h_prev, c_prev, mu_read, mu_write, sigma, content)
 write_col, read_col, update_col = st.columns(3)
 with write_col:
     layout.chart(volume_figure(volume_values(mine.write), "volume", "write volume ‖V‖"), "sandbox_write", height=340)
