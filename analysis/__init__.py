@@ -4,8 +4,8 @@ Everything here is a pure function of checkpoints and traces; the app only lays 
 return. It reaches into models only through ``tensor_memory.recording``.
 """
 
-from .addressing import addressing_report
-from .capture import capture
-from .trace import Trace, TraceError, load_trace
+from analysis.measures.addressing import addressing_report
+from analysis.traces.capture import capture
+from analysis.traces.trace import Trace, TraceError, load_trace
 
 __all__ = ["capture", "load_trace", "addressing_report", "Trace", "TraceError"]

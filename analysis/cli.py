@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from .trace import VOLUME_DTYPES
+from analysis.traces.trace import VOLUME_DTYPES
 
 TRACE_DESCRIPTION = (
     "Run one sample of a checkpoint's task through the model with recording on and save the trace: per "
@@ -36,7 +35,7 @@ def _param(text: str) -> tuple[str, Any]:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from .capture import capture
+    from analysis.traces.capture import capture
 
     trace = capture(args.checkpoint, seed=args.seed, index=args.index, gates=not args.no_gates,
                     cells=not args.no_cells, progress=False if args.no_progress else None, volumes=args.volumes,
@@ -50,8 +49,8 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import report_numbers, write_report
-    from .trace import load_trace
+    from analysis.figures.report import report_numbers, write_report
+    from analysis.traces.trace import load_trace
 
     trace = load_trace(args.trace)
     if args.out:

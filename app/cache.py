@@ -17,18 +17,18 @@ from typing import Any, Callable, Hashable, Optional
 
 import streamlit as st
 
-from analysis.capture import capture
-from analysis.compare import checkpoint_summary
-from analysis.export import trace_bytes
-from analysis.frames import png_bytes, volume_frames
-from analysis.interventions import InterventionResult, intervene, memory_layers
-from analysis.occlusion import belief_survival
-from analysis.predictions import prediction_trace
-from analysis.trace import Trace
-from analysis.training_log import addressing_history, read_training_log
-from analysis.world import decoded_map, map_probe, write_position_fit
-from analysis.views import explore_figures
-from analysis.volumes import VolumeSeries, state_series
+from analysis.traces.capture import capture
+from analysis.measures.compare import checkpoint_summary
+from analysis.traces.export import trace_bytes
+from analysis.figures.frames import png_bytes, volume_frames
+from analysis.measures.interventions import InterventionResult, intervene, memory_layers
+from analysis.measures.occlusion import belief_survival
+from analysis.traces.predictions import prediction_trace
+from analysis.traces.trace import Trace
+from analysis.traces.training_log import addressing_history, read_training_log
+from analysis.measures.world import decoded_map, map_probe, write_position_fit
+from analysis.figures.views import explore_figures
+from analysis.measures.volumes import VolumeSeries, state_series
 from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
 
 from .figure_cache import figure_cache
@@ -104,7 +104,7 @@ def volume_frames_job(sample: Hashable, layer: str, series: VolumeSeries,
 
 def chunk_figures_job(trace: Trace, sample: Hashable, layer: Optional[str], series: Optional[VolumeSeries], kind: str,
                       anchor: str, chunk: int) -> tuple[Hashable, Callable[[], dict[str, Any]]]:
-    """(key, build) of every Explore figure of ``chunk`` (see :func:`analysis.views.explore_figures`)."""
+    """(key, build) of every Explore figure of ``chunk`` (see :func:`analysis.figures.views.explore_figures`)."""
     settings = None if series is None else (series.field, series.mode, series.index, kind, anchor)
     return (("explore", sample, layer, settings, chunk),
             lambda: explore_figures(trace, chunk, layer, series, kind, anchor))
@@ -143,7 +143,7 @@ READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # tasks
 
 @st.cache_data(max_entries=8, show_spinner="Fitting a read-out of the world over 256 samples…")
 def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str, Any]]:
-    """The task's linear read-out (analysis.world), fitted on seed 0 and scored on seeds 1–3; None for other tasks."""
+    """The task's linear read-out (analysis.measures.world), fitted on seed 0 and scored on seeds 1–3; None for other tasks."""
     loaded = load(ref)
     fit = READOUTS.get(loaded.checkpoint.task.name)
     if fit is None:
@@ -161,7 +161,7 @@ def decoded_sample_map(ref: CheckpointRef, seed: int, params: Params, layer: Opt
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def training_history(ref: CheckpointRef) -> dict[str, Any]:
-    """The addressing measures and validation accuracy its training logged, by step (analysis.training_log)."""
+    """The addressing measures and validation accuracy its training logged, by step (analysis.traces.training_log)."""
     return addressing_history(read_training_log(Path(ref.path)))
 
 

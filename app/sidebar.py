@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from analysis.trace import Trace
+from analysis.traces.trace import Trace
 from tensor_memory.checkpoint import Checkpoint, CheckpointError
 
 from . import cache

@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from analysis.finite import nonfinite_fields
-from analysis.trace import Trace, TraceError
+from analysis.traces.finite import nonfinite_fields
+from analysis.traces.trace import Trace, TraceError
 from tensor_memory.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 
 from . import cache

@@ -19,8 +19,8 @@ from typing import Callable
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.annotations import annotation_figure, key_chunk
-from analysis.chunk_input import chunk_outcome
+from analysis.figures.annotations import annotation_figure, key_chunk
+from analysis.figures.chunk_input import chunk_outcome
 
 from . import layout
 from .figure_cache import figure_cache

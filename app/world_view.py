@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.world import decoded_map_figure, write_position_figure
+from analysis.measures.world import decoded_map_figure, write_position_figure
 from app import cache, layout
 from app.state import Context
 

@@ -77,10 +77,10 @@ def step_times(steps: int, pause: float) -> tuple[list[float], list[str]]:
 def build_times(repeats: int = 12) -> dict[str, list[float]]:
     """Seconds to build one chunk's figures, and to render its PyVista volume, from the cached trace."""
     from analysis import capture
-    from analysis.annotations import annotation_figure
-    from analysis.frames import volume_frames
-    from analysis.views import explore_figures
-    from analysis.volumes import state_series
+    from analysis.figures.annotations import annotation_figure
+    from analysis.figures.frames import volume_frames
+    from analysis.figures.views import explore_figures
+    from analysis.measures.volumes import state_series
     from app.cache import FRAME_BLOCK
 
     trace = capture(ROOT / "checkpoints" / "occlusion-tensor", progress=False)

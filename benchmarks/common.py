@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -10,6 +11,20 @@ import time
 from typing import Callable
 
 import torch
+
+
+def layer_arguments(description: str, repeats: int) -> argparse.ArgumentParser:
+    """A parser with one memory layer's size (the issue's setting by default), threads and repeats."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--batch", type=int, default=32, help="B (default 32)")
+    p.add_argument("--tokens", type=int, default=24, help="N (default 24)")
+    p.add_argument("--dim", type=int, default=64, help="d (default 64)")
+    p.add_argument("--channels", type=int, default=16, help="C (default 16)")
+    p.add_argument("--grid", type=int, default=6, help="voxels per axis (default 6)")
+    p.add_argument("--chunk-size", type=int, default=1, help="tokens per chunk (default 1)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--repeats", type=int, default=repeats, help=f"timed runs of each (default {repeats})")
+    return p
 
 
 def machine(threads: int) -> str:

@@ -15,23 +15,14 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import alternate, fwd_bwd, machine, median_ms, table
+from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 from tensor_memory.reference import ReferenceMemory
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch", type=int, default=32, help="B (default 32)")
-    p.add_argument("--tokens", type=int, default=24, help="N (default 24)")
-    p.add_argument("--dim", type=int, default=64, help="d (default 64)")
-    p.add_argument("--channels", type=int, default=16, help="C (default 16)")
-    p.add_argument("--grid", type=int, default=6, help="voxels per axis (default 6)")
-    p.add_argument("--chunk-size", type=int, default=1, help="tokens per chunk (default 1)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--repeats", type=int, default=7, help="timed runs of each (default 7)")
-    return p.parse_args()
+    return layer_arguments(__doc__.split("\n\n")[0], repeats=7).parse_args()
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from analysis import addressing_report, capture, load_trace
-from analysis.capture import capture_many
+from analysis.traces.capture import capture_many
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory.checkpoint import Checkpoint
 from tensor_memory.model import TaskModel

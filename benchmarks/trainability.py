@@ -109,6 +109,15 @@ def smooth_map_places(model: TaskModel, task) -> TaskModel:
     return model
 
 
+def smooth_places_large(model: TaskModel, task) -> TaskModel:
+    """smooth_places_dominant, with the place Linear at 5 times its init: a token's place outweighs what the
+    attention and MLP residuals add before the memory (their outputs do not grow with the input's scale)."""
+    model = smooth_places_dominant(model, task)
+    model.encoder.place.weight.mul_(5.0)
+    model.encoder.place.bias.mul_(5.0)
+    return model
+
+
 class OracleCoordinates(nn.Module):
     """A memory's coordinate head that returns (through tanh) the true place of each map token.
 
@@ -203,7 +212,7 @@ def input_dependent_sigma(model: TaskModel, _task) -> TaskModel:
 
 
 VARIANTS = {f.__name__: f for f in (embeddings_at_unit_scale, embeddings_at_linear_scale, smooth_map_places,
-                                    smooth_places_dominant, wide_coordinates, oracle_map_addresses,
+                                    smooth_places_dominant, smooth_places_large, wide_coordinates, oracle_map_addresses,
                                     map_places_dominant,
                                     frame_embedding, no_final_norm, attention_init_as_mha,
                                     input_dependent_sigma)}

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from analysis import addressing_report  # noqa: E402
-from analysis.capture import capture_many  # noqa: E402
+from analysis.traces.capture import capture_many  # noqa: E402
 from tensor_memory import TensorMemory, load_checkpoint  # noqa: E402
 
 TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building")
@@ -60,7 +60,7 @@ def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool
     cmd = command(task, backbone, lr, out)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tensor_memory", *cmd[1:]], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "tensor_memory_cli", *cmd[1:]], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode:  # e.g. diverged at this learning rate: recorded, never shipped

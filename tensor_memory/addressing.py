@@ -2,7 +2,7 @@
 
 These are the quantities that show an addressing collapse while it happens — how far the writes
 spread, how wide they are, whether reads land near earlier writes, how many coordinates tanh has
-pinned at a face of the grid, the read gate and the ConvLSTM gates. ``analysis.addressing`` builds
+pinned at a face of the grid, the read gate and the ConvLSTM gates. ``analysis.measures.addressing`` builds
 its report and verdict on the same functions. Distances are in voxels (the spacing between voxel
 centres), so the numbers read the same for every grid.
 

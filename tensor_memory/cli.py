@@ -1,15 +1,18 @@
-"""The ``tensor-memory`` command line (also ``python -m tensor_memory``)."""
+"""The model layer's subcommands of ``tensor-memory``: ``demo`` and ``train`` (``eval`` is in cli_eval.py).
+
+The command line itself is assembled above the three packages, in ``tensor_memory_cli``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Optional, Sequence
+from typing import Any
 
 
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
+    from .addressing import in_voxels
     from .memory import MemoryConfig, TensorMemory
     from .recording import record
 
@@ -23,8 +26,8 @@ def _demo(args: argparse.Namespace) -> int:
     r = rec.layers[""]
     n = args.grid
 
-    def voxel(xyz: torch.Tensor) -> str:  # (x, y, z) in [-1, 1] → voxel indices (z, y, x)
-        idx = ((xyz + 1) / 2 * (n - 1)).tolist()
+    def voxel(xyz: torch.Tensor) -> str:  # (x, y, z) in [-1, 1] → voxel indices, shown as (z, y, x)
+        idx = in_voxels(xyz, cfg.grid).tolist()
         return f"(z={idx[2]:4.1f}, y={idx[1]:4.1f}, x={idx[0]:4.1f})"
 
     print(f"Tensor Memory, untrained, seed {args.seed}: {cfg.channels} channels on a {n}×{n}×{n} grid, "
@@ -66,11 +69,8 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tensor-memory",
-        description="Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def add_model_parsers(commands: Any) -> None:
+    """Add ``demo``, ``train`` and ``eval`` to the ``tensor-memory`` subcommands ``commands``."""
 
     demo = commands.add_parser(
         "demo", help="walk a sequence through one untrained memory layer and print each chunk's step",
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train one task with one backbone. Settings come from --config (default "
                     "configs/TASK.toml when it exists), then --steps/--seed, then --set overrides. "
                     "Writes config.json, train_log.jsonl, model.safetensors and metrics to --out. "
-                    "Run on several processes with: torchrun --nproc_per_node N -m tensor_memory train ...")
+                    "Run on several processes with: torchrun --nproc_per_node N -m tensor_memory_cli train ...")
     train.add_argument("--task", required=True, choices=sorted(TASKS), help="the diagnostic task")
     train.add_argument("--backbone", required=True, choices=KINDS, help="the context mechanism")
     train.add_argument("--config", help="TOML run config (sections task, model, backbone.KIND, training)")
@@ -110,25 +110,3 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_eval import add_eval_parser
 
     add_eval_parser(commands)
-    # The one place the model package reaches up: trace/report live in analysis/, app in app/ (imported
-    # here, when the command line is built, so `import tensor_memory` never pulls them in).
-    from analysis.cli import add_trace_parsers
-
-    add_trace_parsers(commands)
-    from app.cli import add_app_parser
-
-    add_app_parser(commands)
-    return parser
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, FloatingPointError) as error:  # bad settings or input: one clear line, no traceback
-        print(f"tensor-memory {args.command}: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -5,7 +5,7 @@ Everything a step sees is a function of (seed, step): the batch for step s is ge
 as if it had never stopped, and data-parallel ranks split the very same global batch.
 
 Run it as ``tensor-memory train`` or, on several processes, ``torchrun --nproc_per_node N -m
-tensor_memory train …`` (PyTorch DDP: gloo on CPU, nccl on GPU).
+tensor_memory_cli train …`` (PyTorch DDP: gloo on CPU, nccl on GPU).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 from .addressing import layer_measures
 from .backbone import BackboneConfig
-from .checkpoint import SCHEMA_VERSION, atomic_write_bytes, atomic_write_text, save_checkpoint
+from .checkpoint import SCHEMA_VERSION, save_checkpoint
+from .files import atomic_write_bytes, atomic_write_text
 from .config import ConfigBase, require_float, require_int
 from .evaluation import evaluate
 from .memory import TensorMemory

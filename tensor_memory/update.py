@@ -31,8 +31,6 @@ from typing import Optional
 
 import torch
 
-from .compiled import compiled_scan, compiled_scan_enabled
-
 AXES = (-4, -3, -2)  # D, H, W in a channels-last volume (…, D, H, W, C)
 _sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input  # writes g·s·(1-s) into grad_input
 _tanh_backward = torch.ops.aten.tanh_backward.grad_input  # writes g·(1-t²) into grad_input
@@ -229,8 +227,6 @@ def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tenso
     of ``[V ; h]``. Returns hs, cs (K, B, D, H, W, C), the state after every chunk.
     """
     h, c = h.contiguous(), c.contiguous()
-    if compiled_scan_enabled():  # optional, off by default: see compiled.py
-        return compiled_scan(factors, h, c, tap_rows(taps_h), mix, bias)
     inputs = (*factors, h, c, taps_h, mix, bias)
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and factors[0].shape[0] > 0:
         return _ConvLSTMScan.apply(*inputs)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from analysis import addressing_report
-from analysis.addressing import COLLAPSE_SPREAD_VOXELS, REMEDIES, VERDICTS, measure, write_mass
-from analysis.grid import voxel_coordinates
-from analysis.capture import capture_many
-from analysis.trace import LayerTrace, Trace
+from analysis.measures.addressing import COLLAPSE_SPREAD_VOXELS, REMEDIES, VERDICTS, measure, write_mass
+from analysis.measures.grid import voxel_coordinates
+from analysis.traces.capture import capture_many
+from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.training_log import addressing_history, addressing_history_figure, read_training_log
+from analysis.traces.training_log import addressing_history, addressing_history_figure, read_training_log
 from tensor_memory import MemoryConfig, TensorMemory, record
 from tensor_memory.addressing import (boundary_fraction, layer_measures, read_write_distances, sigma_voxels,
                                       write_spread_voxels)

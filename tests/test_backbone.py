@@ -335,16 +335,6 @@ def test_input_checks():
         bb(inputs(5, batch=3), state)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_parameter_report_adds_up(kind):
-    bb = make(kind, window=4)
-    report = bb.parameter_report()
-    assert set(report) == {"total", "attention", "memory", "mlp", "other"}
-    assert report["total"] == bb.num_parameters() == sum(v for k, v in report.items() if k != "total")
-    assert report["attention"] > 0 and report["mlp"] > 0 and report["other"] > 0
-    assert (report["memory"] > 0) == (kind in ("tensor", "slots"))
-
-
 # ---------------------------------------------------------------------------------------
 # Every kind learns
 # ---------------------------------------------------------------------------------------

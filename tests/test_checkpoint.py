@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import save as st_save
 
 import tensor_memory
-from tensor_memory import checkpoint as ck
+from tensor_memory import files
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import (SCHEMA_VERSION, CheckpointError, atomic_write_text, build_model, load_checkpoint,
-                                      save_checkpoint)
+from tensor_memory.checkpoint import SCHEMA_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from tensor_memory.files import atomic_write_text
 from tensor_memory.memory import MemoryConfig
 from tensor_memory.model import TaskModel
 from tensor_memory.tasks import make_task
@@ -104,9 +104,7 @@ def test_save_handles_shared_storage_and_nonfinite_metrics(tmp_path: Path) -> No
     assert ckpt.metrics == {"loss": None}  # strict JSON: NaN is written as null
 
 
-def test_build_model_and_extra_files_ignored(saved: Path) -> None:
-    model, task = build_model(full_config())
-    assert isinstance(model, TaskModel) and task.config.length == TASK_PARAMS["length"]
+def test_extra_files_ignored(saved: Path) -> None:
     (saved / "train_log.jsonl").write_text('{"step": 1}\n')
     (saved / "optimizer.pt").write_bytes(pickle.dumps({"state": 1}))  # resume state: never read
     (saved / ".model.safetensors.abc.tmp").write_bytes(b"half")  # a killed run's leftover temp file
@@ -126,10 +124,10 @@ def test_crash_during_save_keeps_previous_checkpoint(saved: Path, monkeypatch) -
             raise KeyboardInterrupt("killed")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(ck.os, "replace", killed)
+    monkeypatch.setattr(files.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(saved, make_model(seed=1), full_config())
-    monkeypatch.setattr(ck.os, "replace", real_replace)
+    monkeypatch.setattr(files.os, "replace", real_replace)
     assert {p.name: p.read_bytes() for p in saved.iterdir()} == before  # untouched, no temp file
     load_checkpoint(saved)
 
@@ -141,7 +139,7 @@ def test_crash_mid_write_of_a_file(tmp_path: Path, monkeypatch) -> None:
     def failing_fsync(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ck.os, "fsync", failing_fsync)
+    monkeypatch.setattr(files.os, "fsync", failing_fsync)
     with pytest.raises(OSError):
         atomic_write_text(target, "new" * 1000)
     assert target.read_text() == "old"
@@ -156,10 +154,10 @@ def test_new_weights_with_old_config_are_refused_not_misread(saved: Path, monkey
             raise KeyboardInterrupt("killed")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(ck.os, "replace", killed)
+    monkeypatch.setattr(files.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(saved, make_model(dim=4), full_config(dim=4))
-    monkeypatch.setattr(ck.os, "replace", real_replace)
+    monkeypatch.setattr(files.os, "replace", real_replace)
     assert "shape mismatch" in error_of(saved)
 
 
@@ -340,11 +338,12 @@ def test_schema_1_checkpoints_load_as_the_models_they_were(tmp_path: Path) -> No
     assert torch.equal(loaded.model(batch.inputs)[0], model(batch.inputs)[0])
 
 
-def test_build_model_validates(tmp_path: Path) -> None:
+def test_save_validates_the_config_before_writing(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="unknown task"):
-        build_model({**full_config(), "task": {"name": "nope", "params": {}}})
-    with pytest.raises(ValueError, match="missing 'schema_version'"):  # CheckpointError is a ValueError
-        build_model({"task": {"name": "no_harm"}, "model": {}})
+        save_checkpoint(tmp_path / "a", make_model(), {**full_config(), "task": {"name": "nope", "params": {}}})
+    with pytest.raises(ValueError, match="invalid model config"):  # CheckpointError is a ValueError
+        save_checkpoint(tmp_path / "a", make_model(), {**full_config(), "model": {"kind": "nope"}})
+    assert not (tmp_path / "a").exists()  # nothing was written
 
 
 def test_weights_that_disagree_with_the_config(saved: Path) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.addressing import addressing_report
-from analysis.capture import capture_many, sample_batch
-from analysis.compare import checkpoint_summary, comparison_figure, comparison_note, comparison_rows, sample_metrics
+from analysis.measures.addressing import addressing_report
+from analysis.traces.capture import capture_many, sample_batch
+from analysis.measures.compare import checkpoint_summary, comparison_figure, comparison_note, comparison_rows, sample_metrics
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"

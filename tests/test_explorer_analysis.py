@@ -17,18 +17,18 @@ import pytest
 
 from analysis import capture, load_trace
 from analysis import figures as F
-from analysis.annotations import annotation_figure, chunk_events, key_chunk
-from analysis.chunk_input import chunk_input_figure, chunk_outcome, class_label
-from analysis.export import figure_pngs, figures_html, trace_bytes, zip_bytes
-from analysis.finite import nonfinite_fields
-from analysis.frames import png_bytes, volume_frames
-from analysis.interventions import intervene
-from analysis.occlusion import memory_energy
-from analysis.occlusion_views import energy_figure, intervention_figure, survival_figure
-from analysis.predictions import prediction_trace
-from analysis.render import screenshot, volume_plotter
-from analysis.views import explore_figures, slice_index
-from analysis.volumes import nearest_voxel, state_series
+from analysis.figures.annotations import annotation_figure, chunk_events, key_chunk
+from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, class_label
+from analysis.traces.export import figure_pngs, figures_html, trace_bytes, zip_bytes
+from analysis.traces.finite import nonfinite_fields
+from analysis.figures.frames import png_bytes, volume_frames
+from analysis.measures.interventions import intervene
+from analysis.measures.occlusion import memory_energy
+from analysis.figures.occlusion_views import energy_figure, intervention_figure, survival_figure
+from analysis.traces.predictions import prediction_trace
+from analysis.figures.render import screenshot, volume_plotter
+from analysis.figures.views import explore_figures, slice_index
+from analysis.measures.volumes import nearest_voxel, state_series
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"

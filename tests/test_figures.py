@@ -1,4 +1,4 @@
-"""Figure builders: Plotly figures (analysis.figures) and off-screen PyVista renderings (analysis.render).
+"""Figure builders: Plotly figures (analysis.figures) and off-screen PyVista renderings (analysis.figures.render).
 
 The Plotly figures are checked by what their traces hold against what the inputs imply, on a real
 trace of the shipped occlusion checkpoint and on small synthetic arrays. The PyVista renderings
@@ -16,8 +16,8 @@ import pytest
 
 from analysis import capture
 from analysis import figures as F
-from analysis import render as R
-from analysis.trace import LayerTrace, Trace
+from analysis.figures import render as R
+from analysis.traces.trace import LayerTrace, Trace
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "occlusion-tensor"
 CURRENT = 8

@@ -151,8 +151,8 @@ def test_two_threads_hooking_one_model_see_only_their_own_hooks():
 def test_a_trace_is_identical_to_the_one_captured_before_hooks_existed():
     """tests/data holds a trace of the shipped occlusion model captured with the record points of before
     (commit caa3de7, gates and cells included). The hook-based recording gives the same arrays bit for bit."""
-    from analysis.capture import capture
-    from analysis.trace import load_trace
+    from analysis.traces.capture import capture
+    from analysis.traces.trace import load_trace
 
     before = load_trace(ROOT / "tests/data/occlusion-tensor-seed7-before-hooks.trace.safetensors")
     after = capture(ROOT / "checkpoints/occlusion-tensor", seed=7, index=0, gates=True, progress=False)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from analysis import capture
-from analysis.capture import sample_batch
-from analysis.interventions import intervene, memory_layers, run_intervened
-from analysis.occlusion import belief, belief_survival, memory_energy, occlusion_memory
+from analysis.traces.capture import sample_batch
+from analysis.measures.interventions import intervene, memory_layers, run_intervened
+from analysis.measures.occlusion import belief, belief_survival, memory_energy, occlusion_memory
 from tensor_memory import load_checkpoint, record
 
 ROOT = Path(__file__).resolve().parents[1]

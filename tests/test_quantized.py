@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from analysis import TraceError, addressing_report, capture, load_trace
-from analysis.quantized import INT8_LEVELS, QuantizedVolumes, dequantize, quantize
-from analysis.trace import volume_bytes
-from tensor_memory.cli import main
+from analysis.traces.quantized import INT8_LEVELS, QuantizedVolumes, dequantize, quantize
+from tensor_memory_cli import main
 
 from safetensors_edits import rewrite_array, rewrite_header
 
@@ -82,7 +81,7 @@ def pair(occlusion):
 def test_an_int8_trace_holds_the_same_state_within_the_bound(pair):
     f16, q8 = pair
     a, b = f16.layer(), q8.layer()
-    assert b.volume_dtype == "int8" and a.volume_dtype == "float16"
+    assert isinstance(b.h, QuantizedVolumes) and a.h.dtype == np.float16
     for field in ("h", "c", "gate_i", "gate_f", "gate_o", "gate_g"):
         exact, coded = getattr(a, field).astype(np.float32), getattr(b, field)
         assert isinstance(coded, QuantizedVolumes)
@@ -95,8 +94,8 @@ def test_an_int8_trace_holds_the_same_state_within_the_bound(pair):
     assert all(np.array_equal(f16.chunks[k], q8.chunks[k]) for k in f16.chunks)
     # Half the float16 volumes' bytes, plus the scales.
     K, C, grid, L = f16.num_chunks, a.channels, a.grid, len(f16.layer_names)  # both layers alike
-    assert q8.nbytes() - (f16.nbytes() - L * volume_bytes(K, C, grid, gates=True)) == L * volume_bytes(
-        K, C, grid, gates=True, volumes="int8")
+    voxels, volumes = int(np.prod(grid)), 6  # h, c and the four gates
+    assert q8.nbytes() - (f16.nbytes() - L * volumes * K * C * voxels * 2) == L * volumes * K * C * (voxels + 4)
     # The analysis reads it the same way.
     assert addressing_report(q8)["verdict"] == addressing_report(f16)["verdict"]
 
@@ -136,21 +135,11 @@ def test_broken_int8_traces_are_refused(pair, tmp_path):
             load_trace(rewrite_header(f16, tmp_path / f"claims-{volumes}", claim))
 
 
-def test_the_size_bound_for_1000_chunks_at_c32_on_16_cubed():
-    """h and c for 1,000 chunks at C = 32 on 16³: 524 MB in float16 (over 500 MB), 262 MB in int8."""
-    f16 = volume_bytes(1000, 32, (16, 16, 16))
-    q8 = volume_bytes(1000, 32, (16, 16, 16), volumes="int8")
-    assert f16 == 2 * 1000 * 32 * 4096 * 2 > 500e6
-    assert q8 == 2 * 1000 * 32 * (4096 + 4) and q8 < 500e6 / 1.9
-    with pytest.raises(ValueError, match="volumes"):
-        volume_bytes(1, 1, (1, 1, 1), volumes="float8")
-
-
 def test_trace_cli_writes_int8_volumes(tmp_path, capsys):
     out = tmp_path / "cli.safetensors"
     assert main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out), "--volumes", "int8",
                  "--no-progress"]) == 0
-    assert load_trace(out).layer().volume_dtype == "int8"
+    assert isinstance(load_trace(out).layer().h, QuantizedVolumes)
     with pytest.raises(SystemExit):
         main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out), "--volumes", "int4"])
     assert "invalid choice" in capsys.readouterr().err

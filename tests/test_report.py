@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from analysis import capture
-from analysis.report import report_html, report_numbers
-from tensor_memory.cli import main
+from analysis.figures.report import report_html, report_numbers
+from tensor_memory_cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"

@@ -1,9 +1,9 @@
 """The teaching walkthrough: one chunk recomputed by the checkpoint's own memory layer.
 
-Fed a trace's recorded addressing, :func:`analysis.teach.mechanism_step` must give the recorded
+Fed a trace's recorded addressing, :func:`analysis.measures.teach.mechanism_step` must give the recorded
 read, gates and new state (to the float16 the trace keeps volumes in), and its pieces must agree
 with the mechanism's definitions: the read is the trilinear mix of its corner voxels, the write
-volume is the Gaussian of DESIGN.md §2, the update follows c ← f⊙c + i⊙g, h ← o⊙tanh(c).
+volume is the Gaussian of step 4 (tensor_memory/memory.py), the update follows c ← f⊙c + i⊙g, h ← o⊙tanh(c).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from analysis import capture
-from analysis import teach
-from analysis.grid import voxel_coordinates
+from analysis.figures import teach as teach_figures
+from analysis.measures import teach
+from analysis.measures.grid import voxel_coordinates
 from tensor_memory import load_checkpoint
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "coordinate_binding-tensor"
@@ -96,12 +97,12 @@ def test_read_corners_at_a_voxel_centre_and_the_border():
 def test_figures_of_a_step(setup):
     trace, name, memory = setup
     step, _ = teach.walkthrough(trace, memory, name, 3)
-    fig = teach.addressing_figure(step, "t")
+    fig = teach_figures.addressing_figure(step, "t")
     assert fig.layout.title.text == "t" and {"read", "write", "1σ", "2σ"} <= {d.name for d in fig.data}
-    bars = teach.gates_bar_figure(step)
+    bars = teach_figures.gates_bar_figure(step)
     assert bars.data[0].y[1] == pytest.approx(float(step.gates["f"].mean()))
-    assert set(teach.update_figures(step, (0, 0, 0))) == {"before", "after", "change"}
-    np.testing.assert_allclose(teach.vector_figure(step.read, "r").data[0].y, step.read, rtol=1e-6)
+    assert set(teach_figures.update_figures(step, (0, 0, 0))) == {"before", "after", "change"}
+    np.testing.assert_allclose(teach_figures.vector_figure(step.read, "r").data[0].y, step.read, rtol=1e-6)
 
 
 def test_walkthrough_follows_a_local_update_memory():

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from tensor_memory import training
-from tensor_memory.cli import main as cli_main
+from tensor_memory_cli import main as cli_main
 from tensor_memory.training import (TrainConfig, apply_overrides, learning_rate, load_run_config, resolve,
                                     state_budget, train)
 
@@ -173,10 +173,10 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     args = ["train", "--task", "no_harm", "--backbone", "tensor", "--config", str(config_path), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "tensor_memory", *args,
+    subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "tensor_memory_cli", *args,
                     "--out", str(tmp_path / "ddp")], check=True, env=env, cwd=ROOT, timeout=180,
                    capture_output=True)
-    subprocess.run([sys.executable, "-m", "tensor_memory", *args, "--out", str(tmp_path / "single")],
+    subprocess.run([sys.executable, "-m", "tensor_memory_cli", *args, "--out", str(tmp_path / "single")],
                    check=True, env=env, cwd=ROOT, timeout=180, capture_output=True)
     a, b = load_file(tmp_path / "ddp" / "model.safetensors"), load_file(tmp_path / "single" / "model.safetensors")
     assert a.keys() == b.keys()

@@ -1,12 +1,12 @@
-"""Read-outs of the world from the memory (analysis.world): the fits, and the shipped models."""
+"""Read-outs of the world from the memory (analysis.measures.world): the fits, and the shipped models."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from analysis.capture import capture
-from analysis.world import (apply_linear, decoded_map, decoded_map_figure, fit_linear, map_probe, r_squared,
+from analysis.traces.capture import capture
+from analysis.measures.world import (apply_linear, decoded_map, decoded_map_figure, fit_linear, map_probe, r_squared,
                             write_position_figure, write_position_fit)
 from tensor_memory import load_checkpoint
 

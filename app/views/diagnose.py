@@ -6,9 +6,9 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from analysis.compare import comparison_figure, comparison_note, comparison_rows
-from analysis.trace import TraceError
-from analysis.training_log import addressing_history_figure
+from analysis.measures.compare import comparison_figure, comparison_note, comparison_rows
+from analysis.traces.trace import TraceError
+from analysis.traces.training_log import addressing_history_figure
 from app import cache, layout, state, world_view
 from app.cache import CheckpointRef
 from app.sidebar import checkpoint_options

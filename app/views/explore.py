@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.chunk_input import chunk_outcome
-from analysis.views import SLICE_ANCHORS
-from analysis.volumes import FIELDS, MODES
+from analysis.figures.chunk_input import chunk_outcome
+from analysis.figures.views import SLICE_ANCHORS
+from analysis.measures.volumes import FIELDS, MODES
 from app import cache, layout, state, stepper, world_view
 from app.figure_cache import figure_cache
 

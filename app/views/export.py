@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.export import figure_pngs, figures_html, zip_bytes
-from analysis.render import footprint_plotter, plotter_html
-from analysis.report import report_html
+from analysis.traces.export import figure_pngs, figures_html, zip_bytes
+from analysis.figures.render import footprint_plotter, plotter_html
+from analysis.figures.report import report_html
 from app import cache, layout, state, stepper
 from app.figure_cache import figure_cache
 

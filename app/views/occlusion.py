@@ -6,12 +6,12 @@ import numpy as np
 import streamlit as st
 
 from analysis.figures import belief_figure, slices_figure
-from analysis.interventions import KINDS
-from analysis.occlusion import belief, memory_energy, occlusion_memory
-from analysis.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
-from analysis.views import slice_index
-from analysis.grid import normalised_coordinates
-from analysis.volumes import nearest_voxel
+from analysis.measures.interventions import KINDS
+from analysis.measures.occlusion import belief, memory_energy, occlusion_memory
+from analysis.figures.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
+from analysis.figures.views import slice_index
+from analysis.measures.grid import normalised_coordinates
+from analysis.measures.volumes import nearest_voxel
 from app import cache, layout, state, stepper
 
 BELIEF_FRAMES = 8  # frames drawn side by side at most (their titles need the room)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import teach
-from analysis.chunk_input import chunk_input_figure
+from analysis.figures import teach as teach_figures
+from analysis.measures import teach
+from analysis.figures.chunk_input import chunk_input_figure
 from analysis.figures import volume_figure, volume_values
-from analysis.volumes import nearest_voxel
+from analysis.measures.volumes import nearest_voxel
 from app import layout, state, stepper
 
 AXES = ("x", "y", "z")
@@ -58,7 +59,7 @@ with words:
     st.markdown("| axis | μ_read | read voxel | μ_write | write voxel |\n|---|---:|---:|---:|---:|\n" + rows)
     st.caption(f"Grid of {D}×{H}×{W} voxels (D×H×W); voxel centres at -1 … 1 along each axis.")
 with picture:
-    layout.chart(teach.addressing_figure(step, f"chunk {chunk}: read (blue), write (red), 1σ and 2σ"), "teach_address",
+    layout.chart(teach_figures.addressing_figure(step, f"chunk {chunk}: read (blue), write (red), 1σ and 2σ"), "teach_address",
                  height=340)
 
 words, picture = step_box(3, "Read", (
@@ -73,7 +74,7 @@ with words:
     gate_col.metric("σ(γ)", f"{step.gate_scale:.3f}")
     added_col.metric("‖σ(γ)·out_proj(r)‖", f"{step.added_norm:.3f}")
 with picture:
-    layout.chart(teach.vector_figure(step.read, "read vector r per channel"), "teach_read", height=260)
+    layout.chart(teach_figures.vector_figure(step.read, "read vector r per channel"), "teach_read", height=260)
 
 words, picture = step_box(4, "Soft write", (
     "A linear layer turns s into the write **content** (one number per channel) and a spread **σ**. The content "
@@ -98,9 +99,9 @@ with words:
                      delta=f"{np.linalg.norm(step.h_new) - np.linalg.norm(step.h_prev):+.3f}")
     st.caption(f"Recomputed here with the checkpoint's own layer; it matches the recorded h to {agreement:.1e} "
                "(the trace keeps volumes in float16).")
-    layout.chart(teach.gates_bar_figure(step), "teach_gates", height=260)
+    layout.chart(teach_figures.gates_bar_figure(step), "teach_gates", height=260)
 with picture:
-    pictures = teach.update_figures(step, nearest_voxel(step.mu_write, step.grid))
+    pictures = teach_figures.update_figures(step, nearest_voxel(step.mu_write, step.grid))
     st.markdown("‖h‖ after the update, through the write")
     layout.chart(pictures["after"], "teach_after", height=250)
     st.markdown("‖h after − h before‖: what this chunk changed")
@@ -151,13 +152,13 @@ with write_col:
     layout.chart(volume_figure(volume_values(mine.write), "volume", "write volume ‖V‖"), "sandbox_write", height=340)
     st.caption(f"σ = {sigma:.2f}: {vector(teach.voxel_units(mine)['sigma'])} voxels along x, y, z.")
 with read_col:
-    layout.chart(teach.vector_figure(mine.read, "read value r per channel"), "sandbox_read", height=260)
+    layout.chart(teach_figures.vector_figure(mine.read, "read value r per channel"), "sandbox_read", height=260)
     norm_col, added_col = st.columns(2)
     norm_col.metric("‖r‖", f"{np.linalg.norm(mine.read):.3f}")
     added_col.metric("added to tokens", f"{mine.added_norm:.3f}", help="‖σ(γ)·out_proj(r)‖")
 with update_col:
-    layout.chart(teach.gates_bar_figure(mine), "sandbox_gates", height=300)
-sandbox = teach.update_figures(mine, nearest_voxel(mu_write, mine.grid))
+    layout.chart(teach_figures.gates_bar_figure(mine), "sandbox_gates", height=300)
+sandbox = teach_figures.update_figures(mine, nearest_voxel(mu_write, mine.grid))
 after_col, change_col = st.columns(2)
 with after_col:
     st.markdown("‖h‖ after the gated update, through the write")

@@ -1,0 +1,180 @@
+"""What one chunk of a sample feeds the model, and what the model predicted there against the truth.
+
+:func:`chunk_input_figure` draws the chunk's input the way the task's metadata describes it: the
+occlusion frame (with the occluder, the true and the predicted ball), the coordinate-binding
+tokens in key space, the map observation beside the hidden map, the counter sequence.
+:func:`chunk_outcome` gives the prediction, the truth and their probability in words.
+A chunk's prediction is the model's at the chunk's last scored token, as in the trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis import figures
+from analysis.traces.trace import Trace
+
+KEY_AXES = dict(xaxis=dict(title="x", range=[-1.1, 1.1]), yaxis=dict(title="y", range=[-1.1, 1.1]),
+                zaxis=dict(title="z", range=[-1.1, 1.1]), aspectmode="cube")
+
+
+def _token(trace: Trace, chunk: int) -> int:
+    """The sequence position the chunk is scored at: its last token."""
+    size = int(trace.info.get("chunk_size", 1))
+    return chunk * size + size - 1
+
+
+def _check(trace: Trace, chunk: int) -> int:
+    if not 0 <= int(chunk) < trace.num_chunks:
+        raise ValueError(f"chunk must be in 0..{trace.num_chunks - 1}, got {chunk}")
+    return int(chunk)
+
+
+def class_label(trace: Trace, value: int) -> str:
+    """A class index in the task's own words: a ball position, a value, a cell's occupancy."""
+    task, params = trace.info.get("task"), trace.info.get("task_params", {})
+    if task == "occlusion":
+        y, x = divmod(int(value), int(params["size"]))
+        return f"(y {y}, x {x})"
+    if task == "map_building":
+        return "occupied" if int(value) == 1 else "free"
+    return str(int(value))
+
+
+def _frame_index(trace: Trace, chunk: int) -> int:
+    params = trace.info["task_params"]
+    per_frame = (int(params["size"]) // int(params["patch"])) ** 2
+    return _token(trace, chunk) // per_frame
+
+
+def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
+    """``{"event", "scored", "prediction", "truth", "correct", "p_truth", "p_prediction"}`` for the chunk, in words.
+
+    ``event`` says what the chunk's input is (e.g. "frame 5, occluded", "write 3 of 20"); the rest
+    is None where the chunk is not scored (writes and observations are only stored).
+    """
+    k = _check(trace, chunk)
+    task, params, meta = trace.info.get("task"), trace.info.get("task_params", {}), trace.meta
+    t = _token(trace, k)
+    if task == "occlusion":
+        frame = _frame_index(trace, k)
+        event = f"frame {frame}" + (", occluded" if bool(meta["occluded"][frame]) else ", visible")
+    elif task == "coordinate_binding":
+        writes = int(params["writes"])
+        event = f"write {t + 1} of {writes}" if t < writes else f"query {t - writes + 1} of {int(params['queries'])}"
+    elif task == "map_building":
+        observations = int(params["observations"])
+        event = (f"observation {t + 1} of {observations}" if t < observations
+                 else f"query {t - observations + 1} of {int(params['queries'])}")
+    elif task == "no_harm":
+        event = f"token {t}: value {int(meta['sequence'][t])}"
+    else:
+        event = f"chunk {k}"
+    scored = bool(trace.chunks["scored"][k])
+    out: dict[str, Any] = {"event": event, "scored": scored, "prediction": None, "truth": None, "correct": None,
+                           "p_truth": None, "p_prediction": None}
+    if scored:
+        prediction, target = int(trace.chunks["prediction"][k]), int(trace.chunks["target"][k])
+        probs = trace.chunks["probs"][k]
+        out.update(prediction=class_label(trace, prediction), truth=class_label(trace, target),
+                   correct=prediction == target, p_truth=float(probs[target]), p_prediction=float(probs[prediction]))
+    return out
+
+
+def _occlusion_figure(trace: Trace, k: int) -> go.Figure:
+    params, meta = trace.info["task_params"], trace.meta
+    frame = _frame_index(trace, k)
+    size = int(params["size"])
+    prediction = divmod(int(trace.chunks["prediction"][k]), size) if trace.chunks["scored"][k] else None
+    occluded = bool(meta["occluded"][frame])
+    title = f"frame {frame}" + (" · occluded: the ball is behind the curtain" if occluded else "")
+    return figures.frame_figure(meta["frames"][frame], truth=tuple(meta["positions"][frame]), prediction=prediction,
+                                title=title, ball=int(params["ball"]))
+
+
+def _binding_figure(trace: Trace, k: int) -> go.Figure:
+    params, meta = trace.info["task_params"], trace.meta
+    writes, t = int(params["writes"]), _token(trace, k)
+    keys, values = np.asarray(meta["keys"]), np.asarray(meta["values"])
+    shown = min(t + 1, writes)
+    fig = go.Figure(go.Scatter3d(
+        x=keys[:shown, 0], y=keys[:shown, 1], z=keys[:shown, 2], mode="markers+text", name="written keys",
+        text=[str(int(v)) for v in values[:shown]], textposition="top center",
+        marker=dict(size=4, color="#1f77b4", opacity=0.6),
+        hovertemplate="key (%{x:.2f}, %{y:.2f}, %{z:.2f})<br>value %{text}<extra></extra>"))
+    if t < writes:
+        title = f"write {t + 1} of {writes}: value {int(values[t])} at key ({', '.join(f'{v:.2f}' for v in keys[t])})"
+        fig.add_trace(go.Scatter3d(x=keys[t:t + 1, 0], y=keys[t:t + 1, 1], z=keys[t:t + 1, 2], mode="markers",
+                                   name="this write", marker=dict(size=9, color="#d62728"), hoverinfo="skip"))
+    else:
+        q = t - writes
+        query, near = np.asarray(meta["query_keys"])[q], keys[int(meta["nearest"][q])]
+        title = f"query {q + 1}: which value sits nearest this key?"
+        fig.add_trace(go.Scatter3d(x=[query[0]], y=[query[1]], z=[query[2]], mode="markers", name="query key",
+                                   marker=dict(size=8, color="#9467bd", symbol="diamond"), hoverinfo="name"))
+        fig.add_trace(go.Scatter3d(x=[query[0], near[0]], y=[query[1], near[1]], z=[query[2], near[2]],
+                                   mode="lines+markers", name="nearest written key",
+                                   line=dict(color="#2ca02c", width=5),
+                                   marker=dict(size=[0, 9], color="#2ca02c", symbol="circle-open"), hoverinfo="name"))
+    return figures.finish(fig, title, scene=KEY_AXES, legend=dict(orientation="h", y=-0.05))
+
+
+def _map_figure(trace: Trace, k: int) -> go.Figure:
+    params, meta = trace.info["task_params"], trace.meta
+    observations, patch, t = int(params["observations"]), int(params["patch"]), _token(trace, k)
+    hidden = np.asarray(meta["map"]).astype(float)
+    positions = np.asarray(meta["obs_positions"])
+    seen = np.zeros_like(hidden, dtype=bool)
+    for row, col in positions[:min(t + 1, observations)]:
+        seen[row:row + patch, col:col + patch] = True
+    if t < observations:
+        (row, col), height, title = positions[t], patch, f"observation {t + 1} of {observations}"
+    else:
+        (row, col), height, title = np.asarray(meta["query_cells"])[t - observations], 1, \
+            f"query {t - observations + 1}: is this cell occupied?"
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("observed so far", "hidden map"), horizontal_spacing=0.08)
+    scale = [[0.0, "#f7f7f7"], [1.0, "#333333"]]
+    for col_index, grid in ((1, np.where(seen, hidden, np.nan)), (2, hidden)):
+        fig.add_trace(go.Heatmap(z=grid, zmin=0, zmax=1, colorscale=scale, showscale=False, xgap=1, ygap=1,
+                                 hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"), row=1, col=col_index)
+        fig.add_shape(type="rect", x0=col - 0.5, x1=col + height - 0.5, y0=row - 0.5, y1=row + height - 0.5,
+                      line=dict(color="#d62728", width=3), row=1, col=col_index)
+        fig.update_xaxes(showticklabels=False, constrain="domain", row=1, col=col_index)
+        fig.update_yaxes(showticklabels=False, autorange="reversed", constrain="domain",
+                         scaleanchor="x" if col_index == 1 else "x2", row=1, col=col_index)
+    fig = figures.finish(fig, title, plot_bgcolor="#fde0dd")  # pink: cells not observed yet
+    return fig.update_layout(margin_t=70)  # the title above the panels' own titles
+
+
+def _counter_figure(trace: Trace, k: int) -> go.Figure:
+    sequence = np.asarray(trace.meta["sequence"])
+    t = _token(trace, k)
+    tokens = sequence[:-1]
+    fig = go.Figure(go.Heatmap(z=[tokens], text=[[str(int(v)) for v in tokens]], texttemplate="%{text}",
+                               colorscale="Blues", showscale=False, xgap=2,
+                               hovertemplate="token %{x}: %{z}<extra></extra>"))
+    fig.add_shape(type="rect", x0=t - 0.5, x1=t + 0.5, y0=-0.5, y1=0.5, line=dict(color="#d62728", width=3))
+    fig.update_yaxes(showticklabels=False)
+    return figures.finish(fig, f"token {t}: what comes next?", height=160, xaxis_title="position")
+
+
+BUILDERS = {"occlusion": _occlusion_figure, "coordinate_binding": _binding_figure, "map_building": _map_figure,
+            "no_harm": _counter_figure}
+
+
+def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
+    """The chunk's input drawn for its task (a note for tasks without a picture)."""
+    k = _check(trace, chunk)
+    builder: Optional[Any] = BUILDERS.get(trace.info.get("task"))
+    if builder is None:
+        fig = go.Figure()
+        fig.add_annotation(text=f"no picture of the input for task {trace.info.get('task')!r}", showarrow=False)
+        return figures.finish(fig, f"chunk {k}")
+    return builder(trace, k)
+
+
+__all__ = ["chunk_input_figure", "chunk_outcome", "class_label"]

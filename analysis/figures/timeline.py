@@ -1,0 +1,126 @@
+"""Predictions over time and the occlusion task's frames: the timeline, the belief and one frame."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, check_array, check_index, finish,
+                                   flag_runs, mark_current)
+from analysis.traces.trace import Trace
+
+def timeline_figure(trace: Trace, current: int) -> go.Figure:
+    """The probability given to the target class per chunk, correct/incorrect marks, occlusion shaded.
+
+    Chunks not scored (target −1, or ``scored`` false) are gaps. For the occlusion task, runs of
+    chunks where ``meta["occluded"]`` is true are grey rectangles labelled "occluded".
+    """
+    probs = check_array(trace.chunks["probs"], 2, "chunks['probs']", "(K, classes)")
+    count, classes = probs.shape
+    target = check_array(trace.chunks["target"], 1, "chunks['target']", "(K,)")
+    prediction = check_array(trace.chunks["prediction"], 1, "chunks['prediction']", "(K,)")
+    scored = check_array(trace.chunks["scored"], 1, "chunks['scored']", "(K,)").astype(bool)
+    if not len(target) == len(prediction) == len(scored) == count:
+        raise ValueError(f"chunks disagree on the number of chunks: probs {count}, target {len(target)}, "
+                         f"prediction {len(prediction)}, scored {len(scored)}")
+    if target.max(initial=-1) >= classes:
+        raise ValueError(f"a target is {int(target.max())}, beyond the {classes} classes of probs")
+    current = check_index(current, count, "current (a chunk index)")
+    valid = scored & (target >= 0)
+    p_target = np.full(count, np.nan)
+    p_target[valid] = probs[valid, target[valid]]
+    chunks = np.arange(count)
+    fig = go.Figure(go.Scatter(x=chunks, y=p_target, mode="lines", name="p(target)", line=dict(color="#555555"),
+                               hovertemplate="chunk %{x}<br>p(target) = %{y:.3f}<extra></extra>"))
+    for name, hits, colour, symbol in (("correct", valid & (prediction == target), TRUTH_COLOUR, "circle"),
+                                       ("incorrect", valid & (prediction != target), "#d62728", "x")):
+        fig.add_trace(go.Scatter(x=chunks[hits], y=p_target[hits], mode="markers", name=name,
+                                 marker=dict(color=colour, symbol=symbol, size=9),
+                                 hovertemplate=f"chunk %{{x}}: {name}<extra></extra>"))
+    if "occluded" in trace.meta:
+        occluded = check_array(trace.meta["occluded"], 1, "meta['occluded']", "(K,)")
+        if len(occluded) != count:
+            raise ValueError(f"meta['occluded'] has {len(occluded)} entries for {count} chunks")
+        for first, last in flag_runs(occluded):
+            fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="grey", opacity=0.2, line_width=0, layer="below",
+                          annotation_text="occluded", annotation_position="top left")
+    mark_current(fig, current)
+    task = trace.info.get("task", "trace")
+    return finish(fig, f"{task}: probability of the target", xaxis_title="chunk", yaxis_title="p(target)",
+                   yaxis_range=[0, 1.05])
+
+
+def belief_figure(probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16,
+                  frames: Optional[Sequence[int]] = None) -> go.Figure:
+    """The predicted position distribution of each frame as a (size, size) heatmap, truth marked.
+
+    ``probs`` (T, size²) with class ``y * size + x``; ``positions`` (T, 2) the true (y, x);
+    ``occluded`` (T,) puts "occluded" in a frame's title. ``frames`` picks which frames to show
+    (default all). One colour scale from 0 to the largest probability shown.
+    """
+    probs = check_array(probs, 2, "probs", f"(T, {size * size})")
+    if probs.shape[1] != size * size:
+        raise ValueError(f"probs must have shape (T, {size * size}) for size {size}, got {tuple(probs.shape)}")
+    count = probs.shape[0]
+    positions = check_array(positions, 2, "positions", f"({count}, 2)")
+    occluded = check_array(occluded, 1, "occluded", f"({count},)")
+    if positions.shape != (count, 2) or occluded.shape != (count,):
+        raise ValueError(f"positions must be ({count}, 2) and occluded ({count},) for {count} frames, got "
+                         f"{tuple(positions.shape)} and {tuple(occluded.shape)}")
+    shown = list(range(count)) if frames is None else [check_index(t, count, "frame") for t in frames]
+    if not shown:
+        raise ValueError("frames must name at least one frame")
+    titles = [f"frame {t}" + (" · occluded" if occluded[t] else "") for t in shown]
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=titles,
+                        horizontal_spacing=min(0.02, 1 / max(len(shown) - 1, 1)))
+    for col, t in enumerate(shown, start=1):
+        fig.add_trace(go.Heatmap(z=probs[t].reshape(size, size), coloraxis="coloraxis",
+                                 hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}<br>p = %{{z:.3f}}<extra></extra>"),
+                      row=1, col=col)
+        fig.add_trace(go.Scatter(x=[positions[t, 1]], y=[positions[t, 0]], mode="markers", name="truth",
+                                 legendgroup="truth", showlegend=col == 1,
+                                 marker=dict(symbol="circle-open", size=10, color=TRUTH_COLOUR, line=dict(width=2)),
+                                 hovertemplate=f"frame {t}: truth at x %{{x}}, y %{{y}}<extra></extra>"),
+                      row=1, col=col)
+        fig.update_xaxes(showticklabels=False, range=[-0.5, size - 0.5], constrain="domain", row=1, col=col)
+        fig.update_yaxes(showticklabels=False, range=[size - 0.5, -0.5], constrain="domain",
+                         scaleanchor="x" if col == 1 else f"x{col}", row=1, col=col)
+    high = float(probs[shown].max())
+    fig.update_annotations(font_size=11)
+    return finish(fig, "belief: predicted position per frame (○ truth)", height=230,
+                   coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=high if high > 0 else 1.0,
+                                  colorbar=dict(title="p", thickness=10)))
+
+
+def _square(name: str, position: Sequence[int], ball: int, colour: str, dash: str) -> go.Scatter:
+    """The outline of a ``ball`` × ``ball`` square whose top-left pixel is ``position`` (y, x)."""
+    if len(position) != 2:
+        raise ValueError(f"{name} must be (y, x), got {tuple(position)}")
+    y, x = (float(v) - 0.5 for v in position)
+    return go.Scatter(x=[x, x + ball, x + ball, x, x], y=[y, y, y + ball, y + ball, y], mode="lines", name=name,
+                      line=dict(color=colour, width=3, dash=dash), hoverinfo="name")
+
+
+def frame_figure(frame: np.ndarray, truth: Optional[Sequence[int]] = None,
+                 prediction: Optional[Sequence[int]] = None, title: str = "", ball: int = 2) -> go.Figure:
+    """An input frame (S, S) in greyscale with the true and the predicted ball outlined.
+
+    ``truth`` and ``prediction`` are the top-left pixel (y, x) of a ``ball`` × ``ball`` ball;
+    truth is a solid green square, prediction a dashed orange one. Grey levels span [0, 1]
+    (wider if the frame's values do).
+    """
+    image = check_array(frame, 2, "frame", "(S, S)").astype(np.float32)
+    rows, cols = image.shape
+    fig = go.Figure(go.Heatmap(z=image, colorscale=[[0.0, "black"], [1.0, "white"]], showscale=False,
+                               zmin=min(0.0, float(image.min())), zmax=max(1.0, float(image.max())),
+                               hovertemplate="x %{x}, y %{y}<br>%{z:.2f}<extra></extra>"))
+    for name, position, colour, dash in (("truth", truth, TRUTH_COLOUR, "solid"),
+                                         ("prediction", prediction, PREDICTION_COLOUR, "dash")):
+        if position is not None:
+            fig.add_trace(_square(name, position, ball, colour, dash))
+    fig.update_xaxes(range=[-0.5, cols - 0.5], constrain="domain", title_text="x")
+    fig.update_yaxes(range=[rows - 0.5, -0.5], constrain="domain", scaleanchor="x", title_text="y")
+    return finish(fig, title, legend=dict(orientation="h", y=-0.15))

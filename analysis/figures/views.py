@@ -1,0 +1,51 @@
+"""Every Plotly figure of the explorer's chunk view, built in one place so the page and the export agree.
+
+:func:`explore_figures` returns, for one chunk of a trace, the chunk's input, the prediction
+timeline and — for traces with memory layers — the chosen state volume (3D and slices), the
+read/write trajectories with the current footprint, σ over time and the gates over time.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import plotly.graph_objects as go
+
+from analysis import figures
+from analysis.figures.chunk_input import chunk_input_figure
+from analysis.traces.trace import Trace
+from analysis.measures.volumes import VolumeSeries, nearest_voxel
+
+SLICE_ANCHORS = {"write": "through this chunk's write", "read": "through this chunk's read", "centre": "through the centre"}
+
+
+def slice_index(trace: Trace, layer: Optional[str], chunk: int, anchor: str) -> Optional[tuple[int, int, int]]:
+    """The voxel (z, y, x) the slices go through: nearest the chunk's write or read, or None for the centre."""
+    if anchor not in SLICE_ANCHORS:
+        raise ValueError(f"anchor must be one of {', '.join(SLICE_ANCHORS)}, got {anchor!r}")
+    if anchor == "centre":
+        return None
+    lay = trace.layer(layer)
+    mu = lay.mu_write[chunk] if anchor == "write" else lay.mu_read[chunk]
+    return nearest_voxel(mu, lay.grid)
+
+
+def explore_figures(trace: Trace, chunk: int, layer: Optional[str] = None, series: Optional[VolumeSeries] = None,
+                    kind: str = "volume", anchor: str = "write") -> dict[str, go.Figure]:
+    """``{"input", "timeline"}`` and, with ``series`` (the layer's volumes), ``"volume"``, ``"slices"``,
+    ``"trajectory"``, ``"sigma"``, ``"gates"`` — all at ``chunk``."""
+    out = {"input": chunk_input_figure(trace, chunk), "timeline": figures.timeline_figure(trace, chunk)}
+    if series is None:
+        return out
+    lay = trace.layer(layer)
+    values = series.values[chunk]
+    out["volume"] = figures.volume_figure(values, kind, f"{series.label} after chunk {chunk}", value_range=series.value_range)
+    out["slices"] = figures.slices_figure(values, slice_index(trace, layer, chunk, anchor), "",
+                                          value_range=series.value_range)
+    out["trajectory"] = figures.trajectory_figure(lay, chunk)
+    out["sigma"] = figures.sigma_figure(lay.sigma, chunk, lay.grid)
+    out["gates"] = figures.gates_figure(lay, chunk)
+    return out
+
+
+__all__ = ["explore_figures", "slice_index", "SLICE_ANCHORS"]

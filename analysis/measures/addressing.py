@@ -1,0 +1,244 @@
+"""Addressing diagnostics: is a memory layer reading and writing where it should?
+
+``addressing_report(traces)`` measures, over one or many traces of the same checkpoint, how the
+write mass spreads over the grid, how write coordinates vary across chunks and samples, whether
+reads land on earlier writes, how much tanh pins coordinates at the boundary, σ against the voxel
+spacing and the grid, how much of the memory is ever used, how saturated the gates are and σ(γ).
+It returns ``{"verdict", "reasons", "layer", "measures", "thresholds"}``: ``healthy`` or the first
+failure found, in the order of :data:`VERDICTS`, with reasons in plain words and the numbers.
+
+Distances are in voxels (the spacing between voxel centres), so the numbers read the same for
+every grid size.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from tensor_memory.addressing import (BOUNDARY_EPS, boundary_fraction, median, read_write_distances,
+                                      write_spread_voxels)
+from tensor_memory.addressing import sigma_voxels as sigma_in_voxel_spacings
+
+from analysis.measures.grid import voxel_coordinates, voxel_spacing
+from analysis.traces.trace import GATE_FIELDS, LayerTrace, Trace
+
+VERDICTS = ("dead memory", "coordinate collapse", "sigma collapse", "sigma explosion", "boundary saturation",
+            "gate saturation", "healthy")
+
+# Thresholds. Each is a point past which the mechanism cannot do its job, not a tuned number.
+COLLAPSE_SPREAD_VOXELS = 0.5  # all writes within half a voxel of their mean: one location for everything
+SIGMA_COLLAPSE_VOXELS = 0.25  # a write midway between two voxel centres reaches them at < e^-2: a point write
+SIGMA_EXPLOSION_EXTENT = 0.5  # σ over half the grid's extent: the write is nearly flat, location means little
+BOUNDARY_FRACTION = 0.5  # over half the coordinates pinned at a face: tanh saturated, no gradient to move them
+DEAD_READ_RATIO = 1e-3  # reads vary less than 0.1% of the read gate's scale: the path carries nothing
+DEAD_GATE_SCALE = 1e-3  # σ(γ) below this: the read is multiplied away
+GATE_SATURATION_FRACTION = 0.9  # over 90% of gate values within GATE_EPS of 0 or 1: gradients vanish
+GATE_EPS = 0.01
+ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at ≥ e^-2 (within 2σ)
+
+# A likely remedy for each failure, from the bisection in docs/trainability.md (what made the
+# project's memories learn their addressing, measured one difference at a time).
+REMEDIES = {
+    "dead memory": "Check that the inputs reach the memory with their content and that writes survive until they "
+                   "are read. Markers (places, flags) at N(0, 1) or sinusoidal positions of amplitude 1 "
+                   "(BackboneConfig.positions) swamp the content beside them: the project's occlusion memory stayed "
+                   "at chance with either. A forget gate that starts near 0.73 (MemoryConfig.forget_bias = 1) erases "
+                   "a write within a few chunks: with it, map building stayed at chance even with its addressing "
+                   "given; forget_bias = 4 (the default) keeps it.",
+    "coordinate collapse": "Keep MemoryConfig.summary_norm on: without it the write summary grows during training and "
+                           "tanh drives the writes to a corner. Check that the content reaches the memory at a "
+                           "useful scale (a binding's values at N(0, 1), markers at 0.02): with its content tables "
+                           "at 0.02 the binding memory collapsed its writes to one point (docs/trainability.md).",
+    "sigma collapse": "Raise MemoryConfig.sigma_min: a floor under σ keeps each write reaching the voxel centres "
+                      "around it, so reads near it get a gradient.",
+    "sigma explosion": "The layer is storing one vector, not a map: writes flat over the grid hold the same content "
+                       "everywhere. Without MemoryConfig.summary_norm the occlusion memory (and the plain prototype) "
+                       "grew σ to 3–7 voxels this way; keep it on.",
+    "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
+                           "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
+    "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
+}
+
+THRESHOLDS = {name: value for name, value in globals().items()
+              if name.isupper() and isinstance(value, (int, float)) and name != "VERDICTS"}
+
+
+def _profiles(mu: np.ndarray, sigma: np.ndarray, grid: tuple[int, int, int]) -> list[np.ndarray]:
+    """Gaussian weights along each axis for M writes: [(M, W), (M, H), (M, D)] (x, y, z)."""
+    D, H, W = grid
+    out = []
+    for axis, n in enumerate((W, H, D)):
+        centres = np.linspace(-1.0, 1.0, n)
+        out.append(np.exp(-(centres[None, :] - mu[:, axis:axis + 1]) ** 2 / (2 * sigma[:, None] ** 2)))
+    return out
+
+
+def write_mass(layer: LayerTrace) -> np.ndarray:
+    """(K, D, H, W): the Gaussian weight of each chunk's write at every voxel (content left out)."""
+    gx, gy, gz = _profiles(layer.mu_write.astype(np.float64), layer.sigma.astype(np.float64), layer.grid)
+    return gz[:, :, None, None] * gy[:, None, :, None] * gx[:, None, None, :]
+
+
+def _layers(traces: Sequence[Trace], name: Optional[str]) -> tuple[str, list[LayerTrace]]:
+    first = traces[0]
+    name = name or first.layer_names[-1]
+    layers = [t.layer(name) for t in traces]
+    grids = {layer.grid for layer in layers}
+    if len(grids) > 1:
+        raise ValueError(f"traces of different grids {sorted(grids)} cannot share one report")
+    return name, layers
+
+
+def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, Any]:
+    """Every addressing measure over ``traces`` for one memory layer (the last by default)."""
+    name, layers = _layers(traces, layer)
+    grid = layers[0].grid
+    D, H, W = grid
+    spacing = voxel_spacing(grid)  # normalised units per voxel along x, y, z
+
+    # Where the write mass goes, pooled over every chunk of every sample.
+    mass = np.concatenate([write_mass(lay) for lay in layers])  # (ΣK, D, H, W)
+    total = mass.sum(0).ravel()
+    p = total / max(total.sum(), 1e-30)
+    entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+    ever_active = float((mass.max(0) >= ACTIVE_WEIGHT).mean())
+
+    # Write coordinates in voxels: their spread over all writes, within a sample, and across samples.
+    writes = [voxel_coordinates(lay.mu_write.astype(np.float64), grid) for lay in layers]  # each (K, 3)
+    mu_writes = [torch.from_numpy(lay.mu_write.astype(np.float64)) for lay in layers]
+    spread_all = write_spread_voxels(torch.cat(mu_writes), grid)
+    spread_chunks = float(np.mean([write_spread_voxels(w, grid) for w in mu_writes]))
+    K = min(len(w) for w in writes)
+    spread_samples = float(np.sqrt(np.stack([w[:K] for w in writes]).var(0).sum(-1)).mean()) if len(writes) > 1 else None
+    # Input dependence: the share of the coordinates' variance that is not explained by the chunk
+    # index alone (1: coordinates follow the input; 0: every sample writes the same path).
+    if len(writes) > 1 and spread_all > 0:
+        stacked = np.stack([w[:K] for w in writes])  # (S, K, 3)
+        within = stacked.var(0).sum(-1).mean()
+        input_dependence = float(within / max(stacked.reshape(-1, 3).var(0).sum(), 1e-30))
+    else:
+        input_dependence = None
+
+    # Read–write alignment: each read's distance to the nearest earlier write, and the fraction
+    # of reads within 2σ (of that write) of one.
+    mu_reads = [torch.from_numpy(lay.mu_read.astype(np.float64)) for lay in layers]
+    distances = torch.cat([read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes)])
+    within_reach = []
+    for lay in layers:
+        r = voxel_coordinates(lay.mu_read.astype(np.float64), grid)
+        w = voxel_coordinates(lay.mu_write.astype(np.float64), grid)
+        sig = lay.sigma.astype(np.float64)[:, None] / spacing[None, :]  # (K, 3) σ in voxels per axis
+        for k in range(1, min(len(r), len(w) + 1)):
+            z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
+            within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))
+    pinned = boundary_fraction(*mu_reads, *mu_writes)
+
+    sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
+    sigma_voxels = sigma_in_voxel_spacings(torch.from_numpy(sigma), grid)
+    sigma_extent = float(np.median(sigma) / 2.0)  # fraction of the grid's extent (2 in normalised units)
+
+    reads = np.concatenate([lay.read for lay in layers]).astype(np.float64)
+    gate_scale = float(np.mean([lay.gate_scale for lay in layers]))
+    read_variation = float(reads.std(0).mean())
+    state_peak = float(max(np.abs(lay.h.astype(np.float32)).max() for lay in layers))
+
+    gates: dict[str, Any] = {}
+    if all(lay.has_gates for lay in layers):
+        for field in GATE_FIELDS[:3]:  # i, f, o are sigmoids; g is tanh
+            values = np.concatenate([getattr(lay, field).astype(np.float32).ravel() for lay in layers])
+            gates[field] = {"mean": float(values.mean()),
+                            "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean())}
+
+    frozen = [part for part in traces[0].info.get("training_frozen", []) if "coord_head" in part]
+    return {"layer": name, "samples": len(layers), "coordinates_frozen": bool(frozen), "chunks": int(sum(len(w) for w in writes)),
+            "grid": list(grid), "voxels": int(D * H * W),
+            "write_entropy": entropy, "effective_voxels": float(np.exp(entropy)),
+            "effective_fraction": float(np.exp(entropy) / (D * H * W)),
+            "ever_active_fraction": ever_active,
+            "write_spread_voxels": spread_all, "write_spread_within_sample": spread_chunks,
+            "write_spread_across_samples": spread_samples, "input_dependence": input_dependence,
+            "read_write_distance_voxels": median(distances) if len(distances) else None,
+            "reads_within_2sigma": float(np.mean(within_reach)) if within_reach else None,
+            "boundary_fraction": pinned,
+            "sigma_median": float(np.median(sigma)), "sigma_voxels": sigma_voxels, "sigma_extent": sigma_extent,
+            "gate_scale": gate_scale, "read_variation": read_variation, "state_peak": state_peak,
+            "gates": gates}
+
+
+def _findings(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """(verdict, reason) for every failure the measures show, in the order of VERDICTS."""
+    found = []
+    if m["gate_scale"] < DEAD_GATE_SCALE:
+        found.append(("dead memory", f"σ(γ) = {m['gate_scale']:.2g}: the read is scaled to nothing before it reaches "
+                                     f"the tokens (threshold {DEAD_GATE_SCALE:g})"))
+    elif m["read_variation"] < DEAD_READ_RATIO or m["state_peak"] < DEAD_READ_RATIO:
+        found.append(("dead memory", f"reads vary by {m['read_variation']:.2g} across chunks and samples and the "
+                                     f"state peaks at {m['state_peak']:.2g}: the memory holds nothing the model "
+                                     f"could use (threshold {DEAD_READ_RATIO:g})"))
+    if m["write_spread_voxels"] < COLLAPSE_SPREAD_VOXELS:
+        why = (" — by design: this checkpoint was trained with its coordinate head frozen (training.frozen), "
+               "so the memory is used as one location" if m["coordinates_frozen"] else "")
+        found.append(("coordinate collapse", f"all {m['chunks']} writes land within {m['write_spread_voxels']:.2f} "
+                                             f"voxels of one point (threshold {COLLAPSE_SPREAD_VOXELS} voxel); "
+                                             f"they fill {m['effective_voxels']:.1f} of {m['voxels']} voxels{why}"))
+    if m["sigma_voxels"] < SIGMA_COLLAPSE_VOXELS:
+        found.append(("sigma collapse", f"median σ = {m['sigma_median']:.3f} = {m['sigma_voxels']:.2f} voxel "
+                                        f"spacings (threshold {SIGMA_COLLAPSE_VOXELS}): writes are points that "
+                                        f"miss voxel centres and give reads no gradient"))
+    if m["sigma_extent"] > SIGMA_EXPLOSION_EXTENT:
+        found.append(("sigma explosion", f"median σ = {m['sigma_median']:.2f} = {m['sigma_extent']:.0%} of the "
+                                         f"grid's extent (threshold {SIGMA_EXPLOSION_EXTENT:.0%}): every write "
+                                         f"covers the whole grid, so its location carries nothing"))
+    if m["boundary_fraction"] > BOUNDARY_FRACTION:
+        found.append(("boundary saturation", f"{m['boundary_fraction']:.0%} of read/write coordinates are pinned at "
+                                             f"a face of the grid (|μ| > {BOUNDARY_EPS}; threshold "
+                                             f"{BOUNDARY_FRACTION:.0%}): tanh is saturated there"))
+    saturated = {k: v["saturated"] for k, v in m["gates"].items() if v["saturated"] > GATE_SATURATION_FRACTION}
+    if saturated:
+        listed = ", ".join(f"{k[-1]} {v:.0%}" for k, v in saturated.items())
+        found.append(("gate saturation", f"gate values within {GATE_EPS} of 0 or 1: {listed} (threshold "
+                                         f"{GATE_SATURATION_FRACTION:.0%}): the update no longer learns"))
+    return found
+
+
+def _summary(m: dict[str, Any]) -> list[str]:
+    """The plain-words numbers every report carries, whatever the verdict."""
+    lines = [f"writes spread {m['write_spread_voxels']:.2f} voxels overall"
+             + (f", {m['write_spread_across_samples']:.2f} across samples at the same chunk"
+                if m["write_spread_across_samples"] is not None else "")
+             + f"; write mass fills {m['effective_voxels']:.1f} of {m['voxels']} voxels "
+               f"({m['ever_active_fraction']:.0%} ever written)",
+             f"median σ = {m['sigma_median']:.3f} ({m['sigma_voxels']:.2f} voxels, "
+             f"{m['sigma_extent']:.0%} of the grid)"]
+    if m["read_write_distance_voxels"] is not None:
+        lines.append(f"reads land a median {m['read_write_distance_voxels']:.2f} voxels from the nearest earlier "
+                     f"write; {m['reads_within_2sigma']:.0%} within 2σ of one")
+    if m["input_dependence"] is not None:
+        lines.append(f"{m['input_dependence']:.0%} of the write coordinates' variance depends on the input "
+                     f"(the rest follows the chunk index)")
+    lines.append(f"σ(γ) = {m['gate_scale']:.3f}; {m['boundary_fraction']:.0%} of coordinates at the boundary")
+    if m["gates"]:
+        lines.append("gates (mean, saturated): " + ", ".join(
+            f"{k[-1]} {v['mean']:.2f}/{v['saturated']:.0%}" for k, v in m["gates"].items()))
+    return lines
+
+
+def addressing_report(traces: Union[Trace, Sequence[Trace]], layer: Optional[str] = None) -> dict[str, Any]:
+    """``{"verdict", "reasons", "failures", "remedies", "layer", "measures", "thresholds"}`` for one or many traces.
+
+    ``remedies`` maps each failure found to what usually helps (:data:`REMEDIES`); a failure that is
+    by design (coordinates frozen in training) gets none.
+    """
+    traces = [traces] if isinstance(traces, Trace) else list(traces)
+    if not traces:
+        raise ValueError("addressing_report needs at least one trace")
+    m = measure(traces, layer)
+    found = _findings(m)
+    verdict = found[0][0] if found else "healthy"
+    return {"verdict": verdict, "reasons": [r for _, r in found] + _summary(m),
+            "failures": [v for v, _ in found], "layer": m["layer"], "measures": m, "thresholds": dict(THRESHOLDS),
+            "remedies": {v: REMEDIES[v] for v, _ in found
+                         if not (v == "coordinate collapse" and m["coordinates_frozen"])}}

@@ -1,0 +1,119 @@
+"""Two checkpoints side by side: accuracy on the same samples, and how each memory addresses its grid.
+
+:func:`checkpoint_summary` measures one checkpoint over ``samples`` sequences of stream ``seed``:
+its task metrics, and for a Tensor Memory checkpoint the addressing report over the same samples
+(other backbones have no memory to report on). :func:`comparison_rows` and
+:func:`comparison_figure` put two summaries next to each other. Checkpoints of different tasks
+can be compared for their addressing; their accuracies measure different things, which
+:func:`comparison_note` says.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from tensor_memory.checkpoint import Checkpoint
+
+from analysis import figures
+from analysis.measures.addressing import addressing_report
+from analysis.traces.capture import capture_many, sample_batch
+from analysis.measures.interventions import memory_layers
+
+COLOURS = ("#1f77b4", "#ff7f0e")
+
+
+def sample_metrics(ckpt: Checkpoint, seed: int = 0, samples: int = 32, **task_params: Any) -> dict[str, Optional[float]]:
+    """The task's metrics (accuracy, occluded accuracy, …) over samples 0..samples-1 of stream ``seed``."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    task, batch = sample_batch(ckpt, seed, list(range(samples)), **task_params)
+    with torch.no_grad():
+        logits, _ = ckpt.model.eval()(batch.inputs)
+    return {name: (correct / total if total else None) for name, (correct, total) in task.counts(logits, batch).items()}
+
+
+def checkpoint_summary(ckpt: Checkpoint, seed: int = 0, samples: int = 32, layer: Optional[str] = None,
+                       **task_params: Any) -> dict[str, Any]:
+    """``{"name", "task", "backbone", "samples", "metrics", "addressing", "memory_layers"}`` for one checkpoint.
+
+    ``addressing`` is :func:`analysis.measures.addressing.addressing_report` over the same samples (gate
+    volumes included, cells left out), or None for a checkpoint without memory layers.
+    """
+    names = list(memory_layers(ckpt.model))
+    addressing = None
+    if names:
+        traces = capture_many(ckpt, seed, list(range(samples)), gates=True, cells=False, progress=False, **task_params)
+        addressing = addressing_report(traces, layer if layer in names else None)
+    return {"name": ckpt.path.name, "task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind,
+            "samples": samples, "metrics": sample_metrics(ckpt, seed, samples, **task_params),
+            "addressing": addressing, "memory_layers": names}
+
+
+def comparison_note(a: dict[str, Any], b: dict[str, Any]) -> Optional[str]:
+    """A warning when the two summaries' accuracies cannot be compared, else None."""
+    if a["task"] != b["task"]:
+        return (f"{a['name']} is a {a['task']} checkpoint and {b['name']} a {b['task']} one: their accuracies "
+                f"measure different tasks; compare their addressing")
+    return None
+
+
+def _percent(value: Optional[float]) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _number(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+MEASURES = (  # (label, measure key, format, what the threshold means)
+    ("write spread (voxels)", "write_spread_voxels", _number, "below 0.5: coordinate collapse"),
+    ("voxels the writes fill", "effective_voxels", _number, "of the grid's voxels"),
+    ("voxels ever written", "ever_active_fraction", _percent, ""),
+    ("median σ (voxels)", "sigma_voxels", _number, "below 0.25: σ collapse"),
+    ("median σ (share of the grid)", "sigma_extent", _percent, "above 50%: σ explosion"),
+    ("reads within 2σ of a write", "reads_within_2sigma", _percent, ""),
+    ("coordinates at a face", "boundary_fraction", _percent, "above 50%: boundary saturation"),
+    ("σ(γ) read gate", "gate_scale", lambda v: _number(v, 3), "below 0.001: dead memory"),
+    ("input dependence of writes", "input_dependence", _percent, "0%: every sample writes the same path"),
+)
+
+
+def comparison_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    """Rows ``{"measure", a's name, b's name, "meaning"}``: metrics, verdicts, then addressing measures."""
+    def row(label: str, va: str, vb: str, meaning: str = "") -> dict[str, str]:
+        return {"measure": label, a["name"]: va, b["name"]: vb, "meaning": meaning}
+
+    if a["name"] == b["name"]:
+        b = {**b, "name": b["name"] + " (2)"}
+    rows = [row("task", a["task"], b["task"]), row("backbone", a["backbone"], b["backbone"])]
+    for metric in dict.fromkeys([*a["metrics"], *b["metrics"]]):
+        rows.append(row(metric.replace("_", " "), _percent(a["metrics"].get(metric)), _percent(b["metrics"].get(metric)),
+                        f"over {a['samples']} and {b['samples']} samples"))
+    verdict = lambda s: s["addressing"]["verdict"] if s["addressing"] else "no memory layers"  # noqa: E731
+    rows.append(row("addressing verdict", verdict(a), verdict(b)))
+    if a["addressing"] or b["addressing"]:
+        for label, key, fmt, meaning in MEASURES:
+            value = lambda s: fmt(s["addressing"]["measures"].get(key)) if s["addressing"] else "—"  # noqa: E731
+            rows.append(row(label, value(a), value(b), meaning))
+    return rows
+
+
+def comparison_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
+    """Grouped bars of the two checkpoints' metrics (chance left out), on one 0–100% axis."""
+    metrics = [m for m in dict.fromkeys([*a["metrics"], *b["metrics"]]) if m not in ("chance",)]
+    fig = go.Figure()
+    for summary, colour in zip((a, b), COLOURS):
+        values = [summary["metrics"].get(m) for m in metrics]
+        fig.add_trace(go.Bar(x=[m.replace("_", " ") for m in metrics],
+                             y=[np.nan if v is None else v for v in values], name=summary["name"], marker_color=colour,
+                             text=[_percent(v) for v in values], textposition="outside",
+                             hovertemplate=f"{summary['name']}<br>%{{x}}: %{{y:.1%}}<extra></extra>"))
+    return figures.finish(fig, "metrics on the same samples", barmode="group", yaxis_range=[0, 1.15],
+                           yaxis_tickformat=".0%", height=320, legend=dict(orientation="h", y=-0.2))
+
+
+__all__ = ["sample_metrics", "checkpoint_summary", "comparison_note", "comparison_rows", "comparison_figure"]

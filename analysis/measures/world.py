@@ -1,0 +1,187 @@
+"""Does the memory's space mean something? Linear read-outs of the world from its addressing and state.
+
+* Occlusion — :func:`write_position_fit`: a linear map from a chunk's write coordinates μ_write to
+  the ball's position in that frame, fitted on the visible frames of samples of one seed and
+  scored (R²) on the samples of other seeds, on visible and on hidden frames apart. R² near 1: the
+  writes go where the ball is.
+* Map building — :func:`map_probe`: a linear probe from a cell's memory to its occupancy. A cell's
+  memory is what the model itself reads for that cell: every sample is run with one query per cell
+  (raster order) after its observations, and the layer's read vector at each query is the feature.
+  The probe is fitted on the observed cells of one seed's samples and scored on other seeds';
+  :func:`decoded_map` applies it to one sample, beside the true map.
+
+Fitting and scoring samples never overlap (different seeds of the trace stream). Figures for
+both are in :func:`write_position_figure` and :func:`decoded_map_figure`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from tensor_memory.checkpoint import Checkpoint
+
+from analysis.traces.capture import capture_many, memory_chunk_size, run_recorded, sample_batch
+from analysis.figures import TRUTH_COLOUR, WRITE_COLOUR, finish, rgb
+
+RIDGE = 1e-3  # a small ridge on the least-squares fits: features that never vary do not blow up
+
+
+def _require(ckpt: Checkpoint, task: str) -> None:
+    if ckpt.task.name != task:
+        raise ValueError(f"this read-out is for {task} checkpoints; {ckpt.path} is a {ckpt.task.name} checkpoint")
+
+
+def fit_linear(features: np.ndarray, targets: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
+    """Least squares with a bias column and a small ridge: (n, f), (n, t) → weights (f + 1, t)."""
+    x = np.concatenate([features, np.ones((len(features), 1))], axis=1)
+    penalty = ridge * np.eye(x.shape[1])
+    penalty[-1, -1] = 0.0  # the bias is not shrunk
+    return np.linalg.solve(x.T @ x + penalty, x.T @ targets)
+
+
+def apply_linear(weights: np.ndarray, features: np.ndarray) -> np.ndarray:
+    return features @ weights[:-1] + weights[-1]
+
+
+def r_squared(truth: np.ndarray, predicted: np.ndarray) -> float:
+    """1 − SS_res / SS_tot over every column together (0 for predicting the mean; can be negative)."""
+    total = ((truth - truth.mean(0)) ** 2).sum()
+    return float(1.0 - ((truth - predicted) ** 2).sum() / total) if total > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------------------
+# Occlusion: do the writes follow the ball?
+# ---------------------------------------------------------------------------------------
+
+def _writes_and_positions(ckpt: Checkpoint, seed: int, samples: int, layer: Optional[str]):
+    """μ_write (S, K, 3), ball positions (S, K, 2) as (y, x), occluded (S, K) for one seed's samples."""
+    traces = capture_many(ckpt, seed, range(samples), gates=False, cells=False, progress=False)
+    name = layer or traces[0].layer_names[-1]
+    mu = np.stack([t.layer(name).mu_write for t in traces]).astype(np.float64)
+    K = mu.shape[1]
+    positions = np.stack([t.meta["positions"][:K] for t in traces]).astype(np.float64)
+    occluded = np.stack([t.meta["occluded"][:K] for t in traces]).astype(bool)
+    return name, mu, positions, occluded
+
+
+def write_position_fit(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = 64, fit_seed: int = 0,
+                       eval_seeds: Sequence[int] = (1, 2, 3)) -> dict[str, Any]:
+    """How well a linear map of μ_write predicts the ball's (y, x): R² on samples not used to fit it.
+
+    Returns ``{"layer", "weights" (4, 2), "r2_visible", "r2_hidden", "fit_frames", "eval_frames"}``.
+    """
+    _require(ckpt, "occlusion")
+    if fit_seed in eval_seeds:
+        raise ValueError(f"fit_seed {fit_seed} is among eval_seeds {list(eval_seeds)}: fit and score on different samples")
+    name, mu, positions, occluded = _writes_and_positions(ckpt, fit_seed, samples, layer)
+    weights = fit_linear(mu[~occluded], positions[~occluded])
+    parts = [_writes_and_positions(ckpt, seed, samples, name)[1:] for seed in eval_seeds]
+    mu_e, pos_e, occ_e = (np.concatenate(p) for p in zip(*parts))
+    scores = {}
+    for label, where in (("visible", ~occ_e), ("hidden", occ_e)):
+        scores[f"r2_{label}"] = r_squared(pos_e[where], apply_linear(weights, mu_e[where])) if where.any() else None
+    return {"layer": name, "weights": weights, **scores, "fit_frames": int((~occluded).sum()),
+            "eval_frames": int(occ_e.size), "fit_seed": fit_seed, "eval_seeds": list(eval_seeds)}
+
+
+def write_position_figure(fit: dict[str, Any], mu_write: np.ndarray, positions: np.ndarray, occluded: np.ndarray,
+                          size: int = 16) -> go.Figure:
+    """One sample: the ball's path and the position the fitted map reads off each write (hidden frames hollow)."""
+    predicted = apply_linear(fit["weights"], np.asarray(mu_write, dtype=np.float64))  # (K, 2) as (y, x)
+    K = len(predicted)
+    positions, occluded = np.asarray(positions)[:K], np.asarray(occluded)[:K].astype(bool)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=positions[:, 1], y=positions[:, 0], mode="lines+markers+text", name="ball",
+                             text=[str(k) for k in range(K)], textposition="top center",
+                             line=dict(color=TRUTH_COLOUR), marker=dict(size=9)))
+    fig.add_trace(go.Scatter(x=predicted[:, 1], y=predicted[:, 0], mode="lines+markers", name="read off μ_write",
+                             line=dict(color=rgb(WRITE_COLOUR), dash="dot"),
+                             marker=dict(size=9, symbol=np.where(occluded, "circle-open", "circle"))))
+    r2 = fit.get("r2_visible")
+    fig.update_xaxes(title_text="x (column)", range=[-1, size])
+    fig.update_yaxes(title_text="y (row)", range=[size, -1], scaleanchor="x")
+    return finish(fig, f"Do the writes follow the ball? R² = {r2:.2f} on visible frames of unseen samples"
+                   if r2 is not None else "Do the writes follow the ball?", height=360)
+
+
+# ---------------------------------------------------------------------------------------
+# Map building: the map decoded from the memory
+# ---------------------------------------------------------------------------------------
+
+def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: Optional[str], **task_params: Any):
+    """Per sample: the layer's read vector at one query per cell, (S, cells, C), the map and what was observed.
+
+    Samples are the task's, with their queries replaced by every cell in raster order.
+    """
+    size = ckpt.task.config.map_size
+    task, batch = sample_batch(ckpt, seed, list(indices), **{**task_params, "queries": size * size})
+    T = task.config.observations
+    inputs = dict(batch.inputs)
+    cells = torch.arange(size * size)
+    inputs["row"], inputs["col"] = inputs["row"].clone(), inputs["col"].clone()
+    inputs["row"][:, T:], inputs["col"][:, T:] = cells // size, cells % size  # (S, cells) raster order
+    _, layers = run_recorded(ckpt.model.eval(), inputs, memory_chunk_size(ckpt.model), gates=False, cells=False,
+                             progress=False)
+    name = layer or sorted(layers)[-1]
+    if name not in layers:
+        raise ValueError(f"no memory layer {name!r}; this checkpoint has {sorted(layers)}")
+    reads = layers[name]["read"][:, T:].astype(np.float64)  # (S, cells, C): chunk = one token here
+    truth = batch.meta["map"].reshape(len(indices), -1).numpy()
+    observed = batch.meta["observed"].reshape(len(indices), -1).numpy()
+    return name, reads, truth, observed
+
+
+def map_probe(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = 64, fit_seed: int = 0,
+              eval_seeds: Sequence[int] = (1, 2, 3)) -> dict[str, Any]:
+    """A linear probe from a cell's memory read to its occupancy, scored on unseen samples.
+
+    Returns ``{"layer", "weights" (C + 1, 1), "accuracy_observed", "accuracy_all", "cells_observed"}``:
+    accuracy on the cells some observation revealed, and on every cell (unrevealed ones are guesses).
+    """
+    _require(ckpt, "map_building")
+    if fit_seed in eval_seeds:
+        raise ValueError(f"fit_seed {fit_seed} is among eval_seeds {list(eval_seeds)}: fit and score on different samples")
+    name, reads, truth, observed = _cell_reads(ckpt, fit_seed, range(samples), layer)
+    weights = fit_linear(reads[observed], truth[observed][:, None].astype(np.float64))
+    parts = [_cell_reads(ckpt, seed, range(samples), name)[1:] for seed in eval_seeds]
+    reads_e, truth_e, observed_e = (np.concatenate(p) for p in zip(*parts))
+    hit = (apply_linear(weights, reads_e)[..., 0] > 0.5) == truth_e.astype(bool)
+    return {"layer": name, "weights": weights, "accuracy_observed": float(hit[observed_e].mean()),
+            "accuracy_all": float(hit.mean()), "cells_observed": float(observed_e.mean()),
+            "fit_seed": fit_seed, "eval_seeds": list(eval_seeds)}
+
+
+def decoded_map(ckpt: Checkpoint, probe: dict[str, Any], seed: int = 0, index: int = 0,
+                **task_params: Any) -> dict[str, np.ndarray]:
+    """One sample's true map, observed cells and the probe's occupancy estimate, each (size, size).
+
+    The sample is sample ``index`` of stream ``seed`` (the one a trace of it shows: only its queries differ).
+    """
+    size = ckpt.task.config.map_size
+    _, reads, truth, observed = _cell_reads(ckpt, seed, [index], probe["layer"], **task_params)
+    estimate = np.clip(apply_linear(probe["weights"], reads[0])[:, 0], 0.0, 1.0)
+    return {"map": truth[0].reshape(size, size), "observed": observed[0].reshape(size, size),
+            "decoded": estimate.reshape(size, size)}
+
+
+def decoded_map_figure(decoded: dict[str, np.ndarray]) -> go.Figure:
+    """The true map (unobserved cells dimmed), the map decoded from the memory, and where they differ."""
+    truth, observed, estimate = decoded["map"], decoded["observed"].astype(bool), decoded["decoded"]
+    wrong = ((estimate > 0.5) != truth.astype(bool)) & observed
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("true map (unobserved dimmed)", "decoded from memory",
+                                                        f"wrong on observed cells: {int(wrong.sum())}"))
+    shown = np.where(observed, truth.astype(float), 0.5 * truth + 0.25)
+    for column, values in enumerate((shown, estimate, wrong.astype(float)), start=1):
+        fig.add_trace(go.Heatmap(z=values, zmin=0, zmax=1, colorscale="Greys", showscale=False), row=1, col=column)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{column if column > 1 else ''}", row=1, col=column)
+    accuracy = 1.0 - wrong.sum() / max(observed.sum(), 1)
+    return finish(fig, f"Map decoded from the memory: {accuracy:.0%} of observed cells right", height=320)
+
+
+__all__ = ["fit_linear", "apply_linear", "r_squared", "write_position_fit", "write_position_figure", "map_probe",
+           "decoded_map", "decoded_map_figure"]

@@ -1,0 +1,1 @@
+"""Traces and what is read from files: capturing a sample, the trace format, exports, training logs."""

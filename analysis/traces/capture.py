@@ -1,0 +1,187 @@
+"""Capture a trace: run one task sample through a checkpoint with recording on.
+
+``capture(checkpoint, seed=0, index=0, **task_params)`` generates sample ``index`` of the
+stream ``seed`` for the checkpoint's task (with ``task_params`` overriding its config, e.g.
+``occlusion_length=6``), streams it through the model a segment at a time (the state is carried,
+so this equals one pass; it bounds memory and drives the progress bar) and returns a
+:class:`~analysis.traces.trace.Trace`. Same checkpoint, seed, index and parameters ⇒ equal arrays.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.evaluation import task_with
+from tensor_memory.recording import record
+from tensor_memory.tasks.base import Batch, derive_seed
+
+from analysis.traces.quantized import QuantizedVolumes, quantize
+from analysis.traces.trace import GATE_FIELDS, SCALE_SUFFIX, VOLUME_FIELDS, LayerTrace, Trace, TraceError, check_volume_dtype
+
+SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
+
+
+def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
+                 **task_params: Any) -> tuple[Any, Batch]:
+    """The task (with ``task_params``) and its samples ``indices`` of stream ``seed``, one row each.
+
+    Sample ``i`` of a stream is the same whichever other samples are drawn with it.
+    """
+    if any(i < 0 for i in indices):
+        raise ValueError(f"sample indices must be >= 0, got {list(indices)}")
+    task = task_with(ckpt, task_params or None)
+    rows = [task.sample(1, derive_seed("trace", seed, i)) for i in indices]
+    cat = lambda name: {k: torch.cat([getattr(r, name)[k] for r in rows]) for k in getattr(rows[0], name)}  # noqa: E731
+    return task, Batch(cat("inputs"), torch.cat([r.targets for r in rows]), torch.cat([r.mask for r in rows]),
+                       cat("meta"))
+
+
+def memory_chunk_size(model: torch.nn.Module) -> int:
+    """The chunk size shared by the model's memory layers (a trace is indexed by chunk)."""
+    sizes = {m.config.chunk_size for m in model.modules() if hasattr(m, "hook_points")}
+    if not sizes:
+        raise TraceError("this checkpoint has no memory layers (a backbone other than 'tensor'); "
+                         "traces record memory layers: choose a tensor checkpoint")
+    if len(sizes) > 1:
+        raise TraceError(f"memory layers with different chunk sizes {sorted(sizes)} cannot share one trace")
+    return sizes.pop()
+
+
+RECORDED = ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", *GATE_FIELDS)
+
+
+def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int, gates: bool = True,
+                 cells: bool = True, progress: Optional[bool] = None,
+                 volumes: str = "float16") -> tuple[torch.Tensor, dict[str, dict[str, np.ndarray]]]:
+    """Stream ``inputs`` (B samples) through ``model`` a segment at a time, recording every memory layer.
+
+    Returns the logits (B, N, classes) and, per layer, each field as (B, K, …) arrays — volumes
+    float16, or int8 codes with ``<field>_scale`` (B, K, C) beside them when ``volumes="int8"``;
+    the rest float32 — with ``gate_scale`` a float.
+    """
+    check_volume_dtype(volumes)
+    N = next(iter(inputs.values())).shape[1]
+    step = SEGMENT_CHUNKS * chunk_size
+    parts: dict[str, dict[str, list]] = {}
+    logits, state = [], None
+    segments = range(0, N, step)
+    bar = tqdm(segments, desc="capturing", unit="segment", leave=False,
+               disable=progress is False or (progress is None and len(segments) < 4))
+    with torch.no_grad():
+        for start in bar:
+            piece = {k: v[:, start:start + step] for k, v in inputs.items()}
+            with record(model, gates=gates) as rec:
+                out, state = model(piece, state)
+            logits.append(out)
+            for name, layer in rec.layers.items():
+                fields = parts.setdefault(name, {})
+                for field in RECORDED:
+                    value = getattr(layer, field)
+                    if value is None or (field == "c" and not cells):
+                        continue
+                    # Volumes are cut to float16 or int8 per segment: that bounds memory.
+                    if field not in VOLUME_FIELDS and field not in GATE_FIELDS:
+                        fields.setdefault(field, []).append(value.float().numpy())
+                    elif volumes == "int8":
+                        codes, scale = quantize(value.float().numpy())  # (B, k, C, D, H, W), (B, k, C)
+                        fields.setdefault(field, []).append(codes)
+                        fields.setdefault(field + SCALE_SUFFIX, []).append(scale)
+                    else:
+                        fields.setdefault(field, []).append(value.to(torch.float16).numpy())
+                fields["gate_scale"] = [float(layer.gate_scale)]
+    joined = {name: {f: (v[-1] if f == "gate_scale" else np.concatenate(v, axis=1)) for f, v in fields.items()}
+              for name, fields in parts.items()}
+    return torch.cat(logits, dim=1), joined
+
+
+def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, chunk_size: int,
+              num_chunks: int) -> dict[str, np.ndarray]:
+    """For one sample — logits (N, classes), targets and mask (N,) — the prediction, target, scored flag
+    and class probabilities at each chunk's last scored position.
+
+    A chunk with no scored position reports its last token with target −1.
+    """
+    N = logits.shape[0]
+    rows = []
+    for k in range(num_chunks):
+        lo, hi = k * chunk_size, min(N, (k + 1) * chunk_size)
+        hits = torch.nonzero(mask[lo:hi]).flatten()
+        rows.append((lo + int(hits[-1]), True) if len(hits) else (hi - 1, False))
+    positions = torch.tensor([p for p, _ in rows], dtype=torch.long)
+    scored = np.array([s for _, s in rows], dtype=bool)
+    chosen = logits[positions].float()  # (K, classes)
+    target = targets[positions].numpy().astype(np.int64)
+    return {"prediction": chosen.argmax(-1).numpy().astype(np.int64),
+            "target": np.where(scored, target, -1),
+            "scored": scored,
+            "probs": torch.softmax(chosen, dim=-1).numpy().astype(np.float32)}
+
+
+def trace_info(ckpt: Checkpoint, task, seed: int, chunk_size: int, num_chunks: int, num_tokens: int,
+               layers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A trace's ``info`` (without the sample index): what was run, on what, and each layer's volumes."""
+    return {"checkpoint": str(ckpt.path), "checkpoint_name": Path(ckpt.path).name, "task": task.name,
+            "task_params": task.config.to_dict(), "backbone": ckpt.model.backbone.config.kind,
+            "seed": int(seed), "chunk_size": chunk_size, "num_chunks": num_chunks, "num_tokens": int(num_tokens),
+            "num_classes": int(task.num_classes),
+            "training_frozen": list(ckpt.config.get("training", {}).get("frozen", [])), "layers": layers}
+
+
+def sample_meta(batch, row: int) -> dict[str, np.ndarray]:
+    """Row ``row`` of the task's metadata as numpy, floats as float32 (what a trace stores)."""
+    meta = {k: v[row].numpy() for k, v in batch.meta.items()}
+    return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in meta.items()}
+
+
+def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indices: Sequence[int] = (0,),
+                 gates: bool = True, cells: bool = True, progress: Optional[bool] = None,
+                 volumes: str = "float16", **task_params: Any) -> list[Trace]:
+    """One trace per sample index, run together as one batch (the same samples as capturing each alone;
+    the arrays agree up to float rounding, since batched arithmetic may round differently)."""
+    check_volume_dtype(volumes)
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    model = ckpt.model.eval()
+    chunk_size = memory_chunk_size(model)
+    task, batch = sample_batch(ckpt, seed, list(indices), **task_params)
+    N = batch.targets.shape[1]
+    if N < chunk_size:
+        raise TraceError(f"the sample has {N} tokens, fewer than one memory chunk ({chunk_size}); "
+                         f"choose task parameters that give a longer sequence")
+    logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cells, progress, volumes)
+    if not torch.isfinite(logits).all():
+        raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
+    K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
+    info = trace_info(ckpt, task, seed, chunk_size, K, N,
+                      {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]), "gates": "gate_i" in f,
+                              "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size}
+                       for name, f in layers.items()})
+    traces = []
+    for row, index in enumerate(indices):
+        per_layer = {}
+        for name, f in layers.items():
+            fields = {k: v[row, :K] for k, v in f.items() if k != "gate_scale"}
+            for field in [k for k in fields if k.endswith(SCALE_SUFFIX)]:  # int8: codes + scales → one volume
+                volume = field[:-len(SCALE_SUFFIX)]
+                fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
+            per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
+        traces.append(Trace(info={**info, "index": int(index)}, layers=per_layer, meta=sample_meta(batch, row),
+                            chunks=per_chunk(logits[row], batch.targets[row], batch.mask[row], chunk_size, K)))
+    return traces
+
+
+def capture(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0, gates: bool = True,
+            cells: bool = True, progress: Optional[bool] = None, volumes: str = "float16",
+            **task_params: Any) -> Trace:
+    """Record sample ``index`` of stream ``seed`` through ``checkpoint`` (a path or a loaded checkpoint,
+    possibly with modules swapped by the caller). ``task_params`` override the task's config.
+    ``gates=False`` leaves out the four gate volumes and ``cells=False`` the cell volume ``c``: the
+    trace of a long sequence on a large grid then holds ``h`` alone. ``volumes="int8"`` stores every
+    volume as int8 with a scale per chunk and channel (:mod:`analysis.traces.quantized`): half the size of
+    float16, each value within 1/254 of its channel's largest magnitude in that chunk."""
+    return capture_many(checkpoint, seed, [index], gates, cells, progress, volumes, **task_params)[0]

@@ -1,0 +1,128 @@
+"""A checkpoint's training log, read back: how its addressing developed over the training steps.
+
+Training writes, at every evaluation, the validation metrics and each memory layer's addressing
+measures (``tensor_memory.addressing``) into ``train_log.jsonl``. :func:`read_training_log` reads
+that file (refusing a malformed one with the line that is wrong), :func:`addressing_history`
+turns it into one series per measure, and :func:`addressing_history_figure` plots them against
+the step, so a collapse shows when it happened.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from tensor_memory.training import LOG_FILE
+
+from analysis.figures import finish
+
+MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this
+# The panels of the figure: (title, measures drawn in it, y-axis title).
+PANELS = (("where writes go", ("write_spread_voxels", "read_write_distance_voxels"), "voxels"),
+          ("write spread σ", ("sigma_voxels",), "voxels"),
+          ("pinned at a face", ("boundary_fraction",), "share"),
+          ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"))
+LABELS = {"write_spread_voxels": "write spread", "read_write_distance_voxels": "read–write distance",
+          "sigma_voxels": "median σ", "boundary_fraction": "coordinates at a face", "gate_scale": "σ(γ)",
+          "gate_i_mean": "mean i", "gate_f_mean": "mean f", "gate_o_mean": "mean o",
+          "val_accuracy": "validation accuracy"}
+
+
+def read_training_log(path: Union[str, Path]) -> list[dict[str, Any]]:
+    """The entries of a ``train_log.jsonl`` (a file, or the checkpoint folder holding one).
+
+    Raises ``ValueError`` naming the file and the first bad line for anything that is not one JSON
+    object with an integer ``step`` per line; a missing file is a ``FileNotFoundError``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / LOG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no training log (checkpoints written by `tensor-memory train` have one)")
+    if path.stat().st_size > MAX_LOG_BYTES:
+        raise ValueError(f"{path}: {path.stat().st_size:,} bytes is more than a training log holds "
+                         f"({MAX_LOG_BYTES:,}); pass the train_log.jsonl the run wrote")
+    entries = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                entry = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise ValueError(f"{path}, line {number}: not JSON ({error}); was the run killed while "
+                                 f"writing it? Delete that line to read the rest") from None
+            step = entry.get("step") if isinstance(entry, dict) else None
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise ValueError(f"{path}, line {number}: expected an object with an integer 'step'")
+            entries.append(entry)
+    return entries
+
+
+def addressing_history(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"layers": {layer: {measure: (steps, values)}}, "val_accuracy": (steps, values)}``.
+
+    Series are numpy arrays in step order; a measure a log entry lacks (or logged as null) is left
+    out of that series rather than drawn as zero. Logs written before training recorded
+    addressing give empty ``layers``.
+    """
+    layers: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    accuracy: list[tuple[int, float]] = []
+    for entry in entries:
+        step = entry["step"]
+        value = entry.get("val_accuracy")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            accuracy.append((step, float(value)))
+        addressing = entry.get("addressing")
+        if not isinstance(addressing, dict):
+            continue
+        for layer, measures in addressing.items():
+            if not isinstance(measures, dict):
+                continue
+            for name, value in measures.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    layers.setdefault(layer, {}).setdefault(name, []).append((step, float(value)))
+
+    def series(points: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+        points = sorted(points)
+        return np.array([p[0] for p in points], dtype=np.int64), np.array([p[1] for p in points])
+
+    return {"layers": {layer: {name: series(points) for name, points in measures.items()}
+                       for layer, measures in layers.items()},
+            "val_accuracy": series(accuracy)}
+
+
+def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = None) -> go.Figure:
+    """The addressing measures of ``layer`` (default: the last) against the training step, with the
+    validation accuracy in the last panel. A ValueError when the log holds no addressing."""
+    layers = history["layers"]
+    if not layers:
+        raise ValueError("this training log holds no addressing measures (logs written by training before "
+                         "addressing was recorded, or a model without memory layers)")
+    layer = layer or sorted(layers)[-1]
+    if layer not in layers:
+        raise ValueError(f"no addressing measures for layer {layer!r} in this log; it has {sorted(layers)}")
+    measures = layers[layer]
+    titles = [title for title, _, _ in PANELS] + ["validation accuracy"]
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.05)
+    for column, (_, names, unit) in enumerate(PANELS, start=1):
+        for name in names:
+            if name in measures:
+                steps, values = measures[name]
+                fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=LABELS.get(name, name),
+                                         legendgroup=str(column)), row=1, col=column)
+        fig.update_yaxes(title_text=unit, row=1, col=column)
+    steps, values = history["val_accuracy"]
+    fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=LABELS["val_accuracy"]),
+                  row=1, col=len(titles))
+    fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
+    fig.update_xaxes(title_text="training step")
+    return finish(fig, f"Addressing during training · {layer}", legend=dict(orientation="h", y=-0.25))
+
+
+__all__ = ["read_training_log", "addressing_history", "addressing_history_figure"]

@@ -1,0 +1,69 @@
+"""What the AppTest-driven tests share: starting the app, reading its charts, uploading a checkpoint."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = str(ROOT / "app" / "main.py")
+CHECKPOINTS = ROOT / "checkpoints"
+DEFAULT = CHECKPOINTS / "occlusion-tensor"
+DEFAULT_PARAMS = {"frames": 12, "occlusion_length": 4, "occlusion_start": -1}  # the sidebar's, from its config
+
+
+def start(**state) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=180)
+    for key, value in state.items():
+        at.session_state[key] = value
+    return ok(at.run())
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, "\n".join(str(e.value) for e in at.exception)
+    return at
+
+
+def counter(at: AppTest) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("#### Chunk"))
+
+
+def chunk_slider(at: AppTest):
+    return next(s for s in at.slider if s.label == "Chunk")
+
+
+def chart(at: AppTest, title: str) -> dict:
+    """The spec of the Plotly chart whose title contains ``title``."""
+    for element in at.get("plotly_chart"):
+        spec = json.loads(element.proto.spec)
+        if title in (spec["layout"].get("title") or {}).get("text", ""):
+            return spec
+    raise AssertionError(f"no chart titled {title!r}")
+
+
+def values(array) -> np.ndarray:
+    """A Plotly JSON array: a list, or a typed array {"dtype", "bdata" (base64), "shape"}."""
+    if isinstance(array, dict):
+        flat = np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+        return flat.reshape([int(n) for n in str(array.get("shape", len(flat))).split(",")])
+    return np.asarray(array)
+
+
+def zipped(folder: Path, prefix: str = "") -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                archive.write(path, f"{prefix}{path.name}")
+    return buffer.getvalue()
+
+
+def upload(at: AppTest, name: str, data: bytes) -> AppTest:
+    at.file_uploader(key="checkpoint_upload").upload(name, data, "application/zip")
+    return ok(at.run())
