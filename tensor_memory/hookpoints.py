@@ -89,6 +89,11 @@ class HookPoint(nn.Module):
         return value
 
 
+def nothing_hooked() -> bool:
+    """True outside every ``hooks`` and ``record`` block: the fast path, one context-variable lookup."""
+    return not _ACTIVE.get()
+
+
 def any_active(points: Mapping[str, HookPoint]) -> bool:
     """Whether any of ``points`` has a hook in the current context (one lookup when none has)."""
     active = _ACTIVE.get()
@@ -153,4 +158,4 @@ def _attached(points: Mapping[HookPoint, Hook], observe: bool) -> Iterator[None]
         _ACTIVE.reset(token)
 
 
-__all__ = ["hooks", "observers", "hook_points", "HookPoint", "POINTS", "Hook", "any_active"]
+__all__ = ["hooks", "observers", "hook_points", "HookPoint", "POINTS", "Hook", "any_active", "nothing_hooked"]

@@ -30,7 +30,7 @@ from torch import nn
 
 from .config import ConfigBase, require_float, require_int
 from .local_update import local_scan, update_regions
-from .hookpoints import POINTS, HookPoint, any_active
+from .hookpoints import POINTS, HookPoint, any_active, nothing_hooked
 from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
 
@@ -284,7 +284,7 @@ class TensorMemory(nn.Module):
 
     def hook(self, name: str, value: torch.Tensor) -> torch.Tensor:
         """Pass ``value`` through hook point ``name``: the value itself unless a hook replaces it."""
-        return self.hook_points[name](value)
+        return value if nothing_hooked() else self.hook_points[name](value)
 
     def forward(self, x: torch.Tensor, state: Optional[MemoryState] = None) -> tuple[torch.Tensor, MemoryState]:
         self._check_input(x, state)
