@@ -29,6 +29,7 @@ from typing import Any, Optional, Union
 import torch
 
 from .backbone import BackboneConfig
+from .limits import check_budget
 from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_write_bytes, atomic_write_text,
                     dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout)
 from .model import TaskModel
@@ -39,6 +40,7 @@ SCHEMA_VERSION = 2
 # omit settings whose defaults changed; they are read with the values those models were built with.
 V1_DEFAULTS = {"model": {"positions": "sinusoidal"}, "memory": {"summary_norm": False},
                "task_params": {"occlusion": {"head": "joint"}}}
+RECORD_KEY = "trained_config"  # safetensors metadata: the task and model sections the weights were trained with
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -85,7 +87,8 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     # views) for safetensors to refuse, and no aliasing with the live model while writing.
     tensors = {name: value.detach().to("cpu", copy=True).contiguous()
                for name, value in model.state_dict().items()}
-    data = save_safetensors(tensors, metadata={"format": "pt", "schema_version": str(SCHEMA_VERSION)})
+    data = save_safetensors(tensors, metadata={"format": "pt", "schema_version": str(SCHEMA_VERSION),
+                                               RECORD_KEY: trained_record(config)})
 
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(directory / MODEL_FILE, data)
@@ -93,6 +96,40 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     if metrics_text is not None:
         atomic_write_text(directory / METRICS_FILE, metrics_text)
     return directory
+
+
+# ---------------------------------------------------------------------------------------
+# The integrity record: the weights file keeps the task and model it was trained with
+# ---------------------------------------------------------------------------------------
+
+def trained_record(config: dict[str, Any]) -> str:
+    """The part of a config that decides what the weights mean (task and model), as canonical JSON."""
+    return json.dumps({"task": config["task"], "model": config["model"]}, sort_keys=True, separators=(",", ":"))
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key in sorted(value) for k, v in _flat(value[key], f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def _check_record(model_path: Path, config_path: Path, metadata: dict[str, str], config: dict[str, Any]) -> None:
+    """config.json must still say what the weights were trained with; the first field that differs is named."""
+    if RECORD_KEY not in metadata:
+        raise CheckpointError(f"{model_path}: holds no record of the configuration it was trained with (saved by "
+                              f"an older version); if {CONFIG_FILE} is unchanged since training, add the record "
+                              f"with: tensor-memory migrate --checkpoint {model_path.parent}")
+    try:
+        recorded = _flat(json.loads(metadata[RECORD_KEY]))
+    except (ValueError, RecursionError):
+        raise CheckpointError(f"{model_path}: its record of the training configuration is not valid JSON; "
+                              f"re-save the checkpoint") from None
+    now = _flat({"task": config["task"], "model": config["model"]})
+    for key in sorted(set(recorded) | set(now)):
+        if recorded.get(key, "(absent)") != now.get(key, "(absent)"):
+            raise CheckpointError(f"{config_path}: {key} is {now.get(key, '(absent)')!r}, but the weights were "
+                                  f"trained with {recorded.get(key, '(absent)')!r}; restore {CONFIG_FILE} (the "
+                                  f"weights file records the configuration it was trained with)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,11 +223,15 @@ def _check_against_model(path: Path, header: dict[str, TensorInfo], expected: di
                                   f"floating dtype (F16, BF16, F32 or F64)")
 
 
-def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu") -> Checkpoint:
+def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
+                    require_record: bool = True) -> Checkpoint:
     """Load the checkpoint in directory ``path``: the model (eval mode, on ``device``), config, task, metrics.
 
     Never unpickles. Raises :class:`CheckpointError` (a ``ValueError``) naming the file and the
-    problem for anything malformed.
+    problem for anything malformed, for a ``config.json`` that no longer says what the weights were
+    trained with, and for a model over the memory budget (:mod:`tensor_memory.limits`).
+    ``require_record=False`` skips the first of those for a checkpoint saved before the weights kept
+    the record; only :func:`migrate_checkpoint` should need it.
     """
     from safetensors import safe_open
 
@@ -220,7 +261,13 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu") ->
     config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
     config, task, backbone = _parse_config(config, str(config_path),
                                            f" (fix {CONFIG_FILE} or re-save the checkpoint)")
-    header = read_safetensors_layout(model_path, MAX_MODEL_BYTES)[0]
+    try:  # one sequence at inference must fit: the smallest use of a checkpoint
+        check_budget(backbone, task.tokens, 1, training=False, where=str(config_path))
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)
+    if require_record:
+        _check_record(model_path, config_path, metadata, config)
 
     # Shapes are checked against a model built on the meta device (no memory), so a config that
     # claims an enormous model is refused by the comparison rather than by running out of memory.
@@ -257,5 +304,15 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu") ->
     return Checkpoint(model=model, config=config, task=task, path=directory, metrics=metrics)
 
 
-__all__ = ["SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "MODEL_FILE",
-           "CONFIG_FILE", "METRICS_FILE"]
+def migrate_checkpoint(path: PathLike) -> Path:
+    """Re-save an older checkpoint so that its weights file records ``config.json`` as it is now.
+
+    Trusts ``config.json``: run it only on a checkpoint whose config is the one it was trained with.
+    The weights and metrics are written back unchanged (every other check of loading still applies).
+    """
+    ckpt = load_checkpoint(path, require_record=False)
+    return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics)
+
+
+__all__ = ["SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
+           "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]

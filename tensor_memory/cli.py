@@ -69,8 +69,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    from .checkpoint import migrate_checkpoint
+
+    print(f"Recorded the training configuration in {migrate_checkpoint(args.checkpoint) / 'model.safetensors'}")
+    return 0
+
+
 def add_model_parsers(commands: Any) -> None:
-    """Add ``demo``, ``train`` and ``eval`` to the ``tensor-memory`` subcommands ``commands``."""
+    """Add ``demo``, ``train``, ``eval`` and ``migrate`` to the ``tensor-memory`` subcommands ``commands``."""
 
     demo = commands.add_parser(
         "demo", help="walk a sequence through one untrained memory layer and print each chunk's step",
@@ -110,3 +117,13 @@ def add_model_parsers(commands: Any) -> None:
     from .cli_eval import add_eval_parser
 
     add_eval_parser(commands)
+
+    migrate = commands.add_parser(
+        "migrate", help="record config.json in an older checkpoint's weights file (run once, on an unedited one)",
+        description="Checkpoints now record, in their weights file, the task and model they were trained with, "
+                    "and a config.json that no longer matches is refused. A checkpoint saved before that has no "
+                    "record: this command adds one from its config.json as it is now, leaving weights and "
+                    "metrics unchanged. Run it only on a checkpoint whose config.json was not edited since "
+                    "training.")
+    migrate.add_argument("--checkpoint", required=True, metavar="DIR", help="the checkpoint directory")
+    migrate.set_defaults(func=_migrate)

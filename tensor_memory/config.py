@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 T = TypeVar("T", bound="ConfigBase")
 
@@ -38,10 +38,13 @@ class ConfigBase:
         return cls(**data)
 
 
-def require_int(owner: str, name: str, value: Any, minimum: int) -> None:
-    """Raise ``ValueError`` naming ``owner.name`` unless ``value`` is an int ≥ ``minimum``."""
+def require_int(owner: str, name: str, value: Any, minimum: int, maximum: Optional[int] = None) -> None:
+    """Raise ``ValueError`` naming ``owner.name`` unless ``value`` is an int in [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{owner}.{name} must be at most {maximum:,} (the ceiling in tensor_memory/limits.py), "
+                         f"got {value:,}")
 
 
 def require_float(owner: str, name: str, value: Any, low: float = -math.inf, high: float = math.inf,

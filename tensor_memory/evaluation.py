@@ -14,8 +14,10 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from . import limits as L
 from .backbone import SLOT_GATE_INIT, SlotMemory
 from .checkpoint import Checkpoint
+from .config import require_int
 from .memory import TensorMemory
 from .tasks import Task, derive_seed, make_task
 
@@ -59,9 +61,11 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     """
     from tqdm import tqdm
 
-    for name, value in (("batches", batches), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"evaluate: {name} must be an integer >= 1, got {value!r}")
+    require_int("evaluate", "batches", batches, 1, L.MAX_STEPS)
+    require_int("evaluate", "batch_size", batch_size, 1, L.MAX_BATCH)
+    backbone = getattr(getattr(model, "backbone", None), "config", None)
+    if backbone is not None:
+        L.check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate")
     if progress is None:
         progress = sys.stderr.isatty()
     try:
@@ -78,6 +82,10 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
                               leave=False, file=sys.stderr):
                 batch = task.sample(batch_size, derive_seed(purpose, seed, index))
                 logits, _ = model(_to(batch.inputs, device))
+                if not torch.isfinite(logits).all():
+                    raise FloatingPointError(f"the model's outputs are NaN or infinite on evaluation batch {index}: "
+                                             f"its weights are broken, so its accuracy would mean nothing; "
+                                             f"retrain it or use another checkpoint")
                 batch.targets, batch.mask = batch.targets.to(device), batch.mask.to(device)
                 for metric, (correct, total) in task.counts(logits, batch).items():
                     acc = totals.setdefault(metric, [0.0, 0.0])

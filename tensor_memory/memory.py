@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import limits as L
 from .config import ConfigBase, require_float, require_int
 from .local_update import local_scan, update_regions
 from .hookpoints import POINTS, HookPoint, any_active, nothing_hooked
@@ -66,15 +67,17 @@ class MemoryConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
-        require_int(owner, "token_dim", self.token_dim, 1)
-        require_int(owner, "channels", self.channels, 1)
-        require_int(owner, "chunk_size", self.chunk_size, 1)
+        require_int(owner, "token_dim", self.token_dim, 1, L.MAX_DIM)
+        require_int(owner, "channels", self.channels, 1, L.MAX_CHANNELS)
+        require_int(owner, "chunk_size", self.chunk_size, 1, L.MAX_SEQUENCE)
         grid = tuple(self.grid) if isinstance(self.grid, (list, tuple)) else None
         if grid is None or len(grid) != 3:
             raise ValueError(f"{owner}.grid must be three integers (D, H, W), each >= 2, got {self.grid!r}")
         for axis, n in zip("DHW", grid):
-            require_int(owner, f"grid[{axis}]", n, 2)
+            require_int(owner, f"grid[{axis}]", n, 2, L.MAX_GRID_SIDE)
         self.grid = grid  # type: ignore[assignment]
+        require_int(owner, "grid (D·H·W voxels)", math.prod(grid), 8, L.MAX_GRID_CELLS)
+        require_int(owner, "channels × grid (2·C·D·H·W state numbers)", self.state_numel, 1, L.MAX_STATE_NUMBERS)
         require_float(owner, "gate_init", self.gate_init)
         require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
         require_float(owner, "sigma_init", self.sigma_init, self.sigma_min, low_open=True)

@@ -30,6 +30,7 @@ from .addressing import layer_measures
 from .backbone import BackboneConfig
 from .checkpoint import SCHEMA_VERSION, save_checkpoint
 from .files import atomic_write_bytes, atomic_write_text
+from . import limits as L
 from .config import ConfigBase, require_float, require_int
 from .evaluation import evaluate
 from .memory import TensorMemory
@@ -61,9 +62,11 @@ class TrainConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
-        for name, minimum in (("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("eval_every", 1),
-                              ("eval_batches", 1), ("log_every", 1), ("seed", 0)):
-            require_int(owner, name, getattr(self, name), minimum)
+        for name, minimum, maximum in (("steps", 1, L.MAX_STEPS), ("batch_size", 1, L.MAX_BATCH),
+                                       ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
+                                       ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
+                                       ("seed", 0, None)):
+            require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
         require_float(owner, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
@@ -296,6 +299,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     fields}. With ``resume``, continue from ``out/resume.safetensors`` if present.
     """
     task, backbone, cfg = resolve(config)
+    L.check_budget(backbone, task.tokens, cfg.batch_size, training=True, where="the training config")
     full_config = {"schema_version": SCHEMA_VERSION,
                    "task": {"name": task.name, "params": task.config.to_dict()},
                    "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}

@@ -15,7 +15,8 @@ from safetensors.torch import save as st_save
 import tensor_memory
 from tensor_memory import files
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import SCHEMA_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from tensor_memory.checkpoint import (RECORD_KEY, SCHEMA_VERSION, CheckpointError, load_checkpoint, save_checkpoint,
+                                      trained_record)
 from tensor_memory.files import atomic_write_text
 from tensor_memory.memory import MemoryConfig
 from tensor_memory.model import TaskModel
@@ -158,7 +159,7 @@ def test_new_weights_with_old_config_are_refused_not_misread(saved: Path, monkey
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(saved, make_model(dim=4), full_config(dim=4))
     monkeypatch.setattr(files.os, "replace", real_replace)
-    assert "shape mismatch" in error_of(saved)
+    assert "model.dim is 8, but the weights were trained with 4" in error_of(saved)  # refused, not misread
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,8 +351,10 @@ def test_weights_that_disagree_with_the_config(saved: Path) -> None:
     path = saved / "model.safetensors"
     tensors = make_model().state_dict()
 
+    record = {RECORD_KEY: trained_record(full_config())}  # the weights say what they were trained with
+
     def write(state) -> str:
-        path.write_bytes(st_save({k: v.contiguous() for k, v in state.items()}))
+        path.write_bytes(st_save({k: v.contiguous() for k, v in state.items()}, metadata=record))
         message = error_of(saved)
         assert "model.safetensors" in message
         return message
@@ -365,7 +368,7 @@ def test_weights_that_disagree_with_the_config(saved: Path) -> None:
     nan = dict(tensors, **{"head.bias": torch.full((16,), float("nan"))})
     assert "NaN or inf" in write(nan)
     # other floating dtypes are accepted and converted
-    path.write_bytes(st_save({k: v.to(torch.float16) for k, v in tensors.items()}))
+    path.write_bytes(st_save({k: v.to(torch.float16) for k, v in tensors.items()}, metadata=record))
     assert load_checkpoint(saved).model.head.weight.dtype == torch.float32
 
 
@@ -373,4 +376,4 @@ def test_config_claiming_a_huge_model_is_refused_without_allocating(saved: Path)
     def huge(c):
         c["model"].update(dim=1 << 16, heads=1, memory=None)
     rewrite_config(saved, huge)
-    assert "shape mismatch" in error_of(saved)
+    assert "BackboneConfig.dim must be at most 4,096" in error_of(saved)  # the ceiling, before anything is built

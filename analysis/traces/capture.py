@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.limits import check_budget
 from tensor_memory.evaluation import task_with
 from tensor_memory.recording import record
 from tensor_memory.tasks.base import Batch, derive_seed
@@ -36,6 +37,8 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
     if any(i < 0 for i in indices):
         raise ValueError(f"sample indices must be >= 0, got {list(indices)}")
     task = task_with(ckpt, task_params or None)
+    check_budget(ckpt.model.backbone.config, task.tokens, len(indices), training=False,
+                 where="the sample's task parameters")
     rows = [task.sample(1, derive_seed("trace", seed, i)) for i in indices]
     cat = lambda name: {k: torch.cat([getattr(r, name)[k] for r in rows]) for k in getattr(rows[0], name)}  # noqa: E731
     return task, Batch(cat("inputs"), torch.cat([r.targets for r in rows]), torch.cat([r.mask for r in rows]),

@@ -7,6 +7,7 @@ from typing import Optional, Union
 
 import torch
 
+from .. import limits as L
 from ..config import ConfigBase, require_int
 from ..memory import MemoryConfig, MemoryState
 
@@ -45,25 +46,25 @@ class BackboneConfig(ConfigBase):
         owner = "BackboneConfig"
         if self.kind not in KINDS:
             raise ValueError(f"{owner}.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        require_int(owner, "dim", self.dim, 1)
-        require_int(owner, "layers", self.layers, 1)
-        require_int(owner, "heads", self.heads, 1)
+        require_int(owner, "dim", self.dim, 1, L.MAX_DIM)
+        require_int(owner, "layers", self.layers, 1, L.MAX_LAYERS)
+        require_int(owner, "heads", self.heads, 1, L.MAX_HEADS)
         if self.dim % self.heads:
             raise ValueError(f"{owner}.heads must divide {owner}.dim={self.dim}, got {self.heads}")
-        require_int(owner, "mlp_ratio", self.mlp_ratio, 1)
+        require_int(owner, "mlp_ratio", self.mlp_ratio, 1, L.MAX_MLP_RATIO)
         if not isinstance(self.causal, bool):
             raise ValueError(f"{owner}.causal must be True or False, got {self.causal!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"{owner}.positions must be one of {', '.join(map(repr, POSITIONS))}, "
                              f"got {self.positions!r}")
         if self.window is not None:
-            require_int(owner, "window", self.window, 1)
+            require_int(owner, "window", self.window, 1, L.MAX_SEQUENCE)
         elif self.kind == "local":
             raise ValueError(f"{owner}.window is required for kind 'local' (an integer >= 1), got None")
-        require_int(owner, "xl_segment", self.xl_segment, 1)
-        require_int(owner, "num_slots", self.num_slots, 1)
-        require_int(owner, "slot_chunk", self.slot_chunk, 1)
-        require_int(owner, "num_registers", self.num_registers, 1)
+        require_int(owner, "xl_segment", self.xl_segment, 1, L.MAX_SEQUENCE)
+        require_int(owner, "num_slots", self.num_slots, 1, L.MAX_SLOTS)
+        require_int(owner, "slot_chunk", self.slot_chunk, 1, L.MAX_SEQUENCE)
+        require_int(owner, "num_registers", self.num_registers, 1, L.MAX_SLOTS)
         self._check_memory(owner)
 
     def _check_memory(self, owner: str) -> None:

@@ -81,6 +81,11 @@ class Task:
         raise NotImplementedError
 
     @property
+    def tokens(self) -> int:
+        """Tokens in one sample (what :meth:`sample` gives along N), known without sampling."""
+        raise NotImplementedError
+
+    @property
     def chunk_size(self) -> int:
         """Tokens per memory chunk the task is built around (occlusion: one frame)."""
         return 1

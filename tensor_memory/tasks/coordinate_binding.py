@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
 from .base import CONTENT_STD, Batch, Counts, Task, embedding, generator, masked_accuracy
 
@@ -29,10 +30,10 @@ class CoordinateBindingConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "CoordinateBindingConfig"
-        require_int(owner, "writes", self.writes, 1)
+        require_int(owner, "writes", self.writes, 1, L.MAX_TASK_ITEMS)
         require_float(owner, "noise", self.noise, 0.0, math.inf)
-        require_int(owner, "queries", self.queries, 1)
-        require_int(owner, "values", self.values, 2)
+        require_int(owner, "queries", self.queries, 1, L.MAX_TASK_ITEMS)
+        require_int(owner, "values", self.values, 2, L.MAX_TASK_ITEMS)
 
 
 class BindingEncoder(nn.Module):
@@ -58,6 +59,10 @@ class CoordinateBinding(Task):
     @property
     def num_classes(self) -> int:
         return self.config.values
+
+    @property
+    def tokens(self) -> int:
+        return self.config.writes + self.config.queries
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config

@@ -15,6 +15,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
 from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
@@ -29,13 +30,13 @@ class MapBuildingConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "MapBuildingConfig"
-        require_int(owner, "observations", self.observations, 1)
-        require_int(owner, "map_size", self.map_size, 1)
+        require_int(owner, "observations", self.observations, 1, L.MAX_TASK_ITEMS)
+        require_int(owner, "map_size", self.map_size, 1, L.MAX_GRID_SIDE)
         require_int(owner, "patch", self.patch, 1)
         if self.patch > self.map_size:
             raise ValueError(f"{owner}.patch must be an integer in [1, {self.map_size}] "
                              f"(at most map_size), got {self.patch!r}")
-        require_int(owner, "queries", self.queries, 1)
+        require_int(owner, "queries", self.queries, 1, L.MAX_TASK_ITEMS)
         require_float(owner, "density", self.density, 0.0, 1.0)
 
 
@@ -63,6 +64,10 @@ class MapBuilding(Task):
     @property
     def num_classes(self) -> int:
         return 2
+
+    @property
+    def tokens(self) -> int:
+        return self.config.observations + self.config.queries
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config

@@ -11,6 +11,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from .. import limits as L
 from ..config import ConfigBase, require_int
 from .base import CONTENT_STD, Batch, Counts, Task, embedding, generator, masked_accuracy
 
@@ -21,8 +22,8 @@ class NoHarmConfig(ConfigBase):
     modulus: int = 16  # the counter wraps at this value
 
     def __post_init__(self) -> None:
-        require_int("NoHarmConfig", "length", self.length, 2)
-        require_int("NoHarmConfig", "modulus", self.modulus, 2)
+        require_int("NoHarmConfig", "length", self.length, 2, L.MAX_SEQUENCE)
+        require_int("NoHarmConfig", "modulus", self.modulus, 2, L.MAX_TASK_ITEMS)
 
 
 class CounterEncoder(nn.Module):
@@ -43,6 +44,10 @@ class NoHarm(Task):
     @property
     def num_classes(self) -> int:
         return self.config.modulus
+
+    @property
+    def tokens(self) -> int:
+        return self.config.length
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config

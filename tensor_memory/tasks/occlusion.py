@@ -20,6 +20,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from .. import limits as L
 from ..config import ConfigBase, require_int
 from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
@@ -47,12 +48,16 @@ class OcclusionConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "OcclusionConfig"
-        require_int(owner, "frames", self.frames, 2)
-        require_int(owner, "size", self.size, 2)
+        require_int(owner, "frames", self.frames, 2, L.MAX_TASK_ITEMS)
+        require_int(owner, "size", self.size, 2, L.MAX_GRID_SIDE)
         _require_range(owner, "ball", self.ball, 1, self.size - 1)
         _require_range(owner, "patch", self.patch, 1, self.size)
         if self.size % self.patch:
             raise ValueError(f"{owner}.patch must divide {owner}.size={self.size}, got {self.patch}")
+        tokens = self.frames * (self.size // self.patch) ** 2
+        if tokens > L.MAX_SEQUENCE:
+            raise ValueError(f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
+                             f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches")
         _require_range(owner, "occlusion_length", self.occlusion_length, 0, self.frames - 2)
         start = self.occlusion_start
         high = self.frames - self.occlusion_length
@@ -124,6 +129,10 @@ class Occlusion(Task):
     @property
     def num_classes(self) -> int:
         return self.config.size ** 2
+
+    @property
+    def tokens(self) -> int:
+        return self.config.frames * self.chunk_size
 
     @property
     def chunk_size(self) -> int:
