@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from tensor_memory.files import check_output_path
+
 from analysis.traces.trace import VOLUME_DTYPES
 
 TRACE_DESCRIPTION = (
@@ -37,6 +39,7 @@ def _param(text: str) -> tuple[str, Any]:
 def _trace(args: argparse.Namespace) -> int:
     from analysis.traces.capture import capture
 
+    check_output_path(args.out, args.overwrite)
     trace = capture(args.checkpoint, seed=args.seed, index=args.index, gates=not args.no_gates,
                     cells=not args.no_cells, progress=False if args.no_progress else None, volumes=args.volumes,
                     **dict(args.param))
@@ -52,6 +55,8 @@ def _report(args: argparse.Namespace) -> int:
     from analysis.figures.report import report_numbers, write_report
     from analysis.traces.trace import load_trace
 
+    if args.out:
+        check_output_path(args.out, args.overwrite, inputs=(args.trace,))
     trace = load_trace(args.trace)
     if args.out:
         path = write_report(trace, args.out)
@@ -81,6 +86,7 @@ def add_trace_parsers(subparsers: Any) -> None:
                        help="how h, c and the gate volumes are stored: float16 (default), or int8 with a scale "
                             "per chunk and channel — half the size, each value within 1/254 of its channel's "
                             "largest magnitude in that chunk")
+    trace.add_argument("--overwrite", action="store_true", help="replace --out if it exists (never a checkpoint's file)")
     trace.add_argument("--no-progress", action="store_true", help="no progress bar")
     trace.set_defaults(func=_trace)
 
@@ -88,6 +94,8 @@ def add_trace_parsers(subparsers: Any) -> None:
                                    description=REPORT_DESCRIPTION)
     report.add_argument("--trace", required=True, metavar="FILE", help="trace file from `tensor-memory trace`")
     report.add_argument("--out", metavar="FILE.html", help="HTML report to write")
+    report.add_argument("--overwrite", action="store_true",
+                        help="replace --out if it exists (never the trace itself or a checkpoint's file)")
     report.add_argument("--json", action="store_true",
                         help='print {"addressing": {"verdict", ...}, "gates": {...}, "predictions": {...}, '
                              '"occlusion": {...}} as JSON')

@@ -31,7 +31,8 @@ import torch
 from .backbone import BackboneConfig
 from .limits import check_budget
 from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_write_bytes, atomic_write_text,
-                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout)
+                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout,
+                    remove_stale_temp_files)
 from .model import TaskModel
 from .tasks import TASKS, Task, make_task
 
@@ -91,6 +92,7 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
                                                RECORD_KEY: trained_record(config)})
 
     directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(directory)  # what an earlier save, killed mid-write, left behind
     atomic_write_bytes(directory / MODEL_FILE, data)
     atomic_write_text(directory / CONFIG_FILE, config_text)
     if metrics_text is not None:

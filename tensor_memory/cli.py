@@ -16,9 +16,13 @@ def _demo(args: argparse.Namespace) -> int:
     from .memory import MemoryConfig, TensorMemory
     from .recording import record
 
+    from .limits import MAX_SEQUENCE
+
+    if not 1 <= args.tokens <= MAX_SEQUENCE:
+        raise ValueError(f"--tokens must be an integer in [1, {MAX_SEQUENCE:,}], got {args.tokens:,}")
     torch.manual_seed(args.seed)
     cfg = MemoryConfig(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3,
-                       chunk_size=args.chunk_size)
+                       chunk_size=args.chunk_size)  # its checks hold --dim, --channels, --grid, --chunk-size
     memory = TensorMemory(cfg).eval()
     x = torch.randn(1, args.tokens, cfg.token_dim)
     with torch.no_grad(), record(memory) as rec:
@@ -62,7 +66,7 @@ def _train(args: argparse.Namespace) -> int:
              if value is not None]
     config = apply_overrides(config, extra + list(args.set))
     out = Path(args.out or Path("runs") / f"{args.task}-{args.backbone}")
-    metrics = train(config, out, resume=args.resume, progress=not args.no_progress)
+    metrics = train(config, out, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
     if metrics:
         print(f"Finished: checkpoint in {out}; validation " +
               ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
@@ -108,6 +112,8 @@ def add_model_parsers(commands: Any) -> None:
     train.add_argument("--out", help="output directory (default runs/TASK-BACKBONE)")
     train.add_argument("--resume", action="store_true",
                        help="continue a killed run from the last checkpoint in --out, exactly where it stopped")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace the run already in --out (without it, an existing run is refused)")
     train.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                        help="override one setting, type-checked, e.g. --set training.lr=3e-4 "
                             "--set model.memory.channels=8 (repeatable)")

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -81,6 +82,65 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+# The temp files atomic_write_bytes makes: ".<name>.<8 random characters>.tmp" (tempfile.mkstemp).
+TEMP_PATTERN = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def remove_stale_temp_files(directory: PathLike) -> list[Path]:
+    """Delete the temp files that killed atomic writes left in ``directory``; returns what was removed.
+
+    Call it where one process owns the folder (a training run's --out, a checkpoint being saved).
+    """
+    removed = []
+    try:
+        entries = list(Path(directory).iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        if TEMP_PATTERN.match(path.name) and path.is_file() and not path.is_symlink():
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
+# Files that belong to a checkpoint or a run: never the --out of another command.
+RUN_FILES = ("model.safetensors", "config.json", "metrics.json", "train_log.jsonl", "resume.safetensors")
+
+
+def check_output_path(path: PathLike, overwrite: bool = False, inputs: tuple = (), option: str = "--out") -> Path:
+    """``path`` if a command may write its result there, else a ValueError saying why, before any work.
+
+    Refused always: a folder, a path whose folder is missing or not writable, a file of a checkpoint or
+    run (:data:`RUN_FILES` beside a ``config.json``), and one of the command's own ``inputs``. Refused
+    unless ``overwrite``: any other existing file.
+    """
+    path = Path(path)
+    where = f"{option} {path}"
+    if path.is_dir():
+        raise ValueError(f"{where}: is a folder; give a file name inside it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"{where}: its folder {parent} does not exist (or is not a folder); create it first")
+    if path.name in RUN_FILES and (parent / "config.json").exists():
+        raise ValueError(f"{where}: is a file of the checkpoint or run in {parent}; writing there would destroy "
+                         f"it, so choose another file name")
+    for source in inputs:
+        if path.exists() and Path(source).exists() and os.path.samefile(path, source):
+            raise ValueError(f"{where}: is this command's own input; choose another file name")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{where}: exists already; pass --overwrite to replace it, or choose another file name")
+    try:  # can a file be created there at all (read-only folders, /proc, …)?
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise ValueError(f"{where}: cannot write in {parent} ({error.strerror or error})") from None
+    return path
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
@@ -285,4 +345,5 @@ def read_safetensors_layout(path: PathLike, max_bytes: int, what: str = "the wei
 
 
 __all__ = ["FileFormatError", "PathLike", "FLOAT_DTYPES", "TensorInfo", "atomic_write_bytes", "atomic_write_text",
-           "dumps_json", "finite_or_none", "json_type", "read_json", "read_safetensors_layout"]
+           "dumps_json", "finite_or_none", "json_type", "read_json", "read_safetensors_layout",
+           "remove_stale_temp_files", "check_output_path", "RUN_FILES"]

@@ -22,14 +22,14 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from tqdm import tqdm
 
 from .addressing import layer_measures
 from .backbone import BackboneConfig
 from .checkpoint import SCHEMA_VERSION, save_checkpoint
-from .files import atomic_write_bytes, atomic_write_text
+from .files import RUN_FILES, atomic_write_text, remove_stale_temp_files
+from .resume import load_resume, save_resume
+from .training_log import LOG_FILE, read_training_log
 from . import limits as L
 from .config import ConfigBase, require_float, require_int
 from .evaluation import evaluate
@@ -39,7 +39,6 @@ from .recording import record
 from .tasks import Batch, derive_seed, make_task
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
-LOG_FILE = "train_log.jsonl"
 ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
 
 
@@ -242,61 +241,43 @@ def init_distributed() -> Distributed:
 
 
 # ---------------------------------------------------------------------------------------
-# Resuming
+# Resuming (the file itself: resume.py)
 # ---------------------------------------------------------------------------------------
-
-def save_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                config: dict) -> None:
-    """Weights, optimizer moments and the step in one safetensors file, written atomically."""
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    for index, state in optimizer.state_dict()["state"].items():
-        for name, value in state.items():
-            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).detach().contiguous()
-    metadata = {"step": str(step), "config": json.dumps(config, sort_keys=True)}
-    atomic_write_bytes(path, save_safetensors(tensors, metadata=metadata))
-
-
-def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> int:
-    """Restore a run from ``save_resume``'s file; returns the number of steps already done."""
-    raw = path.read_bytes()
-    header_len = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else -1
-    try:
-        tensors = load_safetensors(raw)
-        metadata = json.loads(raw[8:8 + header_len]).get("__metadata__", {})
-        step, saved_config = int(metadata["step"]), json.loads(metadata["config"])
-    except Exception as error:  # noqa: BLE001 - any parse failure means the same thing here
-        raise ValueError(f"{path}: cannot resume from this file ({error}); delete it to start afresh") from None
-    if saved_config != config:
-        raise ValueError(f"{path}: was written by a run with a different configuration; "
-                         f"use another --out directory, or delete the file to start afresh")
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-    state = optimizer.state_dict()
-    moments: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        if key.startswith("optim."):
-            _, index, name = key.split(".", 2)
-            moments.setdefault(int(index), {})[name] = value
-    state["state"] = moments
-    optimizer.load_state_dict(state)
-    return step
-
 
 def _trim_log(path: Path, step: int) -> None:
     """Keep the log entries of steps a resumed run will not redo."""
     if path.exists():
-        kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
+        kept = [entry for entry in read_training_log(path, allow_cut_last_line=True) if entry["step"] <= step]
+        atomic_write_text(path, "".join(json.dumps(entry) + "\n" for entry in kept))
 
 
 # ---------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------
 
-def train(config: dict[str, Any], out: Path, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+def check_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if found and not (resume or overwrite):
+        raise ValueError(f"--out {out}: already holds a run ({', '.join(found)}); continue it with --resume, "
+                         f"replace it with --overwrite, or choose another --out")
+    if not out.exists():
+        parent = next((p for p in out.parents if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"--out {out}: cannot create the folder there ({parent} is not a writable folder)")
+    elif not os.access(out, os.W_OK):
+        raise ValueError(f"--out {out}: the folder is not writable")
+
+
+def train(config: dict[str, Any], out: Path, resume: bool = False, progress: bool = True,
+          overwrite: bool = False) -> dict[str, Any]:
     """Train one run into ``out``; returns the final evaluation metrics.
 
     ``config``: {task: {name, params}, model: BackboneConfig fields, training: TrainConfig
-    fields}. With ``resume``, continue from ``out/resume.safetensors`` if present.
+    fields}. With ``resume``, continue from ``out/resume.safetensors`` if present. An ``out`` holding
+    an earlier run is refused unless ``resume`` or ``overwrite`` (which replaces that run) is given.
     """
     task, backbone, cfg = resolve(config)
     L.check_budget(backbone, task.tokens, cfg.batch_size, training=True, where="the training config")
@@ -307,6 +288,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     if cfg.batch_size % world.world:
         raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
     out = Path(out)
+    check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = TaskModel(task, backbone)
     freeze(model, cfg.frozen)
@@ -319,6 +301,9 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
         raise ValueError(f"{out}: nothing to resume, training already finished; use another --out to retrain")
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(out)  # what a save killed mid-write left behind
+        if not start:  # a fresh run (or --overwrite): no resume file of an earlier one may stay
+            (out / RESUME_FILE).unlink(missing_ok=True)
         atomic_write_text(out / "config.json", json.dumps(full_config, indent=2) + "\n")
         if start:
             _trim_log(log_path, start)

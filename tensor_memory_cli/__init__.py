@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensor-memory",
         description="Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers.")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error instead of its one-line summary")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_model_parsers(commands)
     add_trace_parsers(commands)
@@ -27,13 +29,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def describe(error: BaseException) -> str:
+    """One line for an error: what went wrong and, where it helps, what to do."""
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    if isinstance(error, MemoryError) or "can't allocate" in str(error) or "out of memory" in str(error).lower():
+        return "out of memory; use a smaller batch, sequence or model"
+    if isinstance(error, (ValueError, FloatingPointError)):
+        return " ".join(str(error).split())
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"unexpected {type(error).__name__}: {first} (run again with --debug for the traceback)"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line, before or after the command
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
     try:
         return args.func(args)
-    except (ValueError, FloatingPointError) as error:  # bad settings or input: one clear line, no traceback
-        print(f"tensor-memory {args.command}: error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"tensor-memory {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # every failure: one line on stderr and a non-zero exit; --debug shows all
+        if debug:
+            raise
+        print(f"tensor-memory {args.command}: error: {describe(error)}", file=sys.stderr)
         return 2
 
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "describe"]

@@ -9,19 +9,16 @@ the step, so a collapse shows when it happened.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tensor_memory.training import LOG_FILE
+from tensor_memory.training_log import read_training_log
 
 from analysis.figures import finish
 
-MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this
 # The panels of the figure: (title, measures drawn in it, y-axis title).
 PANELS = (("where writes go", ("write_spread_voxels", "read_write_distance_voxels"), "voxels"),
           ("write spread σ", ("sigma_voxels",), "voxels"),
@@ -31,37 +28,6 @@ LABELS = {"write_spread_voxels": "write spread", "read_write_distance_voxels": "
           "sigma_voxels": "median σ", "boundary_fraction": "coordinates at a face", "gate_scale": "σ(γ)",
           "gate_i_mean": "mean i", "gate_f_mean": "mean f", "gate_o_mean": "mean o",
           "val_accuracy": "validation accuracy"}
-
-
-def read_training_log(path: Union[str, Path]) -> list[dict[str, Any]]:
-    """The entries of a ``train_log.jsonl`` (a file, or the checkpoint folder holding one).
-
-    Raises ``ValueError`` naming the file and the first bad line for anything that is not one JSON
-    object with an integer ``step`` per line; a missing file is a ``FileNotFoundError``.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / LOG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no training log (checkpoints written by `tensor-memory train` have one)")
-    if path.stat().st_size > MAX_LOG_BYTES:
-        raise ValueError(f"{path}: {path.stat().st_size:,} bytes is more than a training log holds "
-                         f"({MAX_LOG_BYTES:,}); pass the train_log.jsonl the run wrote")
-    entries = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                entry = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                raise ValueError(f"{path}, line {number}: not JSON ({error}); was the run killed while "
-                                 f"writing it? Delete that line to read the rest") from None
-            step = entry.get("step") if isinstance(entry, dict) else None
-            if isinstance(step, bool) or not isinstance(step, int):
-                raise ValueError(f"{path}, line {number}: expected an object with an integer 'step'")
-            entries.append(entry)
-    return entries
 
 
 def addressing_history(entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""A training run's resume file: weights, AdamW's moments and the step, saved atomically, checked on load.
+
+``resume.safetensors`` holds ``model.<name>`` for every weight, ``optim.<index>.<exp_avg|exp_avg_sq|step>``
+for every parameter the optimizer has state for, and in its metadata the step and the run's config.
+It is validated as strictly as a checkpoint before anything is restored: a regular file within a
+size cap with a well-formed safetensors header; the very keys, shapes and dtypes the run's model
+and optimizer have; finite values; a step in [0, steps] that the optimizer's own step counts
+agree with; the optimizer state present once a step was taken. A tampered or damaged file is
+refused with one line naming it and the problem; nothing is half restored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save as save_safetensors
+
+from .files import FLOAT_DTYPES, FileFormatError, atomic_write_bytes, read_safetensors_layout
+
+MAX_RESUME_BYTES = 2 << 30  # weights and two moments of the largest model the budget allows at most
+MOMENTS = ("exp_avg", "exp_avg_sq", "step")  # AdamW's state per parameter
+REDO = "delete it to start afresh"
+
+
+def save_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                config: dict) -> None:
+    """Weights, optimizer moments and the step in one safetensors file, written atomically."""
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).detach().contiguous()
+    metadata = {"step": str(step), "config": json.dumps(config, sort_keys=True)}
+    atomic_write_bytes(path, save_safetensors(tensors, metadata=metadata))
+
+
+def _expected(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """{key: (dtype name, shape)} of the weights, and of every moment the optimizer could hold."""
+    names = {dtype: name for name, (dtype, _) in FLOAT_DTYPES.items()}
+    weights = {f"model.{k}": (names.get(v.dtype, str(v.dtype)), tuple(v.shape)) for k, v in model.state_dict().items()}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    moments = {}
+    for index, p in enumerate(params):
+        for name in MOMENTS:
+            moments[f"optim.{index}.{name}"] = ("F32", () if name == "step" else tuple(p.shape))
+    return weights, moments
+
+
+def _fail(path: Path, problem: str) -> ValueError:
+    return ValueError(f"{path}: cannot resume from this file: {problem}; {REDO}")
+
+
+def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> int:
+    """Restore a run from ``save_resume``'s file; returns the number of steps already done."""
+    from safetensors import safe_open
+
+    try:
+        header, metadata = read_safetensors_layout(path, MAX_RESUME_BYTES, "the resume file", REDO)
+    except FileFormatError as error:
+        raise ValueError(str(error)) from None
+    try:
+        step, saved_config = int(metadata["step"]), json.loads(metadata["config"])
+    except (KeyError, ValueError, RecursionError):
+        raise _fail(path, "its metadata lacks a valid step and config") from None
+    if saved_config != config:
+        raise ValueError(f"{path}: was written by a run with a different configuration; "
+                         f"use another --out directory, or {REDO}")
+    steps = config["training"]["steps"]
+    if not 0 <= step <= steps:
+        raise _fail(path, f"it says {step} steps were done, outside [0, {steps}]")
+
+    weights, moments = _expected(model, optimizer)
+    missing = sorted(set(weights) - set(header))
+    unexpected = sorted(set(header) - set(weights) - set(moments))
+    if missing or unexpected:
+        names = ", ".join((missing or unexpected)[:3])
+        raise _fail(path, f"{'missing' if missing else 'unexpected'} tensor(s) {names}")
+    for key, info in header.items():
+        want = weights.get(key) or moments[key]
+        if (info.dtype, tuple(info.shape)) != want:
+            raise _fail(path, f"{key} is {info.dtype} {list(info.shape)}, expected {want[0]} {list(want[1])}")
+    held = {key.split(".")[1] for key in header if key.startswith("optim.")}
+    for index in held:
+        if any(f"optim.{index}.{name}" not in header for name in MOMENTS):
+            raise _fail(path, f"the optimizer state of parameter {index} is incomplete")
+    if step > 0 and not held:
+        raise _fail(path, f"it holds no optimizer state after {step} steps")
+
+    with safe_open(str(path), framework="pt", device="cpu") as handle:
+        tensors = {key: handle.get_tensor(key) for key in header}
+    for key, value in tensors.items():
+        if not bool(torch.isfinite(value).all()):
+            raise _fail(path, f"{key} contains NaN or infinite values")
+    counts = {int(tensors[f"optim.{index}.step"]) for index in held}
+    if held and (max(counts) != step or min(counts) < 0):
+        raise _fail(path, f"it says {step} steps were done, but its optimizer took {max(counts)}")
+
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    state = optimizer.state_dict()
+    state["state"] = {int(index): {name: tensors[f"optim.{index}.{name}"] for name in MOMENTS} for index in held}
+    optimizer.load_state_dict(state)
+    return step
+
+
+__all__ = ["save_resume", "load_resume", "MAX_RESUME_BYTES"]

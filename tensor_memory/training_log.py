@@ -1,0 +1,53 @@
+"""A run's ``train_log.jsonl``: one JSON object per line with an integer ``step``, read with checks.
+
+The trainer appends to it and, on resume, keeps the entries of the steps it will not redo; the
+analysis reads it to plot the addressing over training. Both read it here: within a size cap, each
+line one JSON object with an integer ``step``, and anything else named by file and line. A last line
+cut short by a killed run (no newline, not JSON) is what a kill mid-write leaves: :func:`read_training_log`
+with ``allow_cut_last_line`` drops it, since the resumed run redoes that step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+LOG_FILE = "train_log.jsonl"
+MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this
+
+
+def read_training_log(path: Union[str, Path], allow_cut_last_line: bool = False) -> list[dict[str, Any]]:
+    """The entries of a ``train_log.jsonl`` (a file, or the checkpoint folder holding one).
+
+    Raises ``ValueError`` naming the file and the first bad line for anything that is not one JSON
+    object with an integer ``step`` per line; a missing file is a ``FileNotFoundError``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / LOG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no training log (checkpoints written by `tensor-memory train` have one)")
+    if path.stat().st_size > MAX_LOG_BYTES:
+        raise ValueError(f"{path}: {path.stat().st_size:,} bytes is more than a training log holds "
+                         f"({MAX_LOG_BYTES:,}); pass the train_log.jsonl the run wrote")
+    lines = path.read_bytes().split(b"\n")
+    entries = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            if allow_cut_last_line and number == len(lines):  # no newline after it: cut short by a kill
+                break
+            raise ValueError(f"{path}, line {number}: not JSON ({error}); was the run killed while "
+                             f"writing it? Delete that line to read the rest") from None
+        step = entry.get("step") if isinstance(entry, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"{path}, line {number}: expected an object with an integer 'step'")
+        entries.append(entry)
+    return entries
+
+
+__all__ = ["LOG_FILE", "MAX_LOG_BYTES", "read_training_log"]

@@ -1,0 +1,147 @@
+"""Training runs lose nothing: tampered resume files are refused, an earlier run is kept unless replaced,
+killed saves leave no litter, and a damaged log names its line. Each case is built here, in seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from tensor_memory import training
+from tensor_memory.training import RESUME_FILE, train
+from tensor_memory_cli import main as cli_main
+
+from test_training import kill_run_at, tiny_config
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """A run killed during step 10 of 12: its resume file holds step 8."""
+    out = tmp_path_factory.mktemp("killed")
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        kill_run_at(monkeypatch, tiny_config(steps=12), out, call=10)
+    finally:
+        monkeypatch.undo()
+    return out
+
+
+def tampered(killed: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the killed run whose resume file went through ``edit(tensors, metadata)``."""
+    out = tmp_path / "run"
+    out.mkdir(parents=True)
+    for name in ("config.json", "train_log.jsonl"):
+        (out / name).write_bytes((killed / name).read_bytes())
+    with safe_open(str(killed / RESUME_FILE), framework="pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+        metadata = dict(handle.metadata())
+    edit(tensors, metadata)
+    save_file(tensors, out / RESUME_FILE, metadata=metadata)
+    return out
+
+
+def refused(out: Path) -> str:
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as info:
+        train(tiny_config(steps=12), out, resume=True, progress=False)
+    assert time.perf_counter() - start < 5
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # nothing changed
+    message = str(info.value)
+    assert str(out / RESUME_FILE) in message and "\n" not in message
+    return message
+
+
+def first(tensors, prefix):
+    return next(k for k in sorted(tensors) if k.startswith(prefix))
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda t, m: t.pop(first(t, "model.")), "missing tensor"),
+    (lambda t, m: t.update({"model.extra": torch.zeros(2)}), "unexpected tensor"),
+    (lambda t, m: t.update({first(t, "model."): torch.zeros(3, 3)}), "expected F32"),
+    (lambda t, m: t.update({first(t, "model."): t[first(t, "model.")].half()}), "is F16"),
+    (lambda t, m: t.update({first(t, "model."): torch.full_like(t[first(t, "model.")], float("nan"))}),
+     "NaN or infinite"),
+    (lambda t, m: [t.pop(k) for k in [k for k in t if k.startswith("optim.")]], "no optimizer state"),
+    (lambda t, m: m.update(step="100000"), "outside [0, 12]"),
+    (lambda t, m: m.update(step="-50"), "outside [0, 12]"),
+    (lambda t, m: m.update(step="4"), "its optimizer took 8"),
+    (lambda t, m: m.pop("step"), "lacks a valid step"),
+])
+def test_a_tampered_resume_file_is_refused_naming_it(killed, tmp_path, edit, problem):
+    assert problem in refused(tampered(killed, tmp_path, edit))
+
+
+def test_a_resume_file_that_is_a_folder_or_huge_is_refused_unread(killed, tmp_path):
+    out = tampered(killed, tmp_path, lambda t, m: None)
+    (out / RESUME_FILE).unlink()
+    (out / RESUME_FILE).mkdir()
+    assert "not a regular file" in refused(out)
+    (out / RESUME_FILE).rmdir()
+    with open(out / RESUME_FILE, "wb") as handle:  # 8 GiB, sparse: refused by its size, never read
+        handle.truncate(8 << 30)
+    assert "over the" in refused(out)
+
+
+def test_the_untampered_file_still_resumes(killed, tmp_path):
+    out = tampered(killed, tmp_path, lambda t, m: None)
+    train(tiny_config(steps=12), out, resume=True, progress=False)
+    assert (out / "model.safetensors").exists() and not (out / RESUME_FILE).exists()
+
+
+def test_an_earlier_run_is_kept_unless_resumed_or_replaced(tmp_path, capsys):
+    out = tmp_path / "run"
+    train(tiny_config(steps=4), out, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(ValueError, match="already holds a run .*--resume.*--overwrite"):
+        train(tiny_config(steps=4), out, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert cli_main(["train", "--task", "no_harm", "--backbone", "base", "--out", str(out), "--steps", "2",
+                     "--no-progress"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    train(tiny_config(steps=4, seed=1), out, progress=False, overwrite=True)  # asked for: replaced
+    assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]
+
+
+def test_a_killed_save_leaves_no_temp_file_for_good(killed, tmp_path):
+    out = tampered(killed, tmp_path, lambda t, m: None)
+    litter = out / ".model.safetensors.ab12cd34.tmp"  # what a kill during os.replace leaves
+    litter.write_bytes(b"half a file")
+    keep = out / "notes.tmp"  # not ours: left alone
+    keep.write_text("mine")
+    train(tiny_config(steps=12), out, resume=True, progress=False)
+    assert not litter.exists() and keep.exists()
+
+
+def test_a_damaged_log_names_its_line_and_a_cut_last_line_is_dropped(killed, tmp_path):
+    out = tampered(killed, tmp_path, lambda t, m: None)
+    log = out / "train_log.jsonl"
+    log.write_text(log.read_text() + '{"step": 9, "loss"')  # killed while writing the last line
+    train(tiny_config(steps=12), out, resume=True, progress=False)
+    assert all(json.loads(line)["step"] >= 0 for line in log.read_text().splitlines())
+    out2 = tampered(killed, tmp_path / "b", lambda t, m: None)
+    (out2 / "train_log.jsonl").write_text('{"step": 1}\nnot json at all\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="train_log.jsonl, line 2: not JSON"):
+        train(tiny_config(steps=12), out2, resume=True, progress=False)
+
+
+def test_an_unwritable_out_is_refused_before_any_work(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        train(tiny_config(steps=2), blocked, progress=False)
+    with pytest.raises(ValueError, match="cannot create the folder there"):
+        train(tiny_config(steps=2), blocked / "child", progress=False)
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ValueError, match="not writable"):
+            train(tiny_config(steps=2), locked, progress=False)
+    assert training.RESUME_FILE == RESUME_FILE
