@@ -13,7 +13,7 @@ from tensor_memory.checkpoint import Checkpoint, CheckpointError
 from . import cache
 from .cache import CheckpointRef, Params
 from .state import shipped_checkpoints, startup_checkpoint
-from .upload import MAX_UPLOAD_BYTES, UploadError, checkpoint_label, unpack_checkpoint
+from .upload import MAX_UPLOAD_BYTES, UploadError, checkpoint_label, discard_upload, unpack_checkpoint
 
 CHOICE_KEY = "checkpoint_choice"
 UPLOAD_KEY = "checkpoint_upload"
@@ -33,9 +33,13 @@ def _check_upload(file: Any) -> tuple[Optional[str], str]:
     """(label, message) for an uploaded zip: the label is None when it is not a usable checkpoint."""
     try:
         folder = unpack_checkpoint(file.getvalue())
-        label = checkpoint_label(folder, file.name)
+    except UploadError as error:
+        return None, f"Could not use {file.name}: {error}"
+    label = checkpoint_label(folder, file.name)
+    try:
         loaded = cache.load(CheckpointRef.of(folder, label))
-    except (UploadError, CheckpointError) as error:
+    except CheckpointError as error:
+        discard_upload(folder)  # refused: nothing of it stays on disk
         return None, f"Could not use {file.name}: {error}"
     st.session_state[UPLOADS_KEY][label] = folder
     ckpt = loaded.checkpoint

@@ -18,8 +18,9 @@ from typing import Any, Optional
 import streamlit as st
 
 from analysis.traces.finite import nonfinite_fields
-from analysis.traces.trace import Trace, TraceError
+from analysis.traces.trace import Trace
 from tensor_memory.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
+from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache
 from .cache import CheckpointRef, Loaded, Params
@@ -125,8 +126,8 @@ def load_checkpoint_or_previous(ref: CheckpointRef) -> tuple[CheckpointRef, Load
 def _capture(ref: CheckpointRef, seed: int, params: Params) -> tuple[Optional[Trace], Optional[str]]:
     try:
         return cache.sample_trace(ref, seed, params), None
-    except (TraceError, ValueError) as error:
-        return None, str(error)
+    except EXPECTED_ERRORS as error:  # TraceError is a ValueError
+        return None, describe(error)
 
 
 def capture_sample(ref: CheckpointRef, seed: int, params: Params) -> tuple[Optional[Trace], Params, Optional[str]]:

@@ -26,6 +26,9 @@ MAX_UPLOAD_BYTES = 64 << 20  # the archive; keep in step with server.maxUploadSi
 MAX_UNPACKED_BYTES = 600 << 20  # everything unpacked: the weights file alone may be 512 MiB
 MAX_MEMBERS = 64  # a checkpoint folder holds a handful of files
 KEEP_UPLOADS = 16  # unpacked uploads kept on disk; older ones are removed
+MAX_ROOT_BYTES = 2 << 30  # all unpacked uploads together; the oldest go first beyond it
+MAX_DEPTH = 1  # config.json at the archive's root or inside one folder, no deeper
+COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}  # what any zip tool writes
 UPLOAD_ROOT = Path(tempfile.gettempdir()) / "tensor-memory-uploads"
 
 
@@ -39,6 +42,11 @@ def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or (path.parts and path.parts[0].endswith(":")):
         raise UploadError(f"the zip holds an unsafe path {info.filename!r}; zip the checkpoint folder itself")
+    if info.flag_bits & 0x1:  # bit 0: the entry is encrypted
+        raise UploadError(f"the zip entry {info.filename!r} is encrypted; zip the checkpoint folder without a password")
+    if info.compress_type not in COMPRESSIONS:
+        raise UploadError(f"the zip entry {info.filename!r} uses compression method {info.compress_type}; "
+                          f"zip it again with the usual deflate (or none)")
     kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip tool recorded no Unix file type
     if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
         raise UploadError(f"the zip holds {info.filename!r}, which is a link or special file; zip plain files only")
@@ -54,6 +62,9 @@ def _checkpoint_folder(names: list[PurePosixPath]) -> PurePosixPath:
     if len(configs) > 1:
         listed = ", ".join(str(c) or "." for c in configs)
         raise UploadError(f"the zip holds {len(configs)} checkpoints ({listed}); upload one checkpoint folder per zip")
+    if len(configs[0].parts) > MAX_DEPTH:
+        raise UploadError(f"the zip's {CONFIG_FILE} is {len(configs[0].parts)} folders down ({configs[0]}); zip the "
+                          f"checkpoint folder itself, so that its files are at the top or one folder down")
     return configs[0]
 
 
@@ -73,13 +84,26 @@ def _unpack(archive: zipfile.ZipFile, folder: PurePosixPath, target: Path) -> No
                 sink.write(chunk)
 
 
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+
 def _prune(root: Path, keep: Path) -> None:
-    """Remove the oldest unpacked uploads beyond :data:`KEEP_UPLOADS` (never ``keep``)."""
+    """Remove the oldest unpacked uploads beyond :data:`KEEP_UPLOADS` or :data:`MAX_ROOT_BYTES` (never ``keep``)."""
     folders = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
                      key=lambda p: p.stat().st_mtime)
-    for old in folders[:max(0, len(folders) - KEEP_UPLOADS)]:
-        if old != keep:
-            shutil.rmtree(old, ignore_errors=True)
+    total = sum(_size(p) for p in folders)
+    for index, old in enumerate(folders):
+        if old == keep or (len(folders) - index <= KEEP_UPLOADS and total <= MAX_ROOT_BYTES):
+            continue
+        total -= _size(old)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def discard_upload(folder: Path, root: Path = UPLOAD_ROOT) -> None:
+    """Delete an unpacked upload that was refused, at once (only a folder directly under ``root``)."""
+    if folder.parent.resolve() == root.resolve() and folder.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
@@ -130,4 +154,4 @@ def checkpoint_label(folder: Path, upload_name: str) -> str:
     return f"{Path(upload_name).stem} (upload {folder.name[:8]})"
 
 
-__all__ = ["unpack_checkpoint", "checkpoint_label", "UploadError", "MAX_UPLOAD_BYTES"]
+__all__ = ["unpack_checkpoint", "discard_upload", "checkpoint_label", "UploadError", "MAX_UPLOAD_BYTES"]

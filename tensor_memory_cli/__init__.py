@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from tensor_memory.errors import describe
+
 
 def build_parser() -> argparse.ArgumentParser:
     from analysis.cli import add_trace_parsers
@@ -29,19 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def describe(error: BaseException) -> str:
-    """One line for an error: what went wrong and, where it helps, what to do."""
-    if isinstance(error, OSError):
-        where = f"{error.filename}: " if error.filename else ""
-        return f"{where}{error.strerror or error}"
-    if isinstance(error, MemoryError) or "can't allocate" in str(error) or "out of memory" in str(error).lower():
-        return "out of memory; use a smaller batch, sequence or model"
-    if isinstance(error, (ValueError, FloatingPointError)):
-        return " ".join(str(error).split())
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"unexpected {type(error).__name__}: {first} (run again with --debug for the traceback)"
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, before or after the command
@@ -58,4 +47,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
 
 
-__all__ = ["main", "build_parser", "describe"]
+__all__ = ["main", "build_parser"]

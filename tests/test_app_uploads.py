@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from app.upload import MAX_UPLOAD_BYTES, UploadError, unpack_checkpoint
+from app.upload import MAX_UPLOAD_BYTES, UPLOAD_ROOT, UploadError, unpack_checkpoint
 from app_helpers import CHECKPOINTS, counter, ok, start, upload, zipped
 from tensor_memory import load_checkpoint
 from tensor_memory.backbone import BackboneConfig
@@ -64,6 +66,8 @@ def test_bad_uploads_say_what_is_wrong_and_keep_the_checkpoint(tmp_path):
         at = upload(at, name, data)
         errors = [e.value for e in at.error]
         assert any(name in e and words in e for e in errors), (name, errors)
+        # a refused upload's folder is deleted at once (each is unpacked under its digest)
+        assert not (UPLOAD_ROOT / hashlib.sha256(data).hexdigest()[:24]).exists(), name
         assert at.selectbox(key="checkpoint_choice").value == "occlusion-tensor"
         assert counter(at).startswith("#### Chunk")  # still usable
         at.file_uploader(key="checkpoint_upload").clear()
@@ -92,6 +96,58 @@ def test_upload_limits_and_zip_bombs(tmp_path):
     folder = unpack_checkpoint(zipped(CHECKPOINTS / "no_harm-tensor", "deep/"), tmp_path)
     assert load_checkpoint(folder).task.name == "no_harm"
     assert unpack_checkpoint(zipped(CHECKPOINTS / "no_harm-tensor", "deep/"), tmp_path) == folder  # same file, same folder
+
+
+def entry(name: str, **fields) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info
+
+
+def encrypted_flag(raw: bytes) -> bytes:
+    """The archive with the 'encrypted' bit set in every local and central header (what a password zip has)."""
+    data = bytearray(raw)
+    for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        start = 0
+        while (start := data.find(signature, start)) >= 0:
+            data[start + offset] |= 0x1
+            start += 4
+    return bytes(data)
+
+
+def test_encrypted_entries_other_compressions_and_deep_nesting_are_refused(tmp_path):
+    good = (CHECKPOINTS / "no_harm-tensor" / "config.json").read_text()
+    cases = {"encrypted": ([entry("config.json")], "is encrypted"),
+             "bzip2": ([entry("config.json", compress_type=zipfile.ZIP_BZIP2)], "compression method 12"),
+             "lzma": ([entry("config.json", compress_type=zipfile.ZIP_LZMA)], "compression method 14"),
+             "nested": ([entry("a/b/config.json")], "2 folders down")}
+    for name, (entries, words) in cases.items():
+        data = io.BytesIO()
+        with zipfile.ZipFile(data, "w") as archive:
+            for info in entries:
+                archive.writestr(info, good)
+        raw = data.getvalue()
+        if name == "encrypted":  # zipfile writes no encrypted entries: set bit 0 of the flags by hand
+            raw = encrypted_flag(raw)
+        with pytest.raises(UploadError, match=words):
+            unpack_checkpoint(raw, tmp_path)
+    assert not [p for p in tmp_path.iterdir() if not p.name.startswith(".")]  # nothing unpacked
+
+
+def test_the_upload_folder_is_capped_in_total_size(tmp_path, monkeypatch):
+    from app import upload as up
+
+    folders = []
+    for seed in range(4):  # four different uploads of about 1 MB each
+        source = tmp_path / f"src{seed}"
+        shutil.copytree(CHECKPOINTS / "no_harm-tensor", source)
+        (source / "notes.txt").write_text(str(seed))
+        monkeypatch.setattr(up, "MAX_ROOT_BYTES", int(2.5 * up._size(source)))  # room for two and a half
+        folders.append(unpack_checkpoint(zipped(source), tmp_path / "root"))
+        time.sleep(0.01)  # distinct modification times
+    left = sorted(p for p in (tmp_path / "root").iterdir() if not p.name.startswith("."))
+    assert left == sorted(folders[-2:])  # the oldest went first, the newest stays
 
 
 def test_a_sample_shorter_than_one_chunk_says_so_and_a_longer_one_works(tmp_path):

@@ -62,8 +62,16 @@ def test_report_cli(trace_file, tmp_path, capsys):
     assert "gates" in printed and "occlusion" in printed
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a trace at all")
-    assert main(["report", "--trace", str(bad), "--out", str(out)]) == 2
+    assert main(["report", "--trace", str(bad), "--out", str(tmp_path / "new.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bad) in err[0]
     assert main(["report", "--trace", str(path)]) == 2
     assert "nothing to do" in capsys.readouterr().err
+    # Nothing is written over without asking: the report already there, the trace itself, a checkpoint's file.
+    before = out.read_bytes()
+    for target, words in ((out, "exists already; pass --overwrite"), (path, "own input"),
+                          (ROOT / "checkpoints" / "occlusion-tensor" / "config.json", "a file of the checkpoint")):
+        assert main(["report", "--trace", str(path), "--out", str(target), "--overwrite" if target == path else
+                     "--json"]) == 2
+        assert words in capsys.readouterr().err
+    assert out.read_bytes() == before

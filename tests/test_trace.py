@@ -177,7 +177,47 @@ def test_trace_cli_writes_a_loadable_trace_and_fails_cleanly(tmp_path, capsys):
     assert loaded.info["seed"] == 3 and loaded.info["index"] == 2
     assert loaded.meta["occluded"].sum() == 2
     assert "12 chunks" in capsys.readouterr().out
-    assert main(["trace", "--checkpoint", str(ROOT / "checkpoints" / "occlusion-base"), "--out", str(out)]) == 2
+    before = out.read_bytes()
+    assert main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out)]) == 2  # an existing file: kept
+    assert "exists already; pass --overwrite" in capsys.readouterr().err and out.read_bytes() == before
+    assert main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out), "--overwrite", "--no-progress"]) == 0
+    assert load_trace(out).info["seed"] == 0  # replaced, as asked
+    fresh = tmp_path / "fresh.safetensors"
+    assert main(["trace", "--checkpoint", str(ROOT / "checkpoints" / "occlusion-base"), "--out", str(fresh)]) == 2
     assert "no memory layers" in capsys.readouterr().err
-    assert main(["trace", "--checkpoint", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert main(["trace", "--checkpoint", str(tmp_path / "missing"), "--out", str(fresh)]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
+
+
+def test_a_trace_whose_metadata_disagrees_with_its_arrays_is_refused(tmp_path):
+    import dataclasses
+
+    good = capture(OCCLUSION, seed=0, index=0, gates=False, progress=False)
+
+    def saved(name, **changes):
+        info = {**good.info, **changes.pop("info", {})}
+        meta = {**good.meta, **changes.pop("meta", {})}
+        return dataclasses.replace(good, info=info, meta=meta).save(tmp_path / f"{name}.safetensors")
+
+    cases = {"out-of-frame": (dict(meta={"positions": good.meta["positions"] + 100}), "outside [0, size = 16)"),
+             "no-name": (dict(info={"checkpoint_name": ""}), "lacks the checkpoint name"),
+             "short-meta": (dict(meta={"positions": good.meta["positions"][:3]}), "'positions' is of shape [3, 2]"),
+             "no-task": (dict(info={"task": "video"}), "names a task it cannot be"),
+             "classes": (dict(info={"num_classes": 3}), None)}
+    for name, (change, words) in cases.items():
+        with pytest.raises(TraceError) as info:
+            load_trace(saved(name, **change))
+        assert words is None or words in str(info.value), (name, str(info.value))
+
+
+def test_a_trace_of_no_chunks_is_refused(tmp_path):
+    import dataclasses
+
+    good = capture(OCCLUSION, seed=0, index=0, gates=False, progress=False)
+    empty_layers = {name: dataclasses.replace(lay, **{f.name: getattr(lay, f.name)[:0] for f in dataclasses.fields(lay)
+                                                      if f.name != "gate_scale" and getattr(lay, f.name) is not None})
+                    for name, lay in good.layers.items()}
+    empty = dataclasses.replace(good, info={**good.info, "num_chunks": 0}, layers=empty_layers,
+                                chunks={k: v[:0] for k, v in good.chunks.items()})
+    with pytest.raises(TraceError, match="holds no chunks"):
+        load_trace(empty.save(tmp_path / "empty.safetensors"))

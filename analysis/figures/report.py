@@ -22,7 +22,7 @@ from analysis import figures
 from analysis.measures.addressing import addressing_report
 from analysis.measures.occlusion import belief, occlusion_memory
 from analysis.figures.occlusion_views import energy_figure
-from analysis.traces.trace import GATE_FIELDS, Trace
+from analysis.traces.trace import GATE_FIELDS, Trace, TraceError
 
 
 def gate_numbers(trace: Trace) -> dict[str, Any]:
@@ -54,6 +54,9 @@ def prediction_numbers(trace: Trace) -> dict[str, Any]:
 
 def report_numbers(trace: Trace) -> dict[str, Any]:
     """``{"trace", "addressing", "gates", "predictions", "occlusion"}`` — what ``report --json`` prints."""
+    if not trace.layers:
+        raise TraceError("the trace holds no memory layers (the predictions of a checkpoint without Tensor "
+                         "Memory); a report needs the trace of a tensor checkpoint")
     addressing = addressing_report(trace)
     out: dict[str, Any] = {"trace": trace.info, "addressing": addressing, "gates": gate_numbers(trace),
                            "predictions": prediction_numbers(trace), "occlusion": None}

@@ -262,7 +262,43 @@ def load_trace(path: Union[str, Path]) -> Trace:
         raise _fail(path, f"corrupt trace data ({error})") from None
     for name, (_, kind) in expected.items():
         _check_values(path, name, arrays[name], kind)
+    _check_consistency(path, info, arrays)
     return _from_arrays(info, arrays)
+
+
+# Task metadata the views index with, and the task parameter that bounds it: 0 <= value < params[bound].
+META_BOUNDS = {("occlusion", "positions"): "size", ("map_building", "query_cells"): "map_size",
+               ("map_building", "obs_positions"): "map_size"}
+
+
+def _check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """The header agrees with the arrays: chunks, names, classes, and the task's metadata (shapes, bounds)."""
+    from tensor_memory.tasks import make_task
+
+    K, classes = int(info["num_chunks"]), int(info["num_classes"])
+    if K < 1:
+        raise _fail(path, "the trace holds no chunks (num_chunks is 0)")
+    for key in ("checkpoint_name", "task"):
+        if not isinstance(info.get(key), str) or not info[key]:
+            raise _fail(path, f"the trace header lacks the {key.replace('_', ' ')}")
+    for name in ("chunk/prediction", "chunk/target"):
+        values = arrays[name][arrays["chunk/scored"]] if name == "chunk/target" else arrays[name]
+        if len(values) and not (0 <= values.min() and values.max() < classes):
+            raise _fail(path, f"array {name!r} holds classes outside [0, {classes})")
+    try:
+        task = make_task(info["task"], info.get("task_params"))
+    except (ValueError, TypeError) as error:
+        raise _fail(path, f"the trace header names a task it cannot be: {error}") from None
+    sample = {k: v[0].numpy() for k, v in task.sample(1, 0).meta.items()}  # the shapes this task's metadata has
+    for key, like in sample.items():
+        have = arrays.get(f"meta/{key}")
+        if have is None or have.shape != like.shape:
+            got = "missing" if have is None else f"of shape {list(have.shape)}"
+            raise _fail(path, f"the task's metadata {key!r} is {got}, a {info['task']} sample has {list(like.shape)}")
+        bound = META_BOUNDS.get((info["task"], key))
+        if bound is not None and have.size and not (0 <= have.min() and have.max() < task.config.to_dict()[bound]):
+            raise _fail(path, f"the task's metadata {key!r} lies outside [0, {bound} = "
+                              f"{task.config.to_dict()[bound]})")
 
 
 def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:

@@ -7,12 +7,12 @@ from typing import Any, Optional
 import streamlit as st
 
 from analysis.measures.compare import comparison_figure, comparison_note, comparison_rows
-from analysis.traces.trace import TraceError
 from analysis.traces.training_log import addressing_history_figure
 from app import cache, layout, state, world_view
 from app.cache import CheckpointRef
 from app.sidebar import checkpoint_options
 from tensor_memory.checkpoint import CheckpointError
+from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 SAMPLE_COUNTS = [8, 16, 32, 64, 128]
 MEASURES = (("write_spread_voxels", "write spread (voxels)", "{:.2f}"), ("effective_voxels", "voxels filled", "{:.1f}"),
@@ -35,8 +35,8 @@ def measured(ref: CheckpointRef, seed: int, samples: int, params: tuple, layer: 
     """The checkpoint's summary over the samples, or the page stops saying why it cannot be measured."""
     try:
         return cache.summary(ref, seed, samples, params, layer)
-    except (TraceError, ValueError) as error:
-        st.error(f"Could not measure {ref.label} on these samples: {error}")
+    except EXPECTED_ERRORS as error:  # TraceError is a ValueError
+        st.error(f"Could not measure {ref.label} on these samples: {describe(error)}")
         st.stop()
 
 

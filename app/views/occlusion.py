@@ -13,6 +13,7 @@ from analysis.figures.views import slice_index
 from analysis.measures.grid import normalised_coordinates
 from analysis.measures.volumes import nearest_voxel
 from app import cache, layout, state, stepper
+from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 BELIEF_FRAMES = 8  # frames drawn side by side at most (their titles need the room)
 SURVIVAL_SAMPLES = 64
@@ -105,7 +106,11 @@ with st.form("intervention_form", border=True):
                                                        float(new_sigma) if kind == "set_sigma" else None))
 remembered = st.session_state.get(INTERVENTION_KEY)
 asked = remembered[1] if remembered and remembered[0] == sample else ("zero", default_chunk, None, None, None, None)
-result = cache.intervention(context.ref, context.seed, context.params, *asked)
+try:
+    result = cache.intervention(context.ref, context.seed, context.params, *asked)
+except EXPECTED_ERRORS as error:  # a setting this sample cannot take: say so, the rest of the app goes on
+    st.error(f"The intervention could not run: {describe(error)}")
+    st.stop()
 numbers = result.summary()
 changed_col, accuracy_col, drop_col = st.columns(3)
 changed_col.metric("Predictions changed", f"{numbers['chunks_changed']} of {numbers['chunks_after']}",

@@ -1,0 +1,22 @@
+"""What every entry point (the command line, the app) does with an expected failure: say it in one line."""
+
+from __future__ import annotations
+
+# Failures a bad input, a full disk or too large a request can cause; anything else is a bug.
+EXPECTED_ERRORS = (ValueError, FloatingPointError, OSError, MemoryError, RuntimeError)
+
+
+def describe(error: BaseException) -> str:
+    """One line for an error: what went wrong and, where it helps, what to do."""
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    if isinstance(error, MemoryError) or "can't allocate" in str(error) or "out of memory" in str(error).lower():
+        return "out of memory; use a smaller batch, sequence or model"
+    if isinstance(error, (ValueError, FloatingPointError)):
+        return " ".join(str(error).split())
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"unexpected {type(error).__name__}: {first} (run again with --debug for the traceback)"
+
+
+__all__ = ["EXPECTED_ERRORS", "describe"]

@@ -1,0 +1,54 @@
+"""Every expected failure of the command line is one line on stderr and a non-zero exit; --debug shows all."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import analysis.traces.capture as capture_module
+from tensor_memory_cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("error, words", [
+    (OSError(28, "No space left on device", "/data/x"), "/data/x: No space left on device"),
+    (MemoryError(), "out of memory"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), "out of memory"),
+    (KeyError("positions"), "unexpected KeyError: 'positions' (run again with --debug"),
+])
+def test_failures_become_one_line_and_debug_shows_the_traceback(monkeypatch, tmp_path, capsys, error, words):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(capture_module, "run_recorded", failing)
+    args = ["trace", "--checkpoint", str(OCCLUSION), "--out", str(tmp_path / "t.safetensors"), "--no-progress"]
+    assert main(args) == 2
+    line = one_line(capsys)
+    assert line.startswith("tensor-memory trace: error: ") and words in line
+    with pytest.raises(type(error)):
+        main(args + ["--debug"])
+
+
+def test_eval_refuses_weights_whose_outputs_are_not_finite(tmp_path, capsys):
+    """Weights of 3e38 are finite, so they load; the outputs they give are not, and eval says so."""
+    broken = Path(shutil.copytree(ROOT / "checkpoints" / "no_harm-tensor", tmp_path / "broken"))
+    weights = broken / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+        metadata = handle.metadata()
+    save_file({k: v.clamp(-1, 1) * 3e38 if v.is_floating_point() else v for k, v in tensors.items()}, weights,
+              metadata=metadata)
+    assert main(["eval", "--checkpoint", str(broken), "--batches", "1", "--batch-size", "4"]) == 2
+    assert "NaN or infinite" in one_line(capsys)
