@@ -109,12 +109,27 @@ def smooth_map_places(model: TaskModel, task) -> TaskModel:
     return model
 
 
-def smooth_places_large(model: TaskModel, task) -> TaskModel:
-    """smooth_places_dominant, with the place Linear at 5 times its init: a token's place outweighs what the
-    attention and MLP residuals add before the memory (their outputs do not grow with the input's scale)."""
-    model = smooth_places_dominant(model, task)
-    model.encoder.place.weight.mul_(5.0)
-    model.encoder.place.bias.mul_(5.0)
+HOLD_STEPS = 500  # how long hold_residuals_before_memory keeps those residuals at zero
+
+
+def hold_residuals_before_memory(model: TaskModel, _task) -> TaskModel:
+    """The residual branches the first memory layer reads through (every earlier block's attention and MLP,
+    and its own block's attention) start at zero and stay there for HOLD_STEPS training steps, so the memory
+    first learns on the raw embeddings; then they train as usual."""
+    first = next(i for i, block in enumerate(model.backbone.blocks) if isinstance(block.memory, TensorMemory))
+    outputs = [block.attn.out for block in model.backbone.blocks[:first + 1]]
+    outputs += [block.mlp.down for block in model.backbone.blocks[:first]]
+    steps = [0]
+
+    def count(module, _inputs):
+        if module.training:
+            steps[0] += 1
+
+    model.register_forward_pre_hook(count)
+    for linear in outputs:
+        for parameter in linear.parameters():
+            parameter.zero_()
+            parameter.register_hook(lambda grad: grad * 0 if steps[0] <= HOLD_STEPS else grad)
     return model
 
 
@@ -212,7 +227,7 @@ def input_dependent_sigma(model: TaskModel, _task) -> TaskModel:
 
 
 VARIANTS = {f.__name__: f for f in (embeddings_at_unit_scale, embeddings_at_linear_scale, smooth_map_places,
-                                    smooth_places_dominant, smooth_places_large, wide_coordinates, oracle_map_addresses,
+                                    smooth_places_dominant, wide_coordinates, oracle_map_addresses, hold_residuals_before_memory,
                                     map_places_dominant,
                                     frame_embedding, no_final_norm, attention_init_as_mha,
                                     input_dependent_sigma)}

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from .addressing import layer_measures
 from .backbone import BackboneConfig
-from .checkpoint import SCHEMA_VERSION, save_checkpoint
+from .checkpoint import MAX_CONFIG_BYTES, SCHEMA_VERSION, save_checkpoint
 from .files import RUN_FILES, atomic_write_text, remove_stale_temp_files
 from .resume import load_resume, save_resume
 from .training_log import LOG_FILE, read_training_log
@@ -86,8 +86,11 @@ def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
     and ``[training]``, which ``[backbone.<kind>.training]`` extends for that kind alone.
     """
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_CONFIG_BYTES or not Path(path).is_file():
+            raise ValueError(f"{path}: not a run config (a TOML file of a few kilobytes); pass configs/TASK.toml")
         data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ValueError(f"{path}: cannot read the config ({error})") from None
     unknown = sorted(set(data) - {"task", "model", "backbone", "training"})
     if unknown:

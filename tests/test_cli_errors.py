@@ -52,3 +52,26 @@ def test_eval_refuses_weights_whose_outputs_are_not_finite(tmp_path, capsys):
               metadata=metadata)
     assert main(["eval", "--checkpoint", str(broken), "--batches", "1", "--batch-size", "4"]) == 2
     assert "NaN or infinite" in one_line(capsys)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "--task", "no_harm", "--backbone", "tensor", "--set", "model.memory.channels=1000000000"],
+     "MemoryConfig.channels must be at most"),
+    (["train", "--task", "no_harm", "--backbone", "tensor", "--set", "training.batch_size=100000000"],
+     "TrainConfig.batch_size must be at most"),
+    (["eval", "--checkpoint", str(ROOT / "checkpoints" / "no_harm-tensor"), "--batch-size", "100000000"],
+     "batch_size must be at most"),
+    (["trace", "--checkpoint", str(OCCLUSION), "--param", "frames=100000000"], "OcclusionConfig.frames must be at most"),
+    (["demo", "--grid", "1000"], "MemoryConfig.grid[D] must be at most 256"),
+    (["demo", "--tokens", "0"], "--tokens must be an integer in [1, 65,536]"),
+])
+def test_hostile_settings_are_refused_in_one_line_at_once(tmp_path, capsys, args, words):
+    import time
+
+    if args[0] in ("train", "trace"):
+        args = args + ["--out", str(tmp_path / ("run" if args[0] == "train" else "t.safetensors"))]
+    start = time.perf_counter()
+    assert main(args) == 2
+    assert time.perf_counter() - start < 5
+    assert words in one_line(capsys)
+    assert not any(tmp_path.iterdir())  # nothing was written
