@@ -49,7 +49,7 @@ def command(task: str, backbone: str, lr: str, out: Path) -> list[str]:
     kind, extra = VARIANTS.get(backbone, (backbone, []))
     sets = [item for value in extra for item in ("--set", value)]
     return ["tensor-memory", "train", "--task", task, "--backbone", kind, *sets, "--set", f"training.lr={lr}",
-            "--out", str(out.relative_to(ROOT)), "--no-progress"]
+            "--out", str(out.relative_to(ROOT)), "--overwrite", "--no-progress"]  # a grid re-run replaces its run
 
 
 def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool = False) -> dict:
