@@ -48,6 +48,11 @@ def bad_uploads(tmp: Path) -> dict[str, tuple[bytes, str]]:
     config = json.loads((good / "config.json").read_text())
     config["task"]["name"] = "video_classification"
     (other_task / "config.json").write_text(json.dumps(config))
+    hostile = tmp / "hostile"
+    shutil.copytree(good, hostile)
+    config = json.loads((good / "config.json").read_text())
+    config["model"]["layers"] = 1_000_000
+    (hostile / "config.json").write_text(json.dumps(config))
     slip = io.BytesIO()
     with zipfile.ZipFile(slip, "w") as archive:
         archive.writestr("../config.json", "{}")
@@ -56,7 +61,8 @@ def bad_uploads(tmp: Path) -> dict[str, tuple[bytes, str]]:
             "pickled.zip": (zipped(pickled), "pickle"),
             "truncated.zip": (zipped(truncated), "truncated"),
             "other-task.zip": (zipped(other_task), "unknown task"),
-            "slip.zip": (slip.getvalue(), "unsafe path")}
+            "slip.zip": (slip.getvalue(), "unsafe path"),
+            "hostile.zip": (zipped(hostile), "BackboneConfig.layers must be at most 64")}
 
 
 def test_bad_uploads_say_what_is_wrong_and_keep_the_checkpoint(tmp_path):

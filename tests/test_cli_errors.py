@@ -75,3 +75,14 @@ def test_hostile_settings_are_refused_in_one_line_at_once(tmp_path, capsys, args
     assert time.perf_counter() - start < 5
     assert words in one_line(capsys)
     assert not any(tmp_path.iterdir())  # nothing was written
+
+
+def test_trace_out_paths_that_cannot_be_written_are_refused_before_any_work(tmp_path, capsys):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("keep me")
+    for out, words in ((tmp_path, "is a folder"), (a_file / "child.safetensors", "is not a folder"),
+                       (tmp_path / "missing" / "t.safetensors", "does not exist"),
+                       (Path("/proc/t.safetensors"), "cannot write in /proc")):
+        assert main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out)]) == 2
+        assert words in one_line(capsys)
+    assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
