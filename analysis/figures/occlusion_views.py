@@ -80,7 +80,8 @@ def intervention_figure(result: InterventionResult) -> go.Figure:
                                  marker=dict(symbol="x", size=11, color=INTERVENED_COLOUR)))
     _shade(fig, result.meta.get("occluded"), K)
     fig.add_vline(x=result.chunk - 0.5, line_color=INTERVENED_COLOUR, line_width=2,
-                  annotation_text=f"{name} before chunk {result.chunk}", annotation_position="top right")
+                  annotation_text=f"{name} {'at' if result.kind in ('move_write', 'set_sigma') else 'before'} chunk "
+                                  f"{result.chunk}", annotation_position="top right")
     return figures.finish(fig, "probability of the truth, untouched against intervened", xaxis_title="chunk",
                            yaxis_title="p(truth)", yaxis_range=[0, 1.05], height=320,
                            legend=dict(orientation="h", y=-0.25))

@@ -79,7 +79,9 @@ with st.form("intervention_form", border=True):
                           help="Zero h and c (all of it or a box of voxels) just before the chunk reads, force "
                                "σ(γ) = 0 from that chunk on so reads no longer reach the tokens, or change the "
                                "chunk's own write: move it to another voxel, or set its σ.")
-    at = (chunk_col.slider("Before chunk", 0, trace.num_chunks - 1, default_chunk, key=f"intervention.chunk.{sample}")
+    at = (chunk_col.slider("Before chunk", 0, trace.num_chunks - 1, default_chunk, key=f"intervention.chunk.{sample}",
+                           help="The chunk the intervention starts at: zeroing and the gate act before it reads, "
+                                "a moved or widened write is its own write.")
           if trace.num_chunks > 1 else 0)
     z0, y0, x0 = nearest_voxel(lay.mu_write[max(default_chunk - 1, 0)], lay.grid)
     box = lambda v, n: (max(v - 1, 0), min(v + 1, n - 1))  # noqa: E731
