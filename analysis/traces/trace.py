@@ -34,6 +34,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from tensor_memory.files import FileFormatError, atomic_write_bytes, read_safetensors_layout
+from tensor_memory.tasks import make_task
 
 from analysis.traces.quantized import QuantizedVolumes
 
@@ -273,8 +274,6 @@ META_BOUNDS = {("occlusion", "positions"): "size", ("map_building", "query_cells
 
 def _check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """The header agrees with the arrays: chunks, names, classes, and the task's metadata (shapes, bounds)."""
-    from tensor_memory.tasks import make_task
-
     K, classes = int(info["num_chunks"]), int(info["num_classes"])
     if K < 1:
         raise _fail(path, "the trace holds no chunks (num_chunks is 0)")
