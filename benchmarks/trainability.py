@@ -33,9 +33,10 @@ from tensor_memory.evaluation import evaluate  # noqa: E402
 from tensor_memory.memory import TensorMemory  # noqa: E402
 from tensor_memory.model import TaskModel  # noqa: E402
 from tensor_memory.recording import record  # noqa: E402
+from tensor_memory.scaffold import address_scaffold  # noqa: E402
 from tensor_memory.tasks.base import derive_seed  # noqa: E402
-from tensor_memory.training import (apply_overrides, learning_rate, load_run_config, loss_on,  # noqa: E402
-                                    make_optimizer, resolve)
+from tensor_memory.training import (apply_overrides, learning_rate, load_run_config, make_optimizer,  # noqa: E402
+                                    resolve, training_loss)
 
 PROBE_SEED, PROBE_BATCHES, PROBE_BATCH_SIZE = 0, 4, 64  # 256 fixed samples, stream "probe"
 
@@ -133,48 +134,23 @@ def hold_residuals_before_memory(model: TaskModel, _task) -> TaskModel:
     return model
 
 
-class OracleCoordinates(nn.Module):
-    """A memory's coordinate head that returns (through tanh) the true place of each map token.
+class GivenAddresses(nn.Module):
+    """The model with every read and write of its memory layers at the task's true places
+    (``Task.true_places``: map building's queried cell and observed patch, binding's key), in training and
+    in every probe; the learned coordinate head runs and gets no gradient."""
 
-    Reads go to the queried cell, writes to the centre of the observed patch, on the z = −1 face
-    (a 2-voxel-deep grid has its centres at z = ±1). The layer calls its head twice per forward, on
-    the read queries then on the write summaries; the learned head still runs, so gradients flow.
-    """
-
-    def __init__(self, head: nn.Module) -> None:
+    def __init__(self, model: TaskModel, task) -> None:
         super().__init__()
-        self.head, self.calls, self.places = head, 0, None
+        self.model, self.task = model, task
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return torch.atanh(self.places.clamp(-0.999, 0.999)) + 0 * self.head(x)
-
-
-class OracleEncoder(nn.Module):
-    """Runs the task encoder and hands every memory layer's OracleCoordinates the tokens' true places."""
-
-    def __init__(self, encoder: nn.Module, heads: list, map_size: int) -> None:
-        super().__init__()
-        self.inner, self.heads, self.map_size = encoder, heads, map_size
-
-    def forward(self, values, row, col, is_query):
-        centre = 0.5 * (1 - is_query.float())  # an observation's place is its 2×2 patch's centre
-        to_unit = lambda v: (v.float() + centre) / (self.map_size - 1) * 2 - 1  # noqa: E731
-        places = torch.stack([to_unit(col), to_unit(row), torch.full_like(centre, -1.0)], dim=-1)  # (B, N, 3)
-        for head in self.heads:
-            head.places, head.calls = places, 0
-        return self.inner(values=values, row=row, col=col, is_query=is_query)
+    def forward(self, inputs, state=None):
+        with address_scaffold(self.model, self.task.true_places(inputs), 1.0):
+            return self.model(inputs, state)
 
 
-def oracle_map_addresses(model: TaskModel, task) -> TaskModel:
-    """Map building with the addressing given: every read at its queried cell, every write at its patch."""
-    heads = []
-    for module in model.modules():
-        if isinstance(module, TensorMemory):
-            module.coord_head = OracleCoordinates(module.coord_head)
-            heads.append(module.coord_head)
-    model.encoder = OracleEncoder(model.encoder, heads, task.config.map_size)
-    return model
+def oracle_addresses(model: TaskModel, task) -> TaskModel:
+    """The addressing given (the address scaffold at weight 1 throughout, probes included)."""
+    return GivenAddresses(model, task)
 
 
 class FrameEmbedding(nn.Module):
@@ -227,7 +203,7 @@ def input_dependent_sigma(model: TaskModel, _task) -> TaskModel:
 
 
 VARIANTS = {f.__name__: f for f in (embeddings_at_unit_scale, embeddings_at_linear_scale, smooth_map_places,
-                                    smooth_places_dominant, wide_coordinates, oracle_map_addresses, hold_residuals_before_memory,
+                                    smooth_places_dominant, wide_coordinates, oracle_addresses, hold_residuals_before_memory,
                                     map_places_dominant,
                                     frame_embedding, no_final_norm, attention_init_as_mha,
                                     input_dependent_sigma)}
@@ -269,7 +245,7 @@ def run(args: argparse.Namespace) -> dict:
     for step in range(cfg.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, cfg)
-        loss = loss_on(model, task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step)))
+        loss = training_loss(model, task, task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step)), step, cfg)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

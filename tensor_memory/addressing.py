@@ -37,9 +37,15 @@ def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> f
     return float(points.var(0, unbiased=False).sum().sqrt()) if len(points) else 0.0
 
 
-def boundary_fraction(*coordinates: torch.Tensor) -> float:
-    """Share of coordinate triples (…, 3), pooled, with some axis beyond ±BOUNDARY_EPS."""
-    pinned = torch.cat([(c.reshape(-1, 3).abs() > BOUNDARY_EPS).any(-1) for c in coordinates])
+def boundary_fraction(*coordinates: torch.Tensor, grid: tuple[int, int, int]) -> float:
+    """Share of coordinate triples (…, 3), pooled, with some axis beyond ±BOUNDARY_EPS.
+
+    An axis of two voxels is left out: its only voxel centres are its two faces, so a coordinate
+    there sits where reads and writes reach full strength (map building's 2-deep sheet), not stuck.
+    """
+    D, H, W = grid
+    counted = torch.tensor([W > 2, H > 2, D > 2])  # (3,) along x, y, z
+    pinned = torch.cat([((c.reshape(-1, 3).abs() > BOUNDARY_EPS) & counted).any(-1) for c in coordinates])
     return float(pinned.double().mean()) if len(pinned) else 0.0
 
 
@@ -77,7 +83,7 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
         "write_spread_voxels": write_spread_voxels(record.mu_write, grid),
         "sigma_voxels": sigma_voxels(record.sigma, grid),
         "read_write_distance_voxels": median(distances) if len(distances) else None,
-        "boundary_fraction": boundary_fraction(record.mu_read, record.mu_write),
+        "boundary_fraction": boundary_fraction(record.mu_read, record.mu_write, grid=grid),
         "gate_scale": float(record.gate_scale.reshape(-1)[-1]),
     }
     for name in ("gate_i", "gate_f", "gate_o"):

@@ -36,6 +36,7 @@ from .evaluation import evaluate
 from .memory import TensorMemory
 from .model import TaskModel
 from .recording import record
+from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 from .tasks import Batch, derive_seed, make_task
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
@@ -58,13 +59,15 @@ class TrainConfig(ConfigBase):
     frozen: list[str] = dataclasses.field(default_factory=list)  # parameters kept at their initial values:
     # every parameter whose name contains one of these strings, e.g. ["coord_head"] to train a memory
     # with its addressing held where coord_init put it
+    address_scaffold_steps: int = 0  # steps over which the task's true places are withdrawn from the memory's
+    # coordinates (tensor_memory/scaffold.py): all of them at step 0, none from this step on; 0 = off
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
         for name, minimum, maximum in (("steps", 1, L.MAX_STEPS), ("batch_size", 1, L.MAX_BATCH),
                                        ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
                                        ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
-                                       ("seed", 0, None)):
+                                       ("seed", 0, None), ("address_scaffold_steps", 0, L.MAX_STEPS)):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
@@ -219,6 +222,14 @@ def loss_on(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
 
 
+def training_loss(model: torch.nn.Module, task, batch: Batch, step: int, cfg: TrainConfig) -> torch.Tensor:
+    """``loss_on`` at training step ``step``, with the address scaffold's places blended in while it lasts."""
+    weight = scaffold_weight(step, cfg.address_scaffold_steps)
+    places = task.true_places(batch.inputs) if weight else None
+    with address_scaffold(model, places, weight):
+        return loss_on(model, batch)
+
+
 # ---------------------------------------------------------------------------------------
 # Data parallelism
 # ---------------------------------------------------------------------------------------
@@ -295,6 +306,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = TaskModel(task, backbone)
     freeze(model, cfg.frozen)
+    check_scaffold(model, task, cfg.address_scaffold_steps)
     optimizer = make_optimizer(model, cfg)
     start = 0
     resume_path, log_path = out / RESUME_FILE, out / LOG_FILE
@@ -324,7 +336,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
             group["lr"] = learning_rate(step, cfg)
         batch = task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
         batch = batch.rows(world.rank * shard, (world.rank + 1) * shard)
-        loss = loss_on(wrapped, batch)
+        loss = training_loss(wrapped, task, batch, step, cfg)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
         optimizer.zero_grad(set_to_none=True)

@@ -36,10 +36,20 @@ def test_measures_match_a_direct_computation():
     got = read_write_distances(torch.tensor(mu_read), torch.tensor(mu_write), GRID).numpy()
     assert np.allclose(np.sort(got), np.sort(distances))
     pinned = np.concatenate([(np.abs(mu_read.reshape(-1, 3)) > 0.98).any(-1), (np.abs(mu_write.reshape(-1, 3)) > 0.98).any(-1)])
-    assert boundary_fraction(torch.tensor(mu_read), torch.tensor(mu_write)) == pytest.approx(pinned.mean())
+    assert boundary_fraction(torch.tensor(mu_read), torch.tensor(mu_write), grid=GRID) == pytest.approx(pinned.mean())
     assert pinned.mean() > 0
     mean_spacing = np.mean([2 / 3, 2 / 4, 2 / 2])
     assert sigma_voxels(torch.tensor(sigma), GRID) == pytest.approx(np.median(sigma / mean_spacing))
+
+
+def test_an_axis_of_two_voxels_has_its_centres_at_the_faces_and_is_not_counted_as_pinned():
+    sheet = (2, 8, 8)  # (D, H, W): map building's sheet, voxel centres at z = ±1 only
+    on_layers = torch.tensor([[[0.1, 0.2, -1.0], [0.3, -0.4, 1.0]]])  # both on a layer of voxel centres
+    at_x_face = torch.tensor([[[1.0, 0.0, -1.0], [0.0, 0.0, 0.5]]])  # one pinned at the x face
+    assert boundary_fraction(on_layers, grid=sheet) == 0.0
+    assert boundary_fraction(on_layers, grid=(3, 8, 8)) == 1.0  # three deep: z = ±1 is a face like any other
+    assert boundary_fraction(at_x_face, grid=sheet) == 0.5
+    assert boundary_fraction(on_layers, at_x_face, grid=sheet) == 0.25  # pooled
 
 
 def test_collapsed_writes_measure_zero_spread_and_layer_measures_has_every_field():

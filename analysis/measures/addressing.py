@@ -51,12 +51,18 @@ REMEDIES = {
     "coordinate collapse": "Keep MemoryConfig.summary_norm on: without it the write summary grows during training and "
                            "tanh drives the writes to a corner. Check that the content reaches the memory at a "
                            "useful scale (a binding's values at N(0, 1), markers at 0.02): with its content tables "
-                           "at 0.02 the binding memory collapsed its writes to one point (docs/trainability.md).",
+                           "at 0.02 the binding memory collapsed its writes to one point (docs/trainability.md). "
+                           "If reads must find what was written elsewhere (a map, bindings) and the task knows "
+                           "each token's place (Task.true_places), train with training.address_scaffold_steps: "
+                           "map building, at chance from scratch in every setting tried, learned its layout with "
+                           "1,000.",
     "sigma collapse": "Raise MemoryConfig.sigma_min: a floor under σ keeps each write reaching the voxel centres "
                       "around it, so reads near it get a gradient.",
     "sigma explosion": "The layer is storing one vector, not a map: writes flat over the grid hold the same content "
                        "everywhere. Without MemoryConfig.summary_norm the occlusion memory (and the plain prototype) "
-                       "grew σ to 3–7 voxels this way; keep it on.",
+                       "grew σ to 3–7 voxels this way; keep it on. A memory that has to lay out a map (reads "
+                       "finding writes made elsewhere) widened σ like this from scratch; the address scaffold "
+                       "(training.address_scaffold_steps, for a task with Task.true_places) gave it the layout.",
     "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
                            "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
     "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
@@ -134,7 +140,7 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
         for k in range(1, min(len(r), len(w) + 1)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
             within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))
-    pinned = boundary_fraction(*mu_reads, *mu_writes)
+    pinned = boundary_fraction(*mu_reads, *mu_writes, grid=grid)
 
     sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
     sigma_voxels = sigma_in_voxel_spacings(torch.from_numpy(sigma), grid)

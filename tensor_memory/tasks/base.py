@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import nn
@@ -103,6 +103,11 @@ class Task:
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         """(correct, total) per metric; ``accuracy`` is always present."""
         raise NotImplementedError
+
+    def true_places(self, inputs: dict[str, torch.Tensor]) -> Optional[torch.Tensor]:
+        """Where each token's item lives in the task's own space, (B, N, 3) as (x, y, z) in [-1, 1], for a
+        task that has such a space (the address scaffold of training steers the memory there); else None."""
+        return None
 
     def sweep(self) -> list[dict[str, Any]]:
         """The parameter settings of the task's sweep, as config dicts."""

@@ -92,3 +92,7 @@ class CoordinateBinding(Task):
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         return {"accuracy": masked_accuracy(logits, batch, batch.mask)}
+
+    def true_places(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Each token at its key (a query's key repeats the written one it asks for): (B, N, 3)."""
+        return inputs["key"]

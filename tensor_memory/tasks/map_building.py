@@ -20,6 +20,13 @@ from ..config import ConfigBase, require_float, require_int
 from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
 
+# The map's plane in a memory's (x, y, z) space, for the address scaffold (true_places): near the z = −1
+# face, where every grid has a layer of voxel centres (the shipped 2-deep sheet has none at z = 0, where
+# a write of σ 0.4 reaches 4 % of a voxel and the scaffold taught nothing), yet inside the band where
+# tanh passes a gradient on a deeper grid (addressing.BOUNDARY_EPS).
+PLANE_Z = -0.9
+
+
 @dataclasses.dataclass
 class MapBuildingConfig(ConfigBase):
     observations: int = 32  # T, observation tokens
@@ -101,6 +108,14 @@ class MapBuilding(Task):
     def encoder(self, dim: int) -> nn.Module:
         cfg = self.config
         return MapEncoder(cfg.patch, cfg.map_size, dim)
+
+    def true_places(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A query at its cell, an observation at its patch's centre, on the plane z = PLANE_Z: (B, N, 3)."""
+        cfg = self.config
+        centre = (cfg.patch - 1) / 2 * (1 - inputs["is_query"].float())  # (B, N) observations: patch centre
+        to_unit = lambda cell: (cell.float() + centre) / max(cfg.map_size - 1, 1) * 2 - 1  # noqa: E731
+        x, y = to_unit(inputs["col"]), to_unit(inputs["row"])  # (B, N) each
+        return torch.stack([x, y, torch.full_like(x, PLANE_Z)], dim=-1)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         cells = batch.meta["query_cells"]  # (B, Q, 2)
