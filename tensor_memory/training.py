@@ -75,6 +75,10 @@ class TrainConfig(ConfigBase):
         require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):
             raise ValueError(f"{owner}.frozen must be a list of parameter-name parts, got {self.frozen!r}")
+        if self.address_scaffold_steps and self.address_scaffold_steps >= self.steps:
+            raise ValueError(f"{owner}.address_scaffold_steps={self.address_scaffold_steps} must be below steps="
+                             f"{self.steps}: a model has to train on its own addressing once the scaffold is gone; "
+                             f"lower it, raise the steps, or set it to 0")
 
 
 # ---------------------------------------------------------------------------------------

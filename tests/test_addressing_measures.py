@@ -90,6 +90,11 @@ def test_training_logs_addressing_at_every_evaluation_and_the_history_reads_it_b
                                                             for e in evaluations]
     fig = addressing_history_figure(history)
     assert len(fig.data) >= 6 and "blocks.0.memory" in fig.layout.title.text
+    assert not fig.layout.shapes
+    shaded = addressing_history_figure(history, scaffold_steps=3)  # the scaffold's steps, shaded in every panel
+    panels = len(shaded.layout.annotations) - 1  # one title per panel, plus the scaffold's note
+    assert len(shaded.layout.shapes) == panels and all((s.x0, s.x1) == (0, 3) for s in shaded.layout.shapes)
+    assert any("withdrawn by step 3" in a.text for a in shaded.layout.annotations)
 
 
 def test_the_logged_measures_are_those_of_the_recorded_validation_samples(tmp_path):

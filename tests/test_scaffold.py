@@ -97,6 +97,9 @@ def test_scaffold_refuses_what_it_cannot_steer():
     check_scaffold(model, occlusion, 0)  # off: nothing to check
     with pytest.raises(ValueError, match="address_scaffold_steps"):
         TrainConfig(address_scaffold_steps=-1)
+    with pytest.raises(ValueError, match="own addressing once the scaffold is gone"):
+        TrainConfig(steps=500, address_scaffold_steps=500)  # never withdrawn: the model never addresses alone
+    TrainConfig(steps=501, address_scaffold_steps=500)
 
 
 def test_training_with_the_scaffold_writes_a_model_that_runs_without_it(tmp_path):

@@ -63,9 +63,14 @@ def addressing_history(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "val_accuracy": series(accuracy)}
 
 
-def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = None) -> go.Figure:
+def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = None,
+                              scaffold_steps: int = 0) -> go.Figure:
     """The addressing measures of ``layer`` (default: the last) against the training step, with the
-    validation accuracy in the last panel. A ValueError when the log holds no addressing."""
+    validation accuracy in the last panel. A ValueError when the log holds no addressing.
+
+    ``scaffold_steps`` (the run's ``training.address_scaffold_steps``) shades the steps during which
+    the address scaffold steered training; the measures there are still the model's own addressing.
+    """
     layers = history["layers"]
     if not layers:
         raise ValueError("this training log holds no addressing measures (logs written by training before "
@@ -88,6 +93,11 @@ def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = No
                   row=1, col=len(titles))
     fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
     fig.update_xaxes(title_text="training step")
+    if scaffold_steps > 0:
+        for column in range(1, len(titles) + 1):
+            fig.add_vrect(x0=0, x1=scaffold_steps, fillcolor="gray", opacity=0.12, line_width=0, row=1, col=column)
+        fig.add_annotation(text=f"address scaffold, withdrawn by step {scaffold_steps:,}", xref="paper", yref="paper",
+                           x=0, y=1.12, showarrow=False, xanchor="left", font=dict(size=11, color="gray"))
     return finish(fig, f"Addressing during training · {layer}", legend=dict(orientation="h", y=-0.25))
 
 

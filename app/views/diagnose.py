@@ -73,12 +73,12 @@ if report is not None:
         st.json({"measures": report["measures"], "thresholds": report["thresholds"]}, expanded=False)
 
 
-def training_section(ref: CheckpointRef, layer: Optional[str]) -> None:
+def training_section(ref: CheckpointRef, layer: Optional[str], scaffold_steps: int) -> None:
     """The addressing measures its training logged, against the step: when a collapse happened."""
     st.markdown("##### Addressing during training")
     try:
         history = cache.training_history(ref)
-        figure = addressing_history_figure(history, layer)
+        figure = addressing_history_figure(history, layer, scaffold_steps)
     except FileNotFoundError:
         st.info(f"{ref.label} has no train_log.jsonl, so there is no training history to show.",
                 icon=":material/info:")
@@ -87,11 +87,14 @@ def training_section(ref: CheckpointRef, layer: Optional[str]) -> None:
         st.info(f"No addressing history to show: {error}", icon=":material/info:")
         return
     layout.chart(figure, "training_history", height=320)
-    st.caption("Logged by `tensor-memory train` at every evaluation, on 16 validation samples.")
+    st.caption("Logged by `tensor-memory train` at every evaluation, on 16 validation samples"
+               + (f", with the model's own addressing also while the address scaffold (shaded) steered training"
+                  if scaffold_steps else "") + ".")
 
 
 if report is not None:
-    training_section(context.ref, report["layer"])
+    training_section(context.ref, report["layer"],
+                     context.checkpoint.config["training"].get("address_scaffold_steps", 0))
 
 if world_view.supported(context):
     st.markdown("##### Does the memory's space follow the world?")
