@@ -37,14 +37,20 @@ def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> f
     return float(points.var(0, unbiased=False).sum().sqrt()) if len(points) else 0.0
 
 
-def boundary_fraction(*coordinates: torch.Tensor, grid: tuple[int, int, int]) -> float:
-    """Share of coordinate triples (…, 3), pooled, with some axis beyond ±BOUNDARY_EPS.
+def spanning_axes(grid: tuple[int, int, int]) -> torch.Tensor:
+    """(3,) booleans along x, y, z: the axes with more than two voxels.
 
-    An axis of two voxels is left out: its only voxel centres are its two faces, so a coordinate
-    there sits where reads and writes reach full strength (map building's 2-deep sheet), not stuck.
+    An axis of two voxels has its only centres at its two faces, so a coordinate there sits where
+    reads and writes reach full strength (map building's 2-deep sheet), not stuck at a face, and
+    its spacing (the whole extent) says nothing about how wide a write is next to the voxels.
     """
     D, H, W = grid
-    counted = torch.tensor([W > 2, H > 2, D > 2])  # (3,) along x, y, z
+    return torch.tensor([W > 2, H > 2, D > 2])
+
+
+def boundary_fraction(*coordinates: torch.Tensor, grid: tuple[int, int, int]) -> float:
+    """Share of coordinate triples (…, 3), pooled, with some spanning axis beyond ±BOUNDARY_EPS."""
+    counted = spanning_axes(grid)
     pinned = torch.cat([((c.reshape(-1, 3).abs() > BOUNDARY_EPS) & counted).any(-1) for c in coordinates])
     return float(pinned.double().mean()) if len(pinned) else 0.0
 
@@ -55,8 +61,9 @@ def median(values: torch.Tensor) -> float:
 
 
 def sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
-    """Median write spread σ in voxels (the mean spacing of the three axes)."""
-    return median(sigma) / float(voxel_spacing(grid).mean())
+    """Median write spread σ in voxels: the mean spacing of the spanning axes (of all three if none spans)."""
+    spacing, spanning = voxel_spacing(grid), spanning_axes(grid)
+    return median(sigma) / float(spacing[spanning].mean() if spanning.any() else spacing.mean())
 
 
 def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
@@ -93,5 +100,5 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
     return out
 
 
-__all__ = ["BOUNDARY_EPS", "voxel_spacing", "in_voxels", "write_spread_voxels", "boundary_fraction",
+__all__ = ["BOUNDARY_EPS", "voxel_spacing", "in_voxels", "spanning_axes", "write_spread_voxels", "boundary_fraction",
            "sigma_voxels", "read_write_distances", "layer_measures"]

@@ -42,7 +42,7 @@ def test_measures_match_a_direct_computation():
     assert sigma_voxels(torch.tensor(sigma), GRID) == pytest.approx(np.median(sigma / mean_spacing))
 
 
-def test_an_axis_of_two_voxels_has_its_centres_at_the_faces_and_is_not_counted_as_pinned():
+def test_an_axis_of_two_voxels_counts_neither_as_a_face_to_be_pinned_at_nor_as_a_voxel_spacing():
     sheet = (2, 8, 8)  # (D, H, W): map building's sheet, voxel centres at z = ±1 only
     on_layers = torch.tensor([[[0.1, 0.2, -1.0], [0.3, -0.4, 1.0]]])  # both on a layer of voxel centres
     at_x_face = torch.tensor([[[1.0, 0.0, -1.0], [0.0, 0.0, 0.5]]])  # one pinned at the x face
@@ -50,6 +50,9 @@ def test_an_axis_of_two_voxels_has_its_centres_at_the_faces_and_is_not_counted_a
     assert boundary_fraction(on_layers, grid=(3, 8, 8)) == 1.0  # three deep: z = ±1 is a face like any other
     assert boundary_fraction(at_x_face, grid=sheet) == 0.5
     assert boundary_fraction(on_layers, at_x_face, grid=sheet) == 0.25  # pooled
+    sigma = torch.tensor([0.1, 0.2, 0.3])
+    assert sigma_voxels(sigma, sheet) == pytest.approx(0.2 / (2 / 7))  # the in-plane spacing, not z's 2.0
+    assert sigma_voxels(sigma, (2, 2, 2)) == pytest.approx(0.2 / 2)  # nothing spans: every axis
 
 
 def test_collapsed_writes_measure_zero_spread_and_layer_measures_has_every_field():
