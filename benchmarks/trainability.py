@@ -290,8 +290,9 @@ def table(path: Path) -> str:
     for label, results in rows.items():
         metric = "occluded_accuracy" if results[0]["task"] == "occlusion" else "accuracy"
         cells = []
-        for i, _ in enumerate(steps):
-            values = [r["history"][i][metric] for r in results if i < len(r["history"])]
+        at_step = [{e["step"]: e for e in r["history"]} for r in results]  # runs may evaluate at other steps
+        for step in steps:
+            values = [h[step][metric] for h in at_step if step in h]
             cells.append(f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})"
                          if values else "—")
         seeds = ", ".join(str(r["seed"]) for r in sorted(results, key=lambda r: r["seed"]))

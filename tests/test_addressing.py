@@ -157,9 +157,9 @@ def test_a_collapse_with_frozen_coordinates_is_reported_as_by_design():
 
 
 # What the report says about every memory layer of every shipped memory checkpoint (16 samples of
-# seed 0, the samples checkpoints/train_all.py chose by). Every model but map building learned
-# spread-out addressing of its own (no coordinates frozen); the map-building memories stay at chance
-# and their report says how (docs/trainability.md).
+# seed 0, the samples checkpoints/train_all.py chose by). Every model learned spread-out addressing of
+# its own (no coordinates frozen); binding and map building with the address scaffold withdrawn by
+# step 1,000 of their training (docs/trainability.md).
 SHIPPED_VERDICTS = {
     "coordinate_binding-tensor": "healthy",
     "coordinate_binding-tensor_local_update": "healthy",
@@ -167,8 +167,8 @@ SHIPPED_VERDICTS = {
     "no_harm-tensor_local_update": "healthy",
     "occlusion-tensor": "healthy",
     "occlusion-tensor_local_update": "healthy",
-    "map_building-tensor": "sigma explosion",
-    "map_building-tensor_local_update": "sigma explosion",
+    "map_building-tensor": "healthy",
+    "map_building-tensor_local_update": "healthy",
 }
 
 

@@ -49,7 +49,10 @@ def test_map_probe_and_the_decoded_map(occlusion):
     ckpt = load_checkpoint(CHECKPOINTS / "map_building-tensor")
     probe = map_probe(ckpt, samples=8, eval_seeds=(1,))
     assert probe["weights"].shape == (ckpt.model.backbone.config.memory.channels + 1, 1)
-    assert 0 <= probe["accuracy_observed"] <= 1 and 0 < probe["cells_observed"] < 1
+    assert 0 < probe["cells_observed"] < 1
+    # The shipped memory holds the map: a linear read of a cell's h gives its occupancy on unseen samples
+    # (chance 0.5; the memory trained from scratch, before the address scaffold, got 0.533).
+    assert probe["accuracy_observed"] > 0.95
     decoded = decoded_map(ckpt, probe, seed=1, index=0)
     size = ckpt.task.config.map_size
     assert all(v.shape == (size, size) for v in decoded.values())
