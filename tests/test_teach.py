@@ -115,10 +115,13 @@ def test_walkthrough_follows_a_local_update_memory():
     name = trace.layer_names[-1]
     memory = teach.memory_module(ckpt.model, name)
     layer = trace.layer(name)
-    for k in (3, 19):  # two of the 20 writes (a query's σ is broad: its box covers the grid)
+    local = 0
+    for k in range(20):  # every write (a ±1σ box between voxel centres holds none and writes nothing)
         step, agreement = teach.walkthrough(trace, memory, name, k)
         assert agreement <= 2e-3 * max(float(np.abs(layer.h[k].astype(np.float32)).max()), 1.0)
         written = np.abs(step.write).sum(0) > 0  # the box: outside it the write is exactly zero
-        assert written.any() and not written.all()
-        kept = np.all(step.h_new == step.h_prev, axis=0)  # cells far from the write keep h bit for bit
-        assert kept.any() and not kept.all()
+        if written.any() and not written.all():
+            local += 1
+            kept = np.all(step.h_new == step.h_prev, axis=0)  # cells far from the write keep h bit for bit
+            assert kept.any() and not kept.all()
+    assert local >= 2  # the property was checked on writes that touch part of the grid
