@@ -64,12 +64,17 @@ class Checkpoint:
 
 
 def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any],
-                    metrics: Optional[dict[str, Any]] = None) -> Path:
+                    metrics: Optional[dict[str, Any]] = None, task: Optional[Task] = None,
+                    dtype: Optional[torch.dtype] = None) -> Path:
     """Write ``model.safetensors``, ``config.json`` (and ``metrics.json``) into ``directory``.
 
     ``config`` is the full config dict (``schema_version`` is filled in when missing). It is
     checked before anything is written: its ``model`` section must describe ``model``'s
-    backbone and its task section must build. Returns the directory.
+    backbone and its task section must build. ``task``: the task the model was trained on, whose
+    :meth:`~tensor_memory.tasks.Task.files_to_save` (a language model's tokenizer) are written
+    beside the weights; by default the task the config builds. ``dtype`` (e.g. ``torch.float16``)
+    stores the floating weights at that precision; loading casts them back to the model's.
+    Returns the directory.
     """
     from safetensors.torch import save as save_safetensors
 
@@ -77,7 +82,8 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     if not isinstance(config, dict):
         raise CheckpointError(f"save_checkpoint: config must be a dict, got {type(config).__name__}")
     config = {"schema_version": SCHEMA_VERSION, **config}
-    config, task, backbone = _parse_config(config, "save_checkpoint config")
+    config, parsed, backbone = _parse_config(config, "save_checkpoint config")
+    task = task or parsed
     if isinstance(model, TaskModel) and backbone.to_dict() != model.backbone.config.to_dict():
         raise CheckpointError("save_checkpoint: config['model'] does not describe the model's backbone "
                               f"(config: {backbone.to_dict()}, model: {model.backbone.config.to_dict()})")
@@ -86,7 +92,8 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
 
     # Each tensor is copied to its own contiguous CPU storage: no shared storage (tied weights,
     # views) for safetensors to refuse, and no aliasing with the live model while writing.
-    tensors = {name: value.detach().to("cpu", copy=True).contiguous()
+    tensors = {name: value.detach().to("cpu", dtype=dtype if dtype and value.is_floating_point() else None,
+                                       copy=True).contiguous()
                for name, value in model.state_dict().items()}
     data = save_safetensors(tensors, metadata={"format": "pt", "schema_version": str(SCHEMA_VERSION),
                                                RECORD_KEY: trained_record(config)})
@@ -94,6 +101,8 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(directory)  # what an earlier save, killed mid-write, left behind
     atomic_write_bytes(directory / MODEL_FILE, data)
+    for name, text in task.files_to_save().items():
+        atomic_write_text(directory / name, text)
     atomic_write_text(directory / CONFIG_FILE, config_text)
     if metrics_text is not None:
         atomic_write_text(directory / METRICS_FILE, metrics_text)
@@ -267,6 +276,7 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
         check_budget(backbone, task.tokens, 1, training=False, where=str(config_path))
     except ValueError as error:
         raise CheckpointError(str(error)) from None
+    task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
     header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)
     if require_record:
         _check_record(model_path, config_path, metadata, config)
@@ -313,8 +323,16 @@ def migrate_checkpoint(path: PathLike) -> Path:
     The weights and metrics are written back unchanged (every other check of loading still applies).
     """
     ckpt = load_checkpoint(path, require_record=False)
-    return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics)
+    return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task)
+
+
+def store_half_precision(path: PathLike) -> Path:
+    """Re-save a checkpoint's weights as float16 (half the file; the language models' 4,096-row embedding
+    and head dominate theirs). Evaluate it afterwards: its metrics are those of the float16 weights."""
+    ckpt = load_checkpoint(path)
+    return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task, dtype=torch.float16)
 
 
 __all__ = ["SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
+           "store_half_precision",
            "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]

@@ -1,8 +1,9 @@
 """Evaluation: a model's metrics on a task over seeded batches, for one setting or the task's sweep.
 
-Batch ``i`` of an evaluation with seed ``s`` is ``task.sample(batch_size, derive_seed("eval", s, i))``:
-the evaluation stream never overlaps the training stream, and the same seed gives the same
-batches (and, for a given model, the same metrics) on every run. Counts (correct, total) are
+Batch ``i`` of an evaluation with seed ``s`` is ``task.draw("eval", batch_size, s, i)`` — for the
+synthetic tasks ``task.sample(batch_size, derive_seed("eval", s, i))``: the evaluation stream never
+overlaps the training stream, and the same seed gives the same batches (and, for a given model, the
+same metrics) on every run. Language modelling's evaluation walks its test split once, in order. Counts (correct, total) are
 summed over batches before dividing, so a metric is exact over all scored positions.
 """
 
@@ -19,7 +20,7 @@ from .backbone import SLOT_GATE_INIT, SlotMemory
 from .checkpoint import Checkpoint
 from .config import require_int
 from .memory import TensorMemory
-from .tasks import Task, derive_seed, make_task
+from .tasks import Task, make_task
 
 
 def gate_drift(model: nn.Module) -> Optional[float]:
@@ -56,7 +57,7 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     (1 / number of classes) and, for models with memory layers, ``gate_drift``. The model is
     run in eval mode under ``torch.no_grad`` (its previous mode is restored afterwards).
     ``progress``: show a tqdm bar (default: when stderr is a terminal). ``purpose`` names the seed
-    stream: batch i is ``task.sample(batch_size, derive_seed(purpose, seed, i))``; the trainer's
+    stream: batch i is ``task.draw(purpose, batch_size, seed, i)``; the trainer's
     validation uses ``"val"`` so that it never sees the ``"eval"`` batches reported for a checkpoint.
     """
     from tqdm import tqdm
@@ -73,6 +74,9 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     except StopIteration:
         device = torch.device("cpu")
 
+    available = task.split_batches(purpose, batch_size)
+    if available is not None:  # a finite split (a test text) is covered once, never wrapped
+        batches = min(batches, available)
     totals: dict[str, list[float]] = {}
     was_training = model.training
     model.eval()
@@ -80,7 +84,7 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
         with torch.no_grad():
             for index in tqdm(range(batches), desc=f"eval {task.name}", unit="batch", disable=not progress,
                               leave=False, file=sys.stderr):
-                batch = task.sample(batch_size, derive_seed(purpose, seed, index))
+                batch = task.draw(purpose, batch_size, seed, index)
                 logits, _ = model(_to(batch.inputs, device))
                 if not torch.isfinite(logits).all():
                     raise FloatingPointError(f"the model's outputs are NaN or infinite on evaluation batch {index}: "
@@ -96,6 +100,7 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
 
     metrics: dict[str, Optional[float]] = {
         metric: (correct / total if total > 0 else None) for metric, (correct, total) in totals.items()}
+    metrics.update(task.derived_metrics(metrics))
     metrics["chance"] = 1.0 / task.num_classes
     drift = gate_drift(model)
     if drift is not None:
@@ -119,6 +124,7 @@ def task_with(ckpt: Checkpoint, params: Optional[dict[str, Any]]) -> Task:
     merged = {**ckpt.task.config.to_dict(), **params}
     try:
         task = make_task(name, merged)
+        task.restore(ckpt.path)  # the checkpoint's own files (a language model's tokenizer)
     except (ValueError, TypeError) as error:
         raise ValueError(f"task parameters {params} for {name!r}: {error}") from None
     model = ckpt.model

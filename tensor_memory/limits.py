@@ -27,6 +27,7 @@ MAX_STATE_NUMBERS = 1 << 26  # numbers in one memory layer's state per sequence 
 MAX_SLOTS = 4096  # slots, registers
 MAX_SEQUENCE = 1 << 16  # tokens in one task sample (also windows, chunks and XL segments)
 MAX_TASK_ITEMS = 4096  # frames, observations, writes, queries, classes of a task
+MAX_VOCAB = 1 << 20  # token types of a language model (WikiText-103 has 267,735)
 MAX_BATCH = 4096  # samples in one batch (training, evaluation)
 MAX_STEPS = 10_000_000  # training steps, evaluation batches
 MEMORY_BUDGET_BYTES = 16 << 30  # 16 GiB: what one model may need for a batch on this 24 GiB machine

@@ -1,7 +1,7 @@
 """Training: one run = a task, a backbone and a schedule, written to a checkpoint directory.
 
-Everything a step sees is a function of (seed, step): the batch for step s is generated from
-``derive_seed("train", seed, s)``, so a run resumed from its last checkpoint continues exactly
+Everything a step sees is a function of (seed, step): the batch for step s is
+``task.draw("train", batch_size, seed, s)`` (the synthetic tasks generate it from ``derive_seed("train", seed, s)``), so a run resumed from its last checkpoint continues exactly
 as if it had never stopped, and data-parallel ranks split the very same global batch.
 
 Run it as ``tensor-memory train`` or, on several processes, ``torchrun --nproc_per_node N -m
@@ -37,7 +37,7 @@ from .memory import TensorMemory
 from .model import TaskModel
 from .recording import record
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
-from .tasks import Batch, derive_seed, make_task
+from .tasks import Batch, make_task
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
 ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
@@ -209,7 +209,7 @@ def addressing_during_training(model: TaskModel, task, seed: int) -> dict[str, d
     grids = {name: m.config.grid for name, m in model.named_modules() if isinstance(m, TensorMemory)}
     if not grids:
         return {}
-    batch = task.sample(ADDRESSING_SAMPLES, derive_seed("val-addressing", seed, 0))
+    batch = task.draw("val-addressing", ADDRESSING_SAMPLES, seed, 0)
     was_training = model.training
     model.eval()
     try:
@@ -316,6 +316,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     resume_path, log_path = out / RESUME_FILE, out / LOG_FILE
     if resume and resume_path.exists():
         start = load_resume(resume_path, model, optimizer, full_config)
+        task.restore(out)  # the files the run began with (a tokenizer), not ones rebuilt now
     elif resume and (out / "model.safetensors").exists():
         raise ValueError(f"{out}: nothing to resume, training already finished; use another --out to retrain")
     if world.main:
@@ -324,6 +325,8 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
         if not start:  # a fresh run (or --overwrite): no resume file of an earlier one may stay
             (out / RESUME_FILE).unlink(missing_ok=True)
         atomic_write_text(out / "config.json", json.dumps(full_config, indent=2) + "\n")
+        for name, text in task.files_to_save().items():  # a tokenizer: the run's data depend on it
+            atomic_write_text(out / name, text)
         if start:
             _trim_log(log_path, start)
         elif log_path.exists():
@@ -338,7 +341,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, cfg)
-        batch = task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
+        batch = task.draw("train", cfg.batch_size, cfg.seed, step)
         batch = batch.rows(world.rank * shard, (world.rank + 1) * shard)
         loss = training_loss(wrapped, task, batch, step, cfg)
         if not torch.isfinite(loss):
@@ -368,7 +371,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
                 dist.barrier()
     metrics = {}
     if world.main:
-        save_checkpoint(out, model, full_config)
+        save_checkpoint(out, model, full_config, task=task)
         metrics = evaluate(model, task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
                            purpose="val")
         resume_path.unlink(missing_ok=True)  # finished: the checkpoint is the result

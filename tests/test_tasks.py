@@ -329,7 +329,8 @@ def test_encoder_embeddings_start_at_the_scale_of_their_role():
     what a token carries for the memory (a binding's value, a counter's token) starts at N(0, 1)."""
     from tensor_memory.tasks.base import CONTENT_STD, MARKER_STD
     roles = {"occlusion": {"place": MARKER_STD}, "map_building": {"row": MARKER_STD, "col": MARKER_STD, "flag": MARKER_STD},
-             "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD}, "no_harm": {"embed": CONTENT_STD}}
+             "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD}, "no_harm": {"embed": CONTENT_STD},
+                 "language_modelling": {"embed": CONTENT_STD}}
     assert set(roles) == set(TASKS)
     torch.manual_seed(0)
     for name, tables in roles.items():

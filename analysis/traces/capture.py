@@ -20,7 +20,7 @@ from tensor_memory.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.limits import check_budget
 from tensor_memory.evaluation import task_with
 from tensor_memory.recording import record
-from tensor_memory.tasks.base import Batch, derive_seed
+from tensor_memory.tasks.base import Batch
 
 from analysis.traces.quantized import QuantizedVolumes, quantize
 from analysis.traces.trace import GATE_FIELDS, SCALE_SUFFIX, VOLUME_FIELDS, LayerTrace, Trace, TraceError, check_volume_dtype
@@ -39,7 +39,7 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
     task = task_with(ckpt, task_params or None)
     check_budget(ckpt.model.backbone.config, task.tokens, len(indices), training=False,
                  where="the sample's task parameters")
-    rows = [task.sample(1, derive_seed("trace", seed, i)) for i in indices]
+    rows = [task.draw("trace", 1, seed, i) for i in indices]  # the synthetic tasks: sample(derive_seed("trace", …))
     cat = lambda name: {k: torch.cat([getattr(r, name)[k] for r in rows]) for k in getattr(rows[0], name)}  # noqa: E731
     return task, Batch(cat("inputs"), torch.cat([r.targets for r in rows]), torch.cat([r.mask for r in rows]),
                        cat("meta"))

@@ -6,11 +6,13 @@ from typing import Any, Optional
 
 from .base import Batch, Task, derive_seed
 from .coordinate_binding import CoordinateBinding
+from .language_modelling import LanguageModelling
 from .map_building import MapBuilding
 from .no_harm import NoHarm
 from .occlusion import Occlusion
 
-TASKS: dict[str, type[Task]] = {task.name: task for task in (CoordinateBinding, Occlusion, MapBuilding, NoHarm)}
+TASKS: dict[str, type[Task]] = {task.name: task for task in (CoordinateBinding, Occlusion, MapBuilding, NoHarm,
+                                                               LanguageModelling)}
 
 
 def make_task(name: str, params: Optional[dict[str, Any]] = None) -> Task:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 import torch
@@ -92,6 +93,29 @@ class Task:
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         raise NotImplementedError
+
+    def draw(self, purpose: str, batch_size: int, seed: int, index: int) -> Batch:
+        """Batch ``index`` of the ``purpose`` stream ("train", "val", "eval", …) of run seed ``seed``.
+
+        The synthetic tasks draw every stream from one generator, seeded apart by
+        :func:`derive_seed`; a task on real data also picks the split a stream reads.
+        """
+        return self.sample(batch_size, derive_seed(purpose, seed, index))
+
+    def split_batches(self, purpose: str, batch_size: int) -> Optional[int]:
+        """How many batches the ``purpose`` stream holds, for a finite one (a test split); else None."""
+        return None
+
+    def derived_metrics(self, metrics: dict[str, Optional[float]]) -> dict[str, Optional[float]]:
+        """Metrics computed from the summed ones (a perplexity from a mean cross-entropy)."""
+        return {}
+
+    def files_to_save(self) -> dict[str, str]:
+        """Text files a checkpoint keeps beside the weights ({file name: text}), e.g. a tokenizer."""
+        return {}
+
+    def restore(self, directory: Path) -> None:
+        """Read back what :meth:`files_to_save` wrote into checkpoint ``directory``."""
 
     def encoder(self, dim: int) -> nn.Module:
         """A module mapping ``batch.inputs`` (as keyword arguments) to tokens (B, N, dim)."""
