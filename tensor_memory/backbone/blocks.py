@@ -115,11 +115,25 @@ class Backbone(nn.Module):
             prefix = self.registers.shape[0]
             h = torch.cat([self.registers.expand(B, -1, -1), h], dim=1)  # (B, R+N, dim)
         layers = []
+        shared = self._shared_start(state)
         for i, block in enumerate(self.blocks):
-            h, layer_state = block(h, None if state is None else state.layers[i], pos0, prefix)
+            layer_state = None if state is None else state.layers[i]
+            if shared is not None and block.memory is not None:  # share_state: the state the layer below left
+                layer_state = LayerState(layer_state.attn, shared)
+            h, layer_state = block(h, layer_state, pos0, prefix)
+            if shared is not None and block.memory is not None:
+                shared = layer_state.memory
             layers.append(layer_state)
         y = self.norm(h[:, prefix:])  # register outputs are discarded
         return y, (None if state is None else BackboneState(pos0 + N, layers))
+
+    def _shared_start(self, state: Optional[BackboneState]):
+        """With ``share_state``: the memory state the first memory layer starts from — the one the last
+        memory layer left at the end of the previous segment (the public code's threading). Else None."""
+        if not self.config.share_state or state is None:
+            return None
+        last = max(i for i, block in enumerate(self.blocks) if block.memory is not None)
+        return state.layers[last].memory
 
     def _check_input(self, x: torch.Tensor, state: Optional[BackboneState]) -> None:
         dim = self.config.dim

@@ -41,6 +41,9 @@ class BackboneConfig(ConfigBase):
     num_slots: int = 8  # slots per memory layer (kind "slots")
     slot_chunk: int = 1  # tokens per slot read/write step (kind "slots")
     num_registers: int = 4  # register tokens (kind "registers")
+    share_state: bool = False  # kind "tensor": thread ONE memory state through the layers, as the paper's public
+    # code does — each memory layer starts from the state the one below left after the whole segment, so a
+    # later layer reads writes of future chunks. Leaky: for demonstrating the flaw (tensor-memory audit), not use
 
     def __post_init__(self) -> None:
         owner = "BackboneConfig"
@@ -66,6 +69,11 @@ class BackboneConfig(ConfigBase):
         require_int(owner, "slot_chunk", self.slot_chunk, 1, L.MAX_SEQUENCE)
         require_int(owner, "num_registers", self.num_registers, 1, L.MAX_SLOTS)
         self._check_memory(owner)
+        if not isinstance(self.share_state, bool):
+            raise ValueError(f"{owner}.share_state must be True or False, got {self.share_state!r}")
+        if self.share_state and (self.kind != "tensor" or not self.causal):
+            raise ValueError(f"{owner}.share_state only applies to causal kind 'tensor' models (it threads their "
+                             f"memory state through the layers), got kind {self.kind!r}, causal={self.causal}")
 
     def _check_memory(self, owner: str) -> None:
         if isinstance(self.memory, dict):  # from_dict / JSON: rebuild the nested config
