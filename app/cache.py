@@ -18,7 +18,9 @@ from typing import Any, Callable, Hashable, Optional
 import streamlit as st
 
 from analysis.traces.capture import capture
+from analysis.measures.causality import audit_checkpoint
 from analysis.measures.compare import checkpoint_summary
+from analysis.measures.language import TokenLosses, token_losses
 from analysis.traces.export import trace_bytes
 from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import InterventionResult, intervene, memory_layers
@@ -165,6 +167,18 @@ def training_history(ref: CheckpointRef) -> dict[str, Any]:
     return addressing_history(read_training_log(Path(ref.path)))
 
 
+@st.cache_data(max_entries=8, show_spinner="Auditing causality: perturbing the inputs after each position…")
+def causality(ref: CheckpointRef, seed: int) -> dict[str, Any]:
+    """The checkpoint's causality audit on its evaluation samples (analysis.measures.causality)."""
+    return audit_checkpoint(load(ref).checkpoint, seed=seed)
+
+
+@st.cache_data(max_entries=16, show_spinner="Running the text with and without the memory…")
+def text_losses(ref: CheckpointRef, seed: int) -> TokenLosses:
+    """Per-token losses of the session's text sample, with and without the memory's read."""
+    return token_losses(load(ref).checkpoint, seed=seed)
+
+
 @st.cache_data(max_entries=8, show_spinner=False)
 def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
     """The sample's trace as a safetensors file."""
@@ -173,5 +187,5 @@ def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
 
 __all__ = ["CheckpointRef", "Loaded", "Params", "load", "sample_trace", "volume_series", "volume_frame",
            "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
-           "decoded_sample_map", "READOUTS", "trace_file",
+           "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses",
            "FRAME_BLOCK"]

@@ -200,3 +200,30 @@ def test_other_pages_render(browser, server):
         assert not page.locator('[data-testid="stException"]').count(), name
         page.screenshot(path=str(ARTIFACTS / f"app-{name.lower()}.png"))
     page.close()
+
+
+def choose_checkpoint(page, name: str) -> None:
+    box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first
+    box.click()
+    page.keyboard.type(name)
+    page.keyboard.press("Enter")
+    settle(page)
+
+
+def test_text_and_audit_pages_of_the_language_model(browser, server):
+    page = open_app(browser, server)
+    choose_checkpoint(page, "language_modelling-tensor")
+    page.get_by_role("link", name="Text").first.click()
+    settle(page)
+    assert not page.locator('[data-testid="stException"]').count()
+    page.get_by_text("Chunk 7: tokens 112–127").first.wait_for()
+    assert page.locator('[data-testid="stDataFrame"]').count() >= 1
+    losses = page.locator(".js-plotly-plot").filter(has_text="loss of each next token").first
+    assert drawn(losses) > 10
+    page.screenshot(path=str(ARTIFACTS / "app-text.png"), full_page=True)
+    page.get_by_role("link", name="Audit").first.click()
+    settle(page)
+    assert not page.locator('[data-testid="stException"]').count()
+    page.get_by_text("causal").first.wait_for()
+    page.screenshot(path=str(ARTIFACTS / "app-audit.png"), full_page=True)
+    page.close()
