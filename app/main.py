@@ -16,7 +16,8 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 
 import streamlit as st  # noqa: E402
 
-from app import sidebar, state  # noqa: E402
+from app import pretrained_view, sidebar, state  # noqa: E402
+from tensor_memory.minilm_checkpoint import is_pretrained_memory  # noqa: E402
 
 st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/deployed_code:", layout="wide",
                    initial_sidebar_state="expanded",
@@ -28,6 +29,8 @@ PAGES = [
     st.Page("views/occlusion.py", title="Occlusion", icon=":material/visibility_off:"),
     st.Page("views/diagnose.py", title="Diagnose", icon=":material/troubleshoot:"),
     st.Page("views/teach.py", title="Teach", icon=":material/school:"),
+    st.Page("views/text.py", title="Text", icon=":material/notes:"),
+    st.Page("views/audit.py", title="Audit", icon=":material/policy:"),
     st.Page("views/export.py", title="Export", icon=":material/download:"),
 ]
 page = st.navigation(PAGES, position="top")
@@ -36,7 +39,12 @@ st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</sty
 with st.sidebar:
     st.markdown("### :material/deployed_code: Tensor Memory Explorer")
     st.caption("A fixed-size 3D voxel memory that Transformer tokens write to and read from.")
-    ref, loaded = state.load_checkpoint_or_previous(sidebar.checkpoint_section())
+    chosen = sidebar.checkpoint_section()
+if is_pretrained_memory(Path(chosen.path)):  # a memory for frozen MiniLM: its own page
+    pretrained_view.render(chosen)
+    st.stop()
+with st.sidebar:
+    ref, loaded = state.load_checkpoint_or_previous(chosen)
     seed, params = sidebar.sample_section(loaded.checkpoint)
 trace, params, problem = state.capture_sample(ref, seed, params)
 with st.sidebar:

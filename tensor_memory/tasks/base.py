@@ -38,6 +38,17 @@ def embedding(count: int, dim: int, std: float = MARKER_STD) -> nn.Embedding:
     return table
 
 
+class TokenEncoder(nn.Module):
+    """Token ids (B, N) → their learned embeddings (B, N, dim), started as content (N(0, 1))."""
+
+    def __init__(self, count: int, dim: int) -> None:
+        super().__init__()
+        self.embed = embedding(count, dim, CONTENT_STD)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed(tokens)  # (B, N) → (B, N, dim)
+
+
 @dataclasses.dataclass
 class Batch:
     inputs: dict[str, torch.Tensor]  # what the task's encoder reads, each (B, N, …)

@@ -28,7 +28,7 @@ from torch import nn
 from .. import corpus as C
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from .base import CONTENT_STD, Batch, Counts, Task, derive_seed, embedding, generator, masked_accuracy
+from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy
 
 TOKENIZER_FILE = "tokenizer.json"  # beside model.safetensors in a checkpoint
 SPLIT_OF = {"eval": "test", "trace": "test", "val": "valid", "val-addressing": "valid"}  # else: train
@@ -55,15 +55,6 @@ class LanguageModellingConfig(ConfigBase):
         smallest = 258 if self.corpus == "python-docs" else 2  # a byte-level BPE holds the 256 bytes and <eos>
         require_int(owner, "vocab_size", self.vocab_size, smallest, L.MAX_VOCAB)
         require_int(owner, "chunk", self.chunk, 1, self.seq_len)
-
-
-class TokenEncoder(nn.Module):
-    def __init__(self, vocab: int, dim: int) -> None:
-        super().__init__()
-        self.embed = embedding(vocab, dim, CONTENT_STD)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embed(tokens)  # (B, N) → (B, N, dim)
 
 
 class LanguageModelling(Task):

@@ -13,7 +13,7 @@ from torch import nn
 
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from .base import CONTENT_STD, Batch, Counts, Task, embedding, generator, masked_accuracy
+from .base import Batch, Counts, Task, TokenEncoder, generator, masked_accuracy
 
 
 @dataclasses.dataclass
@@ -24,15 +24,6 @@ class NoHarmConfig(ConfigBase):
     def __post_init__(self) -> None:
         require_int("NoHarmConfig", "length", self.length, 2, L.MAX_SEQUENCE)
         require_int("NoHarmConfig", "modulus", self.modulus, 2, L.MAX_TASK_ITEMS)
-
-
-class CounterEncoder(nn.Module):
-    def __init__(self, modulus: int, dim: int) -> None:
-        super().__init__()
-        self.embed = embedding(modulus, dim, CONTENT_STD)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embed(tokens)  # (B, N) → (B, N, dim)
 
 
 class NoHarm(Task):
@@ -58,7 +49,7 @@ class NoHarm(Task):
         return Batch({"tokens": tokens}, targets, mask, {"sequence": sequence})
 
     def encoder(self, dim: int) -> nn.Module:
-        return CounterEncoder(self.config.modulus, dim)
+        return TokenEncoder(self.config.modulus, dim)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         return {"accuracy": masked_accuracy(logits, batch, batch.mask)}

@@ -1,0 +1,56 @@
+"""What a memory trained on frozen MiniLM recalls: each asked piece, with the memory and with its read off."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tensor_memory import TensorMemory, hooks
+from tensor_memory.pretrained import RecallModel, recall_batch, word_pieces
+
+
+def recall_examples(model: RecallModel, document: int, top: int = 5) -> list[dict[str, Any]]:
+    """Every asked piece of test document ``document``: its window, the truth, the top guesses with the
+    memory and with every memory's read gate σ(γ) set to 0 (hooks; nothing edits the weights)."""
+    data = recall_batch(model.config, "test", [document])
+    tokenizer = word_pieces()
+    closed = {f"{name}.gate_scale": torch.zeros_like for name, m in model.named_modules() if isinstance(m, TensorMemory)}
+    with torch.no_grad():
+        logits, truth = model(data["ids"], data["targets"])
+        with hooks(model, closed):
+            logits_off, _ = model(data["ids"], data["targets"])
+    where = (data["targets"][0] != -100).nonzero().tolist()  # (window, position) of each asked piece
+    rows = []
+    for i, (k, pos) in enumerate(where):
+        guesses = logits[i].softmax(-1).topk(top)
+        guesses_off = logits_off[i].softmax(-1).topk(top)
+        rows.append({"window": k, "position": pos, "truth": tokenizer.id_to_token(int(truth[i])),
+                     "with_memory": [(tokenizer.id_to_token(int(t)), float(p)) for p, t in zip(*guesses)],
+                     "memory_off": [(tokenizer.id_to_token(int(t)), float(p)) for p, t in zip(*guesses_off)]})
+    return rows
+
+
+def window_text(model: RecallModel, document: int) -> list[str]:
+    """The document's windows as text, asked pieces shown as [MASK]."""
+    data = recall_batch(model.config, "test", [document])
+    tokenizer = word_pieces()
+    return [tokenizer.decode(row.tolist()) for row in data["ids"][0]]
+
+
+def gate_history(folder: Path) -> dict[str, list]:
+    """Step, σ(γ) of each memory and validation accuracy from a MiniLM run's train_log.jsonl."""
+    steps, gates, val_steps, accuracy = [], [], [], []
+    path = Path(folder) / "train_log.jsonl"
+    if not path.exists():
+        return {"steps": [], "gates": [], "val_steps": [], "val_accuracy": []}
+    for line in path.read_text().splitlines()[:100_000]:
+        entry = json.loads(line)
+        steps.append(entry["step"])
+        gates.append(entry.get("gate_scale", []))
+        if "val_accuracy" in entry:
+            val_steps.append(entry["step"])
+            accuracy.append(entry["val_accuracy"])
+    return {"steps": steps, "gates": gates, "val_steps": val_steps, "val_accuracy": accuracy}

@@ -1,0 +1,91 @@
+"""Checkpoints of a memory trained on frozen MiniLM: the memory and head weights, and a reference to the base.
+
+    model.safetensors   the memories and the head only (a few MB); never MiniLM's weights
+    config.json         {"schema_version", "kind": "pretrained_memory", "base": {"package", "version",
+                         "weights_sha256"}, "recall": RecallConfig, "memory": bool, "training", ...}
+    metrics.json        the test-document figures it was shipped with
+
+Loading checks the installed base model against the reference (a different MiniLM would make the
+memory's weights meaningless), validates the weights file as :mod:`tensor_memory.checkpoint` does
+(never unpickled), and rebuilds the model around the installed MiniLM.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from .checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, _check_against_model
+from .files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
+from .pretrained import PACKAGE, RecallConfig, RecallModel, weights_digest
+
+KIND = "pretrained_memory"
+SCHEMA_VERSION = 1
+MAX_WEIGHTS_BYTES = 64 << 20
+
+
+def base_reference() -> dict[str, str]:
+    return {"package": PACKAGE, "version": metadata.version(PACKAGE), "weights_sha256": weights_digest()}
+
+
+def is_pretrained_memory(path: Path) -> bool:
+    """Whether folder ``path`` holds a memory-on-MiniLM checkpoint (its config.json says so)."""
+    try:
+        return read_json(Path(path) / "config.json", MAX_CONFIG_BYTES, "config.json").get("kind") == KIND
+    except (CheckpointError, OSError):
+        return False
+
+
+def save_minilm(directory: Path, model: RecallModel, training: dict[str, Any],
+                metrics: Optional[dict[str, Any]] = None, half: bool = False) -> Path:
+    """Write the checkpoint; ``half`` stores the weights as float16 (the memory's chunk-summary matrix,
+    34·384 × 384, is most of them). Loading casts them back to float32."""
+    from safetensors.torch import save as save_safetensors
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dtype = torch.float16 if half else None
+    tensors = {k: v.detach().to("cpu", dtype=dtype, copy=True).contiguous() for k, v in model.trained_state().items()}
+    config = {"schema_version": SCHEMA_VERSION, "kind": KIND, "base": base_reference(),
+              "recall": model.config.to_dict(), "memory": len(model.memories) > 0, "training": training}
+    atomic_write_bytes(directory / "model.safetensors", save_safetensors(tensors, metadata={"format": "pt"}))
+    atomic_write_text(directory / "config.json", dumps_json(config))
+    if metrics is not None:
+        atomic_write_text(directory / "metrics.json", dumps_json(metrics))
+    return directory
+
+
+def load_minilm_checkpoint(path: Path) -> tuple[RecallModel, dict[str, Any], Optional[dict[str, Any]]]:
+    """(model in eval mode, config, metrics) of a memory-on-MiniLM checkpoint; CheckpointError if unusable."""
+    from safetensors import safe_open
+
+    directory = Path(path)
+    config = read_json(directory / "config.json", MAX_CONFIG_BYTES, "config.json")
+    if config.get("kind") != KIND or config.get("schema_version") != SCHEMA_VERSION:
+        raise CheckpointError(f"{directory / 'config.json'}: not a {KIND} checkpoint of schema {SCHEMA_VERSION}")
+    installed, wanted = base_reference(), config.get("base")
+    if wanted != installed:
+        raise CheckpointError(f"{directory}: trained on base model {wanted}, but the installed one is {installed}; "
+                              f"install {PACKAGE}=={(wanted or {}).get('version')} (make setup)")
+    try:
+        recall = RecallConfig.from_dict(config.get("recall"))
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"{directory / 'config.json'}: invalid recall config: {error}") from None
+    model = RecallModel(recall, memory=bool(config.get("memory")))
+    expected = model.trained_state()
+    weights = directory / "model.safetensors"
+    header, _ = read_safetensors_layout(weights, MAX_WEIGHTS_BYTES)
+    _check_against_model(weights, header, expected)
+    with safe_open(str(weights), framework="pt", device="cpu") as handle:
+        tensors = {name: handle.get_tensor(name).to(value.dtype) for name, value in expected.items()}
+    if not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
+        raise CheckpointError(f"{weights}: weights contain NaN or inf values")
+    missing = model.load_state_dict(tensors, strict=False)
+    if missing.unexpected_keys or any(not k.startswith("encoder.") for k in missing.missing_keys):
+        raise CheckpointError(f"{weights}: does not fit the model ({missing})")
+    metrics_path = directory / "metrics.json"
+    metrics = read_json(metrics_path, MAX_METRICS_BYTES, "metrics.json") if metrics_path.exists() else None
+    return model.eval(), config, metrics

