@@ -32,17 +32,22 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from analysis import addressing_report  # noqa: E402
 from analysis.traces.capture import capture_many  # noqa: E402
 from tensor_memory import TensorMemory, load_checkpoint  # noqa: E402
+from tensor_memory.checkpoint import store_half_precision  # noqa: E402
 
-TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building")
-BACKBONES = ("tensor", "base", "local")
+TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building", "language_modelling")
+BACKBONES = ("tensor", "base", "local")  # the default set; --backbones also takes the other kinds below
+OTHER_BACKBONES = ("xl", "linear")
 LEARNING_RATES = ("1e-3", "2e-3")
 SHIPPED_FILES = ("model.safetensors", "config.json", "train_log.jsonl")
+OPTIONAL_FILES = ("tokenizer.json",)  # shipped when the run wrote it (language models)
+HALF_PRECISION = ("language_modelling",)  # shipped with float16 weights: 4.7 MB instead of 9.5
 RUN_RECORD = "run.json"  # a finished run's record, beside its weights
 ADDRESSING_SAMPLES = 16  # samples of seed 0 behind each run's addressing verdicts
 
 
 # Trained after the grid, at the learning rate the tensor run won: (backbone kind, extra --set overrides).
-VARIANTS = {"tensor_local_update": ("tensor", ["model.memory.write_mode=local"])}
+VARIANTS = {"tensor_local_update": ("tensor", ["model.memory.write_mode=local"]),
+            "tensor_shared_state": ("tensor", ["model.share_state=true"])}  # the public code's leak, shown
 
 
 def command(task: str, backbone: str, lr: str, out: Path) -> list[str]:
@@ -90,16 +95,23 @@ def addressing_verdicts(run_dir: Path) -> dict[str, str]:
 
 
 def best(grid: list[dict]) -> dict:
-    """Healthy addressing first (a memory that learned where to write), then validation accuracy."""
+    """Healthy addressing first (a memory that learned where to write), then validation perplexity for a
+    language model (lower is better), validation accuracy for the rest."""
     def healthy(r: dict) -> bool:
         return all(v == "healthy" for v in r.get("addressing_verdicts", {}).values())
-    return max(grid, key=lambda r: ("error" not in r and healthy(r), r["validation"]["accuracy"]))
+
+    def score(r: dict) -> float:
+        val = r["validation"]
+        return -val["perplexity"] if "perplexity" in val else val["accuracy"]
+    return max(grid, key=lambda r: ("error" not in r and healthy(r), score(r)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    parser.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=BACKBONES)
+    parser.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=BACKBONES + OTHER_BACKBONES)
+    parser.add_argument("--lrs", nargs="+", default=list(LEARNING_RATES),
+                        help=f"the learning-rate grid (default {' '.join(LEARNING_RATES)})")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     parser.add_argument("--runs", default="runs/grid", help="where the grid's runs go (default runs/grid)")
@@ -109,15 +121,16 @@ def main() -> None:
                         help="tensor variants retrained at the tensor run's learning rate (default: all; --variants alone: none)")
     args = parser.parse_args()
     runs = ROOT / args.runs
-    jobs = [(t, b, lr) for t in args.tasks for b in args.backbones for lr in LEARNING_RATES]
+    jobs = [(t, b, lr) for t in args.tasks for b in args.backbones for lr in args.lrs]
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda job: run(*job, runs, args.threads, args.reuse), jobs))
-        if "tensor" in args.backbones:  # each variant at the rate its tensor run won
-            won = {t: best([r for r in results if (r["task"], r["backbone"]) == (t, "tensor")])["lr"]
-                   for t in args.tasks}
-            variant_jobs = [(t, v, f"{won[t]:g}") for t in args.tasks for v in args.variants]
-            results += list(pool.map(lambda job: run(*job, runs, args.threads, args.reuse), variant_jobs))
+        futures = [pool.submit(run, *job, runs, args.threads, args.reuse) for job in jobs]
+        if "tensor" in args.backbones:  # each variant at the rate its tensor run won, once those runs are done
+            tensor_runs = [f.result() for f, job in zip(futures, jobs) if job[1] == "tensor"]
+            won = {t: best([r for r in tensor_runs if r["task"] == t])["lr"] for t in args.tasks}
+            futures += [pool.submit(run, t, v, f"{won[t]:g}", runs, args.threads, args.reuse)
+                        for t in args.tasks for v in args.variants]
+        results = [f.result() for f in futures]
     record_path = ROOT / "checkpoints" / "training.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {"runs": []}
     redone = {(r["task"], r["backbone"]) for r in results}
@@ -132,9 +145,14 @@ def main() -> None:
             r["shipped"] = r is chosen
         target = ROOT / "checkpoints" / f"{task}-{backbone}"
         target.mkdir(parents=True, exist_ok=True)
-        for name in SHIPPED_FILES:
+        for name in SHIPPED_FILES + tuple(n for n in OPTIONAL_FILES if (ROOT / chosen["run_dir"] / n).exists()):
             shutil.copy2(ROOT / chosen["run_dir"] / name, target / name)
-    record["grid"] = {"learning_rates": [float(lr) for lr in LEARNING_RATES], "jobs": args.jobs,
+        if task in HALF_PRECISION:
+            store_half_precision(target)
+    grids = record.get("grid", {}).get("learning_rates_by_task", {})
+    grids.update({task: [float(lr) for lr in args.lrs] for task in args.tasks})
+    record["grid"] = {"learning_rates": [float(lr) for lr in LEARNING_RATES], "learning_rates_by_task": grids,
+                      "jobs": args.jobs,
                       "variants": args.variants,
                       "threads_per_job": args.threads,
                       "total_wall_minutes_last_call": round((time.perf_counter() - started) / 60, 1)}

@@ -56,10 +56,11 @@ def main() -> None:
                         help="evaluate the checkpoint in --out again (as loaded from disk) and rewrite its metrics.json")
     args = parser.parse_args()
     if args.evaluate:  # shipped as float16, and evaluated as shipped
-        model, config_json, _ = load_minilm_checkpoint(args.out)
+        model, config_json, before = load_minilm_checkpoint(args.out)
+        wall = (before or {}).get("wall_seconds")  # the training run's, kept
         save_minilm(args.out, model, config_json["training"], half=True)
         model, config_json, _ = load_minilm_checkpoint(args.out)
-        metrics = final_metrics(model, model.config)
+        metrics = {**final_metrics(model, model.config), "wall_seconds": wall}
         if args.compare:
             _, frozen_config, frozen = load_minilm_checkpoint(args.compare)
             if frozen_config["memory"] or frozen is None:

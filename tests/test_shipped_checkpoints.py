@@ -10,11 +10,14 @@ from tensor_memory import load_checkpoint
 from tensor_memory.evaluation import evaluate_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm")
+TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm", "language_modelling")
 BACKBONES = ("tensor", "base", "local")
 LOCAL_UPDATE = "tensor_local_update"  # the tensor backbone retrained with MemoryConfig.write_mode = "local"
+SHARED_STATE = "tensor_shared_state"  # the leaky variant, shipped to show the audit catching it
+VARIANTS = {LOCAL_UPDATE: ("write_mode", "local"), SHARED_STATE: ("share_state", True)}
 SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES] + \
-    sorted((ROOT / "checkpoints").glob(f"*-{LOCAL_UPDATE}"))
+    sorted(d for v in VARIANTS for d in (ROOT / "checkpoints").glob(f"*-{v}")) + \
+    [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")]
 
 
 @pytest.mark.parametrize("directory", SHIPPED, ids=lambda d: d.name)
@@ -23,8 +26,10 @@ def test_shipped_checkpoint_reproduces_its_metrics(directory):
     task, variant = directory.name.split("-", 1)
     assert ckpt.task.name == task
     kind = ckpt.config["model"]["kind"]
-    if variant == LOCAL_UPDATE:
-        assert kind == "tensor" and ckpt.config["model"]["memory"]["write_mode"] == "local"
+    if variant in VARIANTS:
+        field, value = VARIANTS[variant]
+        settings = ckpt.config["model"]["memory"] if variant == LOCAL_UPDATE else ckpt.config["model"]
+        assert kind == "tensor" and settings[field] == value
     else:
         assert kind == variant
     assert directory.stat().st_size and (directory / "model.safetensors").stat().st_size < 5_000_000  # a few MB
@@ -44,3 +49,14 @@ def test_local_baseline_holds_about_as_many_numbers_as_the_tensor_state(task):
                for b in ("tensor", "local")}
     tensor, local = budgets["tensor"]["total_state_numbers"], budgets["local"]["total_state_numbers"]
     assert abs(local - tensor) <= 0.1 * tensor
+
+
+def test_shipped_language_models_pass_the_audit_and_the_shared_state_one_fails_it():
+    from analysis.measures.causality import audit_checkpoint
+
+    for name in ("tensor", "base", "local", SHARED_STATE):
+        directory = ROOT / "checkpoints" / f"language_modelling-{name}"
+        result = audit_checkpoint(load_checkpoint(directory))
+        recorded = json.loads((directory / "metrics.json").read_text())["audit"]
+        assert result["verdict"] == recorded["verdict"] == ("leaks" if name == SHARED_STATE else "causal")
+        assert result["max_change"] == pytest.approx(recorded["max_change"], abs=1e-6)
