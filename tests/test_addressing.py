@@ -15,6 +15,7 @@ from analysis.measures.grid import voxel_coordinates
 from analysis.traces.capture import capture_many
 from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
+from tensor_memory.minilm_checkpoint import is_pretrained_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 BINDING = ROOT / "checkpoints" / "coordinate_binding-tensor"
@@ -169,11 +170,18 @@ SHIPPED_VERDICTS = {
     "occlusion-tensor_local_update": "healthy",
     "map_building-tensor": "healthy",
     "map_building-tensor_local_update": "healthy",
+    # The language models' memories barely learned (their read is worth 0.09 perplexity, docs/results.md):
+    # one layer each per verdict, pinned as measured, so a change shows.
+    "language_modelling-tensor": {"backbone.blocks.1.memory": "healthy",
+                                  "backbone.blocks.3.memory": "coordinate collapse"},
+    "language_modelling-tensor_shared_state": {"backbone.blocks.1.memory": "sigma explosion",
+                                               "backbone.blocks.3.memory": "boundary saturation"},
 }
 
 
 def test_every_shipped_memory_checkpoint_has_a_pinned_verdict():
-    shipped = {d.name for d in (ROOT / "checkpoints").glob("*-tensor*") if (d / "config.json").exists()}
+    shipped = {d.name for d in (ROOT / "checkpoints").glob("*-tensor*")
+               if (d / "config.json").exists() and not is_pretrained_memory(d)}  # minilm-tensor: test_minilm.py
     assert shipped == set(SHIPPED_VERDICTS)
 
 
@@ -184,7 +192,8 @@ def test_shipped_memory_checkpoint_verdict_on_every_layer(name, verdict):
     traces = capture_many(ckpt, seed=0, indices=range(16), progress=False)
     for layer in traces[0].layer_names:
         report = addressing_report(traces, layer)
-        assert report["verdict"] == verdict, (layer, report["reasons"])
+        expected = verdict[layer] if isinstance(verdict, dict) else verdict
+        assert report["verdict"] == expected, (layer, report["reasons"])
         assert not report["measures"]["coordinates_frozen"]
-        if verdict == "healthy":
+        if expected == "healthy":
             assert report["failures"] == [] and report["measures"]["write_spread_voxels"] > 0.5
