@@ -22,6 +22,7 @@ from analysis.measures.causality import audit_checkpoint
 import torch
 
 from tensor_memory import TensorMemory, hooks, load_checkpoint
+from tensor_memory.backbone import BackboneConfig
 from tensor_memory.evaluation import evaluate
 from tensor_memory.evaluation import evaluate_checkpoint, sweep_points
 from tensor_memory.minilm_checkpoint import is_pretrained_memory
@@ -214,7 +215,8 @@ def language_table(all_metrics: dict) -> list[str]:
              "sequence) | causality audit | paper, WikiText-2 |", "|---|---:|---:|---:|---:|---|---:|"]
     for backbone, metrics in runs.items():
         mean = metrics["trained"]["mean"]
-        state = fixed_state(load_checkpoint(ROOT / "checkpoints" / f"language_modelling-{backbone}").model.backbone.config)
+        config = json.loads((ROOT / "checkpoints" / f"language_modelling-{backbone}" / "config.json").read_text())
+        state = fixed_state(BackboneConfig.from_dict(config["model"]))  # the config says it; no weights needed
         off = metrics.get("read_off", {}).get("perplexity")
         audit = metrics.get("audit", {})
         verdict = f"{audit.get('verdict', '—')}" + (f" ({audit['max_change']:.2g})" if audit.get("verdict") == "leaks"
