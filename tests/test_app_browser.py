@@ -217,8 +217,10 @@ def test_text_and_audit_pages_of_the_language_model(browser, server):
     settle(page)
     assert not page.locator('[data-testid="stException"]').count()
     page.get_by_text("Chunk 7: tokens 112–127").first.wait_for()
-    assert page.locator('[data-testid="stDataFrame"]').count() >= 1
+    page.locator('[data-testid="stDataFrame"]').first.wait_for()  # elements arrive one by one: wait, not count
     losses = page.locator(".js-plotly-plot").filter(has_text="loss of each next token").first
+    losses.wait_for()
+    settle(page)
     assert drawn(losses) > 10
     page.screenshot(path=str(ARTIFACTS / "app-text.png"), full_page=True)
     page.get_by_role("link", name="Audit").first.click()
