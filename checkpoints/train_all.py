@@ -33,10 +33,12 @@ from analysis import addressing_report  # noqa: E402
 from analysis.traces.capture import capture_many  # noqa: E402
 from tensor_memory import TensorMemory, load_checkpoint  # noqa: E402
 from tensor_memory.checkpoint import store_half_precision  # noqa: E402
+from tensor_memory.tasks import TASKS as TASK_CLASSES  # noqa: E402
 
-TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building", "language_modelling")
+TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building", "language_modelling", "masked_patches",
+         "moving_digits")
 BACKBONES = ("tensor", "base", "local")  # the default set; --backbones also takes the other kinds below
-OTHER_BACKBONES = ("xl", "linear")
+OTHER_BACKBONES = ("xl", "linear", "registers")
 LEARNING_RATES = ("1e-3", "2e-3")
 SHIPPED_FILES = ("model.safetensors", "config.json", "train_log.jsonl")
 OPTIONAL_FILES = ("tokenizer.json",)  # shipped when the run wrote it (language models)
@@ -63,6 +65,7 @@ def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool
         print(f"{task}-{backbone} lr {lr}: reused, finished earlier in {out}", flush=True)
         return json.loads((out / RUN_RECORD).read_text())
     cmd = command(task, backbone, lr, out)
+    headline = TASK_CLASSES[task].headline  # accuracy, or masked_patches' PSNR
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "tensor_memory_cli", *cmd[1:]], cwd=ROOT, env=env,
@@ -72,10 +75,10 @@ def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool
         print(f"{task}-{backbone} lr {lr}: failed after {wall / 60:.1f} min", flush=True)
         return {"task": task, "backbone": backbone, "lr": float(lr), "steps": None, "command": " ".join(cmd),
                 "wall_seconds": round(wall, 1), "error": done.stderr.strip().splitlines()[-1:] or ["(no message)"],
-                "validation": {"accuracy": -1.0}, "run_dir": str(out.relative_to(ROOT))}
+                "validation": {headline: -1.0}, "run_dir": str(out.relative_to(ROOT))}
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    val = [entry for entry in log if "val_accuracy" in entry][-1]
-    print(f"{task}-{backbone} lr {lr}: {wall / 60:.1f} min, validation accuracy {val['val_accuracy']:.4f}", flush=True)
+    val = [entry for entry in log if f"val_{headline}" in entry][-1]
+    print(f"{task}-{backbone} lr {lr}: {wall / 60:.1f} min, validation {headline} {val[f'val_{headline}']:.4f}", flush=True)
     steps = json.loads((out / "config.json").read_text())["training"]["steps"]
     result = {"task": task, "backbone": backbone, "lr": float(lr), "steps": steps, "command": " ".join(cmd),
               "wall_seconds": round(wall, 1), "validation": {k[4:]: v for k, v in val.items() if k.startswith("val_")},
@@ -96,13 +99,13 @@ def addressing_verdicts(run_dir: Path) -> dict[str, str]:
 
 def best(grid: list[dict]) -> dict:
     """Healthy addressing first (a memory that learned where to write), then validation perplexity for a
-    language model (lower is better), validation accuracy for the rest."""
+    language model (lower is better), the task's headline metric for the rest (accuracy; masked_patches' PSNR)."""
     def healthy(r: dict) -> bool:
         return all(v == "healthy" for v in r.get("addressing_verdicts", {}).values())
 
     def score(r: dict) -> float:
         val = r["validation"]
-        return -val["perplexity"] if "perplexity" in val else val["accuracy"]
+        return -val["perplexity"] if "perplexity" in val else val[TASK_CLASSES[r["task"]].headline]
     return max(grid, key=lambda r: ("error" not in r and healthy(r), score(r)))
 
 

@@ -101,7 +101,8 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     metrics: dict[str, Optional[float]] = {
         metric: (correct / total if total > 0 else None) for metric, (correct, total) in totals.items()}
     metrics.update(task.derived_metrics(metrics))
-    metrics["chance"] = 1.0 / task.num_classes
+    if task.outputs == "classes":
+        metrics["chance"] = 1.0 / task.num_classes
     drift = gate_drift(model)
     if drift is not None:
         metrics["gate_drift"] = drift
@@ -136,7 +137,7 @@ def task_with(ckpt: Checkpoint, params: Optional[dict[str, Any]]) -> Task:
         with torch.random.fork_rng(devices=[]):
             encoder, head = task.encoder(dim), task.head(dim)
     if (type(encoder) is not type(model.encoder) or _shapes(encoder) != _shapes(model.encoder)
-            or _shapes(head) != _shapes(model.head) or task.num_classes != ckpt.task.num_classes):
+            or _shapes(head) != _shapes(model.head) or task.output_width != ckpt.task.output_width):
         raise ValueError(f"task parameters {params} change the shapes of the {name!r} encoder or head the "
                          f"checkpoint was trained with; only parameters that leave them unchanged can be varied")
     return task

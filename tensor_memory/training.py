@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from .addressing import layer_measures
@@ -220,10 +219,10 @@ def addressing_during_training(model: TaskModel, task, seed: int) -> dict[str, d
     return {name: layer_measures(layer, grids[name]) for name, layer in recording.layers.items()}
 
 
-def loss_on(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """Cross-entropy over the scored positions (every task scores the same number per sample)."""
-    logits, _ = model(batch.inputs)
-    return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
+def loss_on(model: torch.nn.Module, task, batch: Batch) -> torch.Tensor:
+    """The task's loss over the scored positions: cross-entropy, or a values task's own (a squared error)."""
+    outputs, _ = model(batch.inputs)
+    return task.loss(outputs, batch)
 
 
 def training_loss(model: torch.nn.Module, task, batch: Batch, step: int, cfg: TrainConfig) -> torch.Tensor:
@@ -231,7 +230,7 @@ def training_loss(model: torch.nn.Module, task, batch: Batch, step: int, cfg: Tr
     weight = scaffold_weight(step, cfg.address_scaffold_steps)
     places = task.true_places(batch.inputs) if weight else None
     with address_scaffold(model, places, weight):
-        return loss_on(model, batch)
+        return loss_on(model, task, batch)
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,7 +349,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
-        tokens += batch.targets.numel() * world.world
+        tokens += batch.mask.numel() * world.world
         done = step + 1
         if world.main and (done % cfg.log_every == 0 or done == cfg.steps):
             now = time.perf_counter()

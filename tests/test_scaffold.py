@@ -79,7 +79,7 @@ def test_the_coordinate_head_learns_only_as_the_places_withdraw():
 
     assert head_gradient(0) == 0.0  # all places: nothing reaches the head
     assert head_gradient(2) > 0.0  # half: the head trains
-    own = loss_on(model, batch)
+    own = loss_on(model, task, batch)
     assert torch.equal(training_loss(model, task, batch, cfg.address_scaffold_steps, cfg), own)  # withdrawn
 
 

@@ -16,6 +16,7 @@ from tensor_memory.tasks.map_building import MapBuildingConfig
 from tensor_memory.tasks.occlusion import OcclusionConfig
 
 NEW_TASKS = ("coordinate_binding", "occlusion", "map_building")
+USER_DATA = {"action_recognition"}  # tasks that need a data set at a user path: tests/test_dataset_loaders.py
 
 
 def batches_equal(a: Batch, b: Batch) -> bool:
@@ -37,17 +38,26 @@ def test_registry_has_the_tasks():
         assert name in TASKS and TASKS[name].name == name
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", sorted(set(TASKS) - USER_DATA))
 def test_deterministic(name):
     task = make_task(name)
     a, b, c = task.sample(4, seed=7), task.sample(4, seed=7), task.sample(4, seed=8)
     assert batches_equal(a, b)
     assert not batches_equal(a, c)
-    assert a.targets.dtype == torch.long and a.mask.dtype == torch.bool
-    assert a.targets.shape == a.mask.shape
-    assert int(a.targets.min()) >= 0 and int(a.targets.max()) < task.num_classes  # every target a valid class
+    assert a.mask.dtype == torch.bool
+    if task.outputs == "values":  # values to predict at each position (masked patches' pixels)
+        assert a.targets.dtype == torch.float32 and a.targets.shape == (*a.mask.shape, task.output_width)
+    else:
+        assert a.targets.dtype == torch.long and a.targets.shape == a.mask.shape
+        assert int(a.targets.min()) >= 0 and int(a.targets.max()) < task.num_classes  # every target a valid class
     for v in a.inputs.values():
-        assert v.shape[:2] == a.targets.shape
+        assert v.shape[:2] == a.mask.shape
+
+
+def test_user_data_tasks_say_where_their_data_go():
+    for name in USER_DATA:
+        with pytest.raises(ValueError, match="path is required"):
+            make_task(name)
 
 
 @pytest.mark.parametrize("name", NEW_TASKS)
@@ -330,11 +340,12 @@ def test_encoder_embeddings_start_at_the_scale_of_their_role():
     from tensor_memory.tasks.base import CONTENT_STD, MARKER_STD
     roles = {"occlusion": {"place": MARKER_STD}, "map_building": {"row": MARKER_STD, "col": MARKER_STD, "flag": MARKER_STD},
              "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD}, "no_harm": {"embed": CONTENT_STD},
-                 "language_modelling": {"embed": CONTENT_STD}}
+             "language_modelling": {"embed": CONTENT_STD}, "masked_patches": {"place": MARKER_STD, "hidden": MARKER_STD},
+             "moving_digits": {"place": MARKER_STD}, "action_recognition": {"place": MARKER_STD}}
     assert set(roles) == set(TASKS)
     torch.manual_seed(0)
     for name, tables in roles.items():
-        encoder = make_task(name).encoder(64)
+        encoder = make_task(name, {"path": "unused"} if name in USER_DATA else None).encoder(64)
         found = {n: m for n, m in encoder.named_modules() if isinstance(m, torch.nn.Embedding)}
         assert set(found) == set(tables), name
         for table, std in tables.items():

@@ -33,11 +33,11 @@ def kill_run_at(monkeypatch, config: dict, out: Path, call: int) -> None:
     """Train until the ``call``-th loss computation, where the process 'dies' (KeyboardInterrupt)."""
     original, calls = training.loss_on, []
 
-    def dying_loss(model, batch):
+    def dying_loss(model, task, batch):
         calls.append(1)
         if len(calls) == call:
             raise KeyboardInterrupt
-        return original(model, batch)
+        return original(model, task, batch)
 
     monkeypatch.setattr(training, "loss_on", dying_loss)
     with pytest.raises(KeyboardInterrupt):

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .action_recognition import ActionRecognition
 from .base import Batch, Task, derive_seed
 from .coordinate_binding import CoordinateBinding
 from .language_modelling import LanguageModelling
 from .map_building import MapBuilding
+from .masked_patches import MaskedPatches
+from .moving_digits import MovingDigits
 from .no_harm import NoHarm
 from .occlusion import Occlusion
 
 TASKS: dict[str, type[Task]] = {task.name: task for task in (CoordinateBinding, Occlusion, MapBuilding, NoHarm,
-                                                               LanguageModelling)}
+                                                               LanguageModelling, MaskedPatches, MovingDigits,
+                                                               ActionRecognition)}
 
 
 def make_task(name: str, params: Optional[dict[str, Any]] = None) -> Task:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import ConfigBase
@@ -29,6 +30,15 @@ Counts = dict[str, tuple[float, float]]  # metric name → (correct, total)
 # docs/trainability.md.
 CONTENT_STD = 1.0
 MARKER_STD = 0.02
+
+# The split of a real data set each stream reads: evaluation and traces the test split, the trainer's
+# validation the valid split, everything else (training) the train split.
+SPLIT_OF_PURPOSE = {"eval": "test", "trace": "test", "val": "valid", "val-addressing": "valid"}
+
+
+def split_of(purpose: str) -> str:
+    """The split a stream named ``purpose`` reads from a task on real data."""
+    return SPLIT_OF_PURPOSE.get(purpose, "train")
 
 
 def embedding(count: int, dim: int, std: float = MARKER_STD) -> nn.Embedding:
@@ -52,7 +62,7 @@ class TokenEncoder(nn.Module):
 @dataclasses.dataclass
 class Batch:
     inputs: dict[str, torch.Tensor]  # what the task's encoder reads, each (B, N, …)
-    targets: torch.Tensor  # (B, N) long: the class to predict at each position
+    targets: torch.Tensor  # (B, N) long: the class to predict at each position; a values task: (B, N, width) float
     mask: torch.Tensor  # (B, N) bool: the positions the loss and the metrics score
     meta: dict[str, torch.Tensor]  # for viewers: frames, occlusion flags, keys, maps, …
 
@@ -78,12 +88,20 @@ def generator(seed: int) -> torch.Generator:
 
 class Task:
     """Base class. Subclasses set ``name``, ``Config``, ``num_classes``, ``chunk_size`` and implement
-    :meth:`sample`, :meth:`encoder` and :meth:`counts`."""
+    :meth:`sample`, :meth:`encoder` and :meth:`counts`.
+
+    Most tasks predict a class per scored position (``outputs = "classes"``: logits, cross-entropy,
+    accuracy). A task with ``outputs = "values"`` predicts ``output_width`` numbers per position
+    instead (masked patch reconstruction: the pixels), sets its own :meth:`loss` and scores by its
+    ``headline`` metric.
+    """
 
     name: ClassVar[str]
     Config: ClassVar[type[ConfigBase]]
     sweep_field: ClassVar[str]  # the parameter the paper's sweep varies
     sweep_values: ClassVar[tuple]
+    outputs: ClassVar[str] = "classes"  # "classes" | "values"
+    headline: ClassVar[str] = "accuracy"  # the metric a model is judged and chosen by (higher is better)
 
     def __init__(self, config: ConfigBase) -> None:
         self.config = config
@@ -91,6 +109,11 @@ class Task:
     @property
     def num_classes(self) -> int:
         raise NotImplementedError
+
+    @property
+    def output_width(self) -> int:
+        """Numbers the head gives per position: the classes, or a values task's width."""
+        return self.num_classes
 
     @property
     def tokens(self) -> int:
@@ -134,6 +157,10 @@ class Task:
 
     def head(self, dim: int) -> nn.Module:
         return nn.Linear(dim, self.num_classes)
+
+    def loss(self, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The training loss: cross-entropy over the scored positions."""
+        return F.cross_entropy(outputs[batch.mask], batch.targets[batch.mask])
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         """(correct, total) per metric; ``accuracy`` is always present."""

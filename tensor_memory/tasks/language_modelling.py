@@ -28,10 +28,9 @@ from torch import nn
 from .. import corpus as C
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy
+from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy, split_of
 
 TOKENIZER_FILE = "tokenizer.json"  # beside model.safetensors in a checkpoint
-SPLIT_OF = {"eval": "test", "trace": "test", "val": "valid", "val-addressing": "valid"}  # else: train
 
 
 @dataclasses.dataclass
@@ -149,7 +148,7 @@ class LanguageModelling(Task):
         return self._random("train", batch_size, seed)
 
     def draw(self, purpose: str, batch_size: int, seed: int, index: int) -> Batch:
-        split = SPLIT_OF.get(purpose, "train")
+        split = split_of(purpose)
         if purpose != "eval":
             return self._random(split, batch_size, derive_seed(purpose, seed, index))
         count = self._eval_windows()

@@ -36,6 +36,25 @@ def _require_range(owner: str, name: str, value, low: int, high: int) -> None:
         raise ValueError(f"{owner}.{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
+def check_clip(owner: str, cfg) -> None:
+    """Validate the fields every occlusion clip has: frames, size, patch, occlusion_length, occlusion_start."""
+    require_int(owner, "frames", cfg.frames, 2, L.MAX_TASK_ITEMS)
+    require_int(owner, "size", cfg.size, 2, L.MAX_GRID_SIDE)
+    _require_range(owner, "patch", cfg.patch, 1, cfg.size)
+    if cfg.size % cfg.patch:
+        raise ValueError(f"{owner}.patch must divide {owner}.size={cfg.size}, got {cfg.patch}")
+    tokens = cfg.frames * (cfg.size // cfg.patch) ** 2
+    if tokens > L.MAX_SEQUENCE:
+        raise ValueError(f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
+                         f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches")
+    _require_range(owner, "occlusion_length", cfg.occlusion_length, 0, cfg.frames - 2)
+    start = cfg.occlusion_start
+    high = cfg.frames - cfg.occlusion_length
+    if isinstance(start, bool) or not isinstance(start, int) or not (start == -1 or 2 <= start <= high):
+        raise ValueError(f"{owner}.occlusion_start must be -1 (random) or an integer in [2, {high}] "
+                         f"(= [2, frames - occlusion_length]), got {start!r}")
+
+
 @dataclasses.dataclass
 class OcclusionConfig(ConfigBase):
     frames: int = 12  # T, frames per sequence
@@ -48,22 +67,8 @@ class OcclusionConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "OcclusionConfig"
-        require_int(owner, "frames", self.frames, 2, L.MAX_TASK_ITEMS)
-        require_int(owner, "size", self.size, 2, L.MAX_GRID_SIDE)
+        check_clip(owner, self)
         _require_range(owner, "ball", self.ball, 1, self.size - 1)
-        _require_range(owner, "patch", self.patch, 1, self.size)
-        if self.size % self.patch:
-            raise ValueError(f"{owner}.patch must divide {owner}.size={self.size}, got {self.patch}")
-        tokens = self.frames * (self.size // self.patch) ** 2
-        if tokens > L.MAX_SEQUENCE:
-            raise ValueError(f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
-                             f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches")
-        _require_range(owner, "occlusion_length", self.occlusion_length, 0, self.frames - 2)
-        start = self.occlusion_start
-        high = self.frames - self.occlusion_length
-        if isinstance(start, bool) or not isinstance(start, int) or not (start == -1 or 2 <= start <= high):
-            raise ValueError(f"{owner}.occlusion_start must be -1 (random) or an integer in [2, {high}] "
-                             f"(= [2, frames - occlusion_length]), got {start!r}")
         if self.head not in HEADS:
             raise ValueError(f"{owner}.head must be one of {', '.join(map(repr, HEADS))}, got {self.head!r}")
 
@@ -104,6 +109,21 @@ class PositionHead(nn.Module):
         return scores.flatten(-2)  # (…, size²), cell y·size + x
 
 
+def trajectories(cfg, batch_size: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random clips' motion: ``positions`` (B, T, 2) top-left (y, x) per frame, ``velocity`` (B, 2), the first
+    occluded frame ``occlusion_start`` (B,) and ``occluded`` (B, T), drawn from ``g`` in that order."""
+    B, T, S, L = batch_size, cfg.frames, cfg.size, cfg.occlusion_length
+    start_pos = torch.randint(S, (B, 2), generator=g)  # (B, 2) top-left (y, x) at frame 0
+    velocity = VELOCITIES[torch.randint(len(VELOCITIES), (B,), generator=g)]  # (B, 2)
+    starts = torch.randint(2, T - L + 1, (B,), generator=g)  # drawn even when fixed: one stream
+    if cfg.occlusion_start != -1:
+        starts = torch.full((B,), cfg.occlusion_start, dtype=torch.long)
+    t = torch.arange(T)
+    positions = (start_pos[:, None, :] + t[None, :, None] * velocity[:, None, :]) % S  # (B, T, 2)
+    occluded = (t[None, :] >= starts[:, None]) & (t[None, :] < starts[:, None] + L)  # (B, T)
+    return {"occluded": occluded, "positions": positions, "velocity": velocity, "occlusion_start": starts}
+
+
 def render(positions: torch.Tensor, size: int, ball: int) -> torch.Tensor:
     """Frames (…, size, size) float: 1 on the ball (top-left ``positions`` (…, 2) as (y, x), wrapping), else 0."""
     cells = torch.arange(size)
@@ -140,29 +160,26 @@ class Occlusion(Task):
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config
-        B, T, S, L, P = batch_size, cfg.frames, cfg.size, cfg.occlusion_length, cfg.tokens_per_frame
         g = generator(seed)
-        start_pos = torch.randint(S, (B, 2), generator=g)  # (B, 2) top-left (y, x) at frame 0
-        velocity = VELOCITIES[torch.randint(len(VELOCITIES), (B,), generator=g)]  # (B, 2)
-        starts = torch.randint(2, T - L + 1, (B,), generator=g)  # drawn even when fixed: one stream
-        if cfg.occlusion_start != -1:
-            starts = torch.full((B,), cfg.occlusion_start, dtype=torch.long)
+        clip = trajectories(cfg, batch_size, g)
+        frames = render(clip["positions"], cfg.size, cfg.ball)  # (B, T, S, S)
+        return self.clip_batch(frames, clip, clip["positions"][..., 0] * cfg.size + clip["positions"][..., 1])
 
-        t = torch.arange(T)
-        positions = (start_pos[:, None, :] + t[None, :, None] * velocity[:, None, :]) % S  # (B, T, 2)
-        occluded = (t[None, :] >= starts[:, None]) & (t[None, :] < starts[:, None] + L)  # (B, T)
-        frames = render(positions, S, cfg.ball)  # (B, T, S, S)
+    def clip_batch(self, frames: torch.Tensor, clip: dict[str, torch.Tensor], classes: torch.Tensor) -> Batch:
+        """The batch of clips ``frames`` (B, T, S, S) with their trajectories, the curtain drawn over occluded
+        frames, and ``classes`` (B, T) the target of each frame, scored on the frame's last token."""
+        cfg = self.config
+        B, T, P = frames.shape[0], cfg.frames, cfg.tokens_per_frame
+        occluded = clip["occluded"]
         frames = torch.where(occluded[:, :, None, None], torch.full_like(frames, CURTAIN), frames)
-
         pixels = to_patches(frames, cfg.patch)  # (B, N, patch²)
         patch_index = torch.arange(P).repeat(T).expand(B, T * P)  # (B, N) place within the frame
         last = torch.arange(T) * P + P - 1  # the last token of each frame
         targets = torch.zeros(B, T * P, dtype=torch.long)
-        targets[:, last] = positions[..., 0] * S + positions[..., 1]
+        targets[:, last] = classes
         mask = torch.zeros(B, T * P, dtype=torch.bool)
         mask[:, last] = True
-        meta = {"frames": frames, "occluded": occluded, "positions": positions, "velocity": velocity,
-                "occlusion_start": starts}
+        meta = {"frames": frames, **clip}
         return Batch({"pixels": pixels, "patch_index": patch_index.contiguous()}, targets, mask, meta)
 
     def encoder(self, dim: int) -> nn.Module:

@@ -1,0 +1,390 @@
+"""UCF-101 at a user path: its train/test lists, and its videos decoded small and kept in memory.
+
+Nothing downloads. The folder (``path``) holds the videos as ``<ClassName>/v_<Class>_gXX_cYY.avi``
+(decoded with PyAV), or as pre-extracted frame folders ``<ClassName>/<stem>/`` or ``<stem>/`` of
+jpg/jpeg/png images (read with Pillow, in name order with digit runs compared as numbers). The lists
+(``classInd.txt``, ``trainlist0N.txt``, ``testlist0N.txt`` of the official ``ucfTrainTestlist``) are
+looked for in ``path/ucfTrainTestlist``, then ``path/../ucfTrainTestlist``, then ``path`` itself,
+unless a folder is named.
+
+Splits of fold N: ``test`` is ``testlist0N`` exactly, in its order; ``valid`` is the ``trainlist0N``
+clips of its :data:`VALID_GROUPS` lowest group numbers (a group's clips share actor and background, so
+a group goes whole to one side); ``train`` is the rest of ``trainlist0N``. Labels are classInd's
+(1-based in the file, 0-based here), found from the clip's class folder; a list's own label column,
+when present, must agree.
+
+Every frame is centre-cropped to a square, resized to ``size × size`` and kept as uint8 in a cache
+of at most :data:`MAX_CACHE_BYTES` (least recently used first out); at most :data:`MAX_FRAMES` frames
+of a video are decoded. A malformed list, a missing, corrupt or empty video, an unreadable image or a
+list line pointing outside ``path`` raises one :class:`~tensor_memory.files.FileFormatError` naming the
+file.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import re
+import stat
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Callable, Optional
+
+import numpy as np
+
+from .files import FileFormatError
+from .images import MAX_IMAGE_PIXELS
+
+LISTS_FOLDER = "ucfTrainTestlist"
+CLASS_FILE = "classInd.txt"
+FOLDS = (1, 2, 3)
+VALID_GROUPS = 3  # the trainlist's lowest group numbers held out for validation
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+MAX_LIST_BYTES = 16 << 20  # the official lists are at most ~400 KB
+MAX_FRAMES = 2048  # frames decoded per video at most (UCF-101's longest clip has 1,776); the rest are ignored
+MAX_CACHE_BYTES = 2 << 30  # decoded small videos kept in memory (UCF-101 at 32×32 RGB is ~7.6 GB in all)
+GROUP_CLIP = re.compile(r"_g(\d+)_c(\d+)$")  # v_ApplyEyeMakeup_g08_c01 → group 8, clip 1
+
+UCF_HELP = ("a UCF-101 folder holds <ClassName>/v_<Class>_gXX_cYY.avi (or frame folders) and the lists "
+            "classInd.txt, trainlist0N.txt, testlist0N.txt of ucfTrainTestlist "
+            "(pass --set task.params.path=FOLDER, and task.params.lists=FOLDER if the lists live elsewhere)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+    """One list entry: ``entry`` as the list writes it, its 0-based ``label``, ``group`` (gXX) and the
+    ``source`` it is read from (an .avi file or a frame folder)."""
+
+    entry: str
+    label: int
+    group: int
+    source: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class UCFSplits:
+    classes: tuple[str, ...]  # class names by 0-based label
+    train: tuple[Clip, ...]
+    valid: tuple[Clip, ...]
+    test: tuple[Clip, ...]
+    lists: Path  # the folder the lists were read from
+    valid_groups: tuple[int, ...]
+
+    def split(self, name: str) -> tuple[Clip, ...]:
+        return {"train": self.train, "valid": self.valid, "test": self.test}[name]
+
+
+# ---------------------------------------------------------------------------------------
+# The lists
+# ---------------------------------------------------------------------------------------
+
+def list_names(fold: int) -> tuple[str, str, str]:
+    return CLASS_FILE, f"trainlist0{fold}.txt", f"testlist0{fold}.txt"
+
+
+def find_lists(path: Path, lists: str, fold: int) -> Path:
+    """The folder holding the fold's three list files: ``lists`` if given, else the first of
+    ``path/ucfTrainTestlist``, ``path/../ucfTrainTestlist`` and ``path`` that holds all three."""
+    names = list_names(fold)
+    if lists:
+        folder = Path(lists).expanduser()
+        for name in names:
+            if not (folder / name).is_file():
+                raise FileFormatError(f"{folder / name}: no such file; the lists folder must hold "
+                                      f"{', '.join(names)}")
+        return folder
+    candidates = [path / LISTS_FOLDER, path.parent / LISTS_FOLDER, path]
+    for folder in candidates:
+        if all((folder / name).is_file() for name in names):
+            return folder
+    looked = ", ".join(str(c) for c in candidates)
+    raise FileFormatError(f"{path}: found no folder holding {', '.join(names)} (looked in {looked}); "
+                          f"{UCF_HELP}")
+
+
+def _read_lines(path: Path) -> list[tuple[int, list[str]]]:
+    """(line number, whitespace-separated fields) of each non-blank line of a list file."""
+    try:
+        info = path.stat()
+    except OSError:
+        raise FileFormatError(f"{path}: no such file; {UCF_HELP}") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_LIST_BYTES:
+        raise FileFormatError(f"{path}: not a UCF-101 list (a text file under {MAX_LIST_BYTES >> 20} MB)")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # the official files are ASCII with CRLF line ends
+    except (OSError, UnicodeDecodeError) as error:
+        raise FileFormatError(f"{path}: cannot read it as text ({error})") from None
+    return [(number, line.split()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def read_classes(path: Path) -> tuple[str, ...]:
+    """classInd.txt's class names by 0-based label; its ids must be 1..n, each once."""
+    by_id: dict[int, str] = {}
+    for number, fields in _read_lines(path):
+        if len(fields) != 2 or not fields[0].isdigit():
+            raise FileFormatError(f"{path}, line {number}: expected '<class id> <ClassName>', got "
+                                  f"{' '.join(fields)[:80]!r}")
+        key, name = int(fields[0]), fields[1]
+        if key in by_id or name in by_id.values():
+            raise FileFormatError(f"{path}, line {number}: class id {key} or name {name!r} appears twice")
+        by_id[key] = name
+    if not by_id:
+        raise FileFormatError(f"{path}: lists no classes; {UCF_HELP}")
+    if sorted(by_id) != list(range(1, len(by_id) + 1)):
+        raise FileFormatError(f"{path}: class ids must run 1..{len(by_id)} (each once), got "
+                              f"{sorted(by_id)[:5]}…")
+    return tuple(by_id[k] for k in range(1, len(by_id) + 1))
+
+
+def checked_entry(entry: str, where: str) -> PurePosixPath:
+    """A list entry as a relative ``<Class>/<file>`` path; one that leaves the folder (``../``, ``/``) is refused."""
+    relative = PurePosixPath(entry.replace("\\", "/"))
+    if relative.is_absolute() or ".." in relative.parts:
+        raise FileFormatError(f"{where}: entry {entry!r} points outside the UCF-101 folder; entries are "
+                              f"<ClassName>/<video>.avi inside it")
+    if len(relative.parts) != 2:
+        raise FileFormatError(f"{where}: expected an entry <ClassName>/<video>.avi, got {entry!r}")
+    return relative
+
+
+def locate(root: Path, relative: PurePosixPath) -> Path:
+    """The source of an entry: ``root/<entry>`` (.avi), else the frame folder ``root/<Class>/<stem>/`` or
+    ``root/<stem>/``; a missing video names the entry and the layouts looked for."""
+    video = root.joinpath(*relative.parts)
+    if video.is_file():
+        return video
+    stem = relative.stem
+    folders = (root / relative.parts[0] / stem, root / stem)
+    for folder in folders:
+        if folder.is_dir():
+            return folder
+    raise FileFormatError(f"{video}: missing video for list entry {str(relative)!r}: looked for the file {video} "
+                          f"and the frame folders {folders[0]}/ and {folders[1]}/; {UCF_HELP}")
+
+
+def read_clip_list(path: Path, root: Path, classes: tuple[str, ...]) -> list[Clip]:
+    """The clips of a train or test list (``<Class>/<video>.avi`` with an optional 1-based label)."""
+    index = {name: i for i, name in enumerate(classes)}
+    clips, seen = [], set()
+    for number, fields in _read_lines(path):
+        where = f"{path}, line {number}"
+        if len(fields) not in (1, 2) or (len(fields) == 2 and not fields[1].isdigit()):
+            raise FileFormatError(f"{where}: expected '<ClassName>/<video>.avi [class id]', got "
+                                  f"{' '.join(fields)[:80]!r}")
+        relative = checked_entry(fields[0], where)
+        name = relative.parts[0]
+        if name not in index:
+            raise FileFormatError(f"{where}: class folder {name!r} is not in {CLASS_FILE}")
+        label = index[name]
+        if len(fields) == 2 and int(fields[1]) != label + 1:
+            raise FileFormatError(f"{where}: label {fields[1]} disagrees with {CLASS_FILE}, where {name} is "
+                                  f"{label + 1}")
+        match = GROUP_CLIP.search(relative.stem)
+        if match is None:
+            raise FileFormatError(f"{where}: video name {relative.name!r} lacks the _gXX_cYY group and clip "
+                                  f"numbers of UCF-101 (v_<Class>_g08_c01.avi)")
+        key = str(relative)
+        if key in seen:
+            raise FileFormatError(f"{where}: entry {key!r} is listed twice")
+        seen.add(key)
+        clips.append(Clip(key, label, int(match.group(1)), locate(root, relative)))
+    if not clips:
+        raise FileFormatError(f"{path}: lists no videos; {UCF_HELP}")
+    return clips
+
+
+def ucf_splits(path: str, lists: str = "", fold: int = 1) -> UCFSplits:
+    """The train, valid and test clips of ``fold`` of the UCF-101 folder ``path`` (see the module docstring);
+    read once, and again when a list file changes."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise FileFormatError(f"{root}: no such folder; {UCF_HELP}")
+    folder = find_lists(root, lists, fold)
+    stamps = []
+    for name in list_names(fold):
+        try:
+            info = (folder / name).stat()
+        except OSError as error:
+            raise FileFormatError(f"{folder / name}: cannot read it ({error.strerror or error})") from None
+        stamps.append((info.st_mtime_ns, info.st_size))
+    return _read_splits(root, folder, fold, tuple(stamps))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_splits(root: Path, folder: Path, fold: int, stamps: tuple) -> UCFSplits:
+    class_file, train_file, test_file = (folder / name for name in list_names(fold))
+    classes = read_classes(class_file)
+    listed = read_clip_list(train_file, root, classes)
+    test = read_clip_list(test_file, root, classes)
+    both = sorted({c.entry for c in listed} & {c.entry for c in test})[:3]
+    if both:
+        raise FileFormatError(f"{test_file}: {both} also appear in {train_file}; a test clip is never trained on")
+    groups = tuple(sorted({c.group for c in listed})[:VALID_GROUPS])
+    valid = [c for c in listed if c.group in groups]
+    train = [c for c in listed if c.group not in groups]
+    if not train:
+        raise FileFormatError(f"{train_file}: holds only the groups {list(groups)}, which validation takes; "
+                              f"the training split would be empty")
+    return UCFSplits(classes, tuple(train), tuple(valid), tuple(test), folder, groups)
+
+
+# ---------------------------------------------------------------------------------------
+# Frames
+# ---------------------------------------------------------------------------------------
+
+def shrink(image, size: int, channels: int) -> np.ndarray:
+    """A PIL image centre-cropped to a square and resized (anti-aliased) to (size, size, channels) uint8."""
+    from PIL import Image
+
+    width, height = image.size
+    side = min(width, height)
+    left, top = (width - side) // 2, (height - side) // 2
+    square = image.convert("RGB" if channels == 3 else "L").crop((left, top, left + side, top + side))
+    small = square.resize((size, size), Image.Resampling.BILINEAR)  # (resize's box= would blend pixels outside)
+    array = np.asarray(small, dtype=np.uint8)
+    return array[..., None] if array.ndim == 2 else array  # (size, size, channels)
+
+
+def _natural(name: str) -> list:
+    """A sort key comparing digit runs as numbers: frame2.jpg before frame10.jpg."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def frame_files(folder: Path) -> list[Path]:
+    """The image files of a frame folder, in name order."""
+    try:
+        names = [p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+    except OSError as error:
+        raise FileFormatError(f"{folder}: cannot list the frame folder ({error.strerror or error})") from None
+    return sorted(names, key=lambda p: _natural(p.name))
+
+
+def read_frame_folder(folder: Path, size: int, channels: int, max_frames: int = MAX_FRAMES) -> np.ndarray:
+    """A frame folder's first ``max_frames`` images as (F, size, size, channels) uint8."""
+    from PIL import Image
+
+    files = frame_files(folder)
+    if not files:
+        raise FileFormatError(f"{folder}: a frame folder with no frames (no {'/'.join(IMAGE_SUFFIXES)} files)")
+    frames = []
+    for file in files[:max_frames]:
+        try:
+            with Image.open(file) as handle:
+                if handle.width * handle.height > MAX_IMAGE_PIXELS:
+                    raise FileFormatError(f"{file}: {handle.width}×{handle.height} pixels, over the "
+                                          f"{MAX_IMAGE_PIXELS:,} a frame may have")
+                frames.append(shrink(handle, size, channels))
+        except FileFormatError:
+            raise
+        except (OSError, ValueError, Image.DecompressionBombError) as error:
+            raise FileFormatError(f"{file}: not a readable image ({error})") from None
+    return np.stack(frames)
+
+
+def read_avi(path: Path, size: int, channels: int, max_frames: int = MAX_FRAMES) -> np.ndarray:
+    """A video file's first ``max_frames`` frames, decoded with PyAV, as (F, size, size, channels) uint8."""
+    import av
+
+    frames = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise FileFormatError(f"{path}: not a readable video: it holds no video stream; re-download it")
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            if width * height > MAX_IMAGE_PIXELS:
+                raise FileFormatError(f"{path}: {width}×{height} frames, over the {MAX_IMAGE_PIXELS:,} pixels "
+                                      f"a frame may have")
+            for frame in container.decode(stream):
+                if frame.width * frame.height > MAX_IMAGE_PIXELS:
+                    raise FileFormatError(f"{path}: a {frame.width}×{frame.height} frame, over the "
+                                          f"{MAX_IMAGE_PIXELS:,} pixels a frame may have")
+                frames.append(shrink(frame.to_image(), size, channels))
+                if len(frames) >= max_frames:
+                    break
+    except FileFormatError:
+        raise
+    except (av.FFmpegError, OSError, ValueError, EOFError) as error:
+        raise FileFormatError(f"{path}: not a readable video ({error}); re-download or re-extract it") from None
+    if not frames:
+        raise FileFormatError(f"{path}: a video with no frames (empty or truncated); re-download it")
+    return np.stack(frames)
+
+
+class FrameCache:
+    """Decoded videos by key, at most ``max_bytes`` in all; the least recently used go first."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: tuple, load: Callable[[], np.ndarray]) -> np.ndarray:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = load()
+        value.setflags(write=False)  # shared by every batch that uses it
+        with self._lock:
+            if value.nbytes <= self.max_bytes and key not in self._items:
+                self._items[key] = value
+                self.bytes += value.nbytes
+                while self.bytes > self.max_bytes:
+                    _, old = self._items.popitem(last=False)
+                    self.bytes -= old.nbytes
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
+
+
+CACHE = FrameCache(MAX_CACHE_BYTES)
+
+
+def read_video(source: Path, size: int, channels: int, cache: Optional[FrameCache] = None) -> np.ndarray:
+    """The frames of ``source`` (an .avi file or a frame folder) as (F, size, size, channels) uint8, cached
+    (by path, size, channels and the file's modification time and size)."""
+    try:
+        info = source.stat()
+    except OSError:
+        raise FileFormatError(f"{source}: missing video; {UCF_HELP}") from None
+    key = (str(source), size, channels, info.st_mtime_ns, info.st_size)
+    cache = CACHE if cache is None else cache
+    if stat.S_ISDIR(info.st_mode):
+        return cache.get(key, lambda: read_frame_folder(source, size, channels))
+    return cache.get(key, lambda: read_avi(source, size, channels))
+
+
+# ---------------------------------------------------------------------------------------
+# Which frames a clip takes
+# ---------------------------------------------------------------------------------------
+
+def strided_indices(length: int, frames: int, stride: int, start: int) -> np.ndarray:
+    """``frames`` indices from ``start``, ``stride`` apart; past the video's end the last frame repeats."""
+    return np.minimum(start + stride * np.arange(frames), length - 1)
+
+
+def start_room(length: int, frames: int, stride: int) -> int:
+    """The last start a strided clip can have inside a video of ``length`` frames (0 when it is too short)."""
+    return max(0, length - ((frames - 1) * stride + 1))
+
+
+def spread_indices(length: int, frames: int) -> np.ndarray:
+    """``frames`` indices evenly spread over a video of ``length`` frames: ⌊i·(length − 1)/(frames − 1)⌋,
+    the first and the last frame included (one frame: the middle one); a short video repeats frames."""
+    if frames == 1:
+        return np.array([(length - 1) // 2])
+    return (np.arange(frames) * (length - 1)) // (frames - 1)
+
+
+__all__ = ["Clip", "UCFSplits", "FrameCache", "CACHE", "ucf_splits", "find_lists", "read_classes", "read_video",
+           "read_avi", "read_frame_folder", "shrink", "strided_indices", "start_room", "spread_indices",
+           "MAX_FRAMES", "MAX_CACHE_BYTES", "VALID_GROUPS"]
