@@ -162,7 +162,7 @@ def patches_by_loop(frames: torch.Tensor, patch: int) -> torch.Tensor:
 
 
 def test_frame_patches_are_in_raster_order_with_channels_last():
-    from tensor_memory.tasks.action_recognition import frame_patches
+    from tensor_memory.tasks.patches import clip_patches as frame_patches
 
     frames = torch.rand(2, 3, 12, 12, 3)
     assert torch.equal(frame_patches(frames, 4), patches_by_loop(frames, 4))

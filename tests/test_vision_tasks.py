@@ -16,6 +16,7 @@ from tensor_memory.memory import MemoryConfig
 from tensor_memory.model import TaskModel
 from tensor_memory.tasks import make_task
 from tensor_memory.tasks import masked_patches as MP
+from tensor_memory.tasks.patches import patchify, unpatchify
 from tensor_memory.tasks import moving_digits as MD
 from tensor_memory.tasks.masked_patches import MaskedPatchesConfig
 from tensor_memory.tasks.moving_digits import MovingDigitsConfig
@@ -27,12 +28,12 @@ from tensor_memory.tasks.moving_digits import MovingDigitsConfig
 
 def test_patches_are_raster_order_and_invert():
     images = torch.rand(2, 8, 8, 3)
-    patches = MP.patchify(images, 4)  # (2, 4, 48)
+    patches = patchify(images, 4)  # (2, 4, 48)
     assert patches.shape == (2, 4, 48)
     # patch 1 is row 0, column 1: pixels [0:4, 4:8], row-major, channels last
     assert torch.equal(patches[1, 1], images[1, 0:4, 4:8].reshape(-1))
     assert torch.equal(patches[0, 2], images[0, 4:8, 0:4].reshape(-1))
-    assert torch.equal(MP.unpatchify(patches, 4, 3), images)
+    assert torch.equal(unpatchify(patches, 4, 3), images)
 
 
 def test_photographs_and_faces_go_whole_to_one_split():

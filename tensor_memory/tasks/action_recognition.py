@@ -32,6 +32,7 @@ from ..config import ConfigBase, require_int
 from ..files import FileFormatError
 from .base import Batch, Counts, Task, derive_seed, generator, masked_accuracy, split_of
 from .occlusion import PatchEncoder
+from .patches import clip_patches
 
 TOP_K = 5  # top5_accuracy
 
@@ -81,26 +82,6 @@ class ActionRecognitionConfig(ConfigBase):
         return self.patch * self.patch * self.channels
 
 
-class FramePatchEncoder(PatchEncoder):
-    """Occlusion's :class:`PatchEncoder` for patches of ``channels`` colours: pixels (B, N, patch²·channels)
-    → Linear, plus a learned embedding of the patch's place in its frame."""
-
-    def __init__(self, patch: int, channels: int, tokens_per_frame: int, dim: int) -> None:
-        super().__init__(patch, tokens_per_frame, dim)
-        if channels != 1:
-            self.pixels = nn.Linear(patch * patch * channels, dim)
-
-
-def frame_patches(frames: torch.Tensor, patch: int) -> torch.Tensor:
-    """(B, T, S, S, C) → (B, T·(S/patch)², patch²·C): each frame's patches in raster order, each patch's
-    pixels row-major, channels last."""
-    B, T, S, _, C = frames.shape
-    n = S // patch
-    x = frames.reshape(B, T, n, patch, n, patch, C)  # (B, T, n rows, p, n columns, p, C)
-    x = x.permute(0, 1, 2, 4, 3, 5, 6)  # (B, T, n, n, p, p, C): patch row, patch column, then its pixels
-    return x.reshape(B, T * n * n, patch * patch * C)  # (B, N, p²·C)
-
-
 class ActionRecognition(Task):
     name = "action_recognition"
     Config = ActionRecognitionConfig
@@ -140,7 +121,7 @@ class ActionRecognition(Task):
             indices.append(index)
             labels.append(clips[row].label)
         frames = torch.from_numpy(np.stack(chosen)).float() / 255.0  # (B, T, S, S, C) in [0, 1]
-        pixels = frame_patches(frames, cfg.patch)  # (B, N, p²·C), N = T·P
+        pixels = clip_patches(frames, cfg.patch)  # (B, N, p²·C), N = T·P
         patch_index = torch.arange(P).repeat(T).expand(B, T * P).contiguous()  # (B, N): place within the frame
         label = torch.tensor(labels, dtype=torch.long)  # (B,)
         targets = torch.zeros(B, T * P, dtype=torch.long)
@@ -199,7 +180,7 @@ class ActionRecognition(Task):
 
     def encoder(self, dim: int) -> nn.Module:
         cfg = self.config
-        return FramePatchEncoder(cfg.patch, cfg.channels, cfg.tokens_per_frame, dim)
+        return PatchEncoder(cfg.patch, cfg.tokens_per_frame, dim, cfg.channels)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         where = batch.mask

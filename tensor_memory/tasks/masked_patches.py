@@ -43,6 +43,7 @@ from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
 from .base import Batch, Counts, Task, derive_seed, embedding, generator, split_of
 from .map_building import PLANE_Z
+from .patches import patchify, unpatchify
 
 MASK_RATES = (0.25, 0.5, 0.75)  # the paper's three masking rates: the sweep, and the training mixture
 MIXED = -1.0  # mask_rate: each sample draws one of MASK_RATES
@@ -92,22 +93,6 @@ class MaskedPatchesConfig(ConfigBase):
     @property
     def patch_values(self) -> int:
         return self.patch * self.patch * self.channels
-
-
-def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
-    """(B, S, S, C) → (B, (S/patch)², patch²·C): patches in raster order, each row-major, channels last."""
-    B, S, _, C = images.shape
-    n = S // patch
-    x = images.reshape(B, n, patch, n, patch, C).permute(0, 1, 3, 2, 4, 5)  # (B, n, n, p, p, C)
-    return x.reshape(B, n * n, patch * patch * C)
-
-
-def unpatchify(patches: torch.Tensor, patch: int, channels: int) -> torch.Tensor:
-    """The inverse of :func:`patchify`: (B, N, patch²·C) → (B, S, S, C)."""
-    B, N, _ = patches.shape
-    n = int(round(N ** 0.5))
-    x = patches.reshape(B, n, n, patch, patch, channels).permute(0, 1, 3, 2, 4, 5)  # (B, n, p, n, p, C)
-    return x.reshape(B, n * patch, n * patch, channels)
 
 
 def visible_statistics(pictures: torch.Tensor, masked: torch.Tensor, patch: int) -> tuple[torch.Tensor, torch.Tensor]:

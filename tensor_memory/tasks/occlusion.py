@@ -23,6 +23,7 @@ from torch import nn
 from .. import limits as L
 from ..config import ConfigBase, require_int
 from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
+from .patches import clip_patches
 
 # The eight velocities (dy, dx) ∈ {−1, 0, 1}² \ {(0, 0)}.
 VELOCITIES = torch.tensor([(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)])
@@ -78,11 +79,11 @@ class OcclusionConfig(ConfigBase):
 
 
 class PatchEncoder(nn.Module):
-    """pixels (B, N, patch²) → Linear, plus a learned embedding of the patch's place in its frame."""
+    """pixels (B, N, patch²·channels) → Linear, plus a learned embedding of the patch's place in its frame."""
 
-    def __init__(self, patch: int, tokens_per_frame: int, dim: int) -> None:
+    def __init__(self, patch: int, tokens_per_frame: int, dim: int, channels: int = 1) -> None:
         super().__init__()
-        self.pixels = nn.Linear(patch * patch, dim)
+        self.pixels = nn.Linear(patch * patch * channels, dim)
         self.place = embedding(tokens_per_frame, dim)
 
     def forward(self, pixels: torch.Tensor, patch_index: torch.Tensor) -> torch.Tensor:
@@ -133,11 +134,8 @@ def render(positions: torch.Tensor, size: int, ball: int) -> torch.Tensor:
 
 
 def to_patches(frames: torch.Tensor, patch: int) -> torch.Tensor:
-    """(B, T, S, S) → (B, T·(S/patch)², patch²): each frame's patches row-major, pixels row-major."""
-    B, T, S, _ = frames.shape
-    n = S // patch
-    x = frames.reshape(B, T, n, patch, n, patch).permute(0, 1, 2, 4, 3, 5)  # (B, T, n, n, p, p)
-    return x.reshape(B, T * n * n, patch * patch)
+    """(B, T, S, S) grey frames → (B, T·(S/patch)², patch²): each frame's patches row-major, pixels row-major."""
+    return clip_patches(frames[..., None], patch)
 
 
 class Occlusion(Task):
