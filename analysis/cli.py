@@ -91,6 +91,9 @@ def _audit(args: argparse.Namespace) -> int:
     for name, numbers in result["outputs"].items():
         leak = "" if numbers["leak_from"] is None else f", first leaks at t = {numbers['leak_from']}"
         print(f"  {name:>10}: {numbers['max_change']:.3g}{leak}")
+    if result.get("bidirectional"):
+        print("  (a bidirectional model, causal=False: it reads each sequence whole by design, so later inputs "
+              "move earlier outputs; the audit is for causal models)")
     return 0
 
 

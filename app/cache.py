@@ -20,6 +20,7 @@ import streamlit as st
 from analysis.traces.capture import capture
 from analysis.measures.causality import audit_checkpoint
 from analysis.measures.compare import checkpoint_summary
+from analysis.measures.images import Reconstruction, reconstruct
 from analysis.measures.language import TokenLosses, token_losses
 from analysis.traces.export import trace_bytes
 from analysis.figures.frames import png_bytes, volume_frames
@@ -179,6 +180,12 @@ def text_losses(ref: CheckpointRef, seed: int) -> TokenLosses:
     return token_losses(load(ref).checkpoint, seed=seed)
 
 
+@st.cache_data(max_entries=16, show_spinner="Reconstructing the image…")
+def reconstruction(ref: CheckpointRef, seed: int, params: Params) -> Reconstruction:
+    """The session's image sample through a masked_patches checkpoint: mask, reconstruction, error, PSNR, SSIM."""
+    return reconstruct(load(ref).checkpoint, seed=seed, index=0, **dict(params))
+
+
 @st.cache_data(max_entries=8, show_spinner=False)
 def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
     """The sample's trace as a safetensors file."""
@@ -187,5 +194,5 @@ def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
 
 __all__ = ["CheckpointRef", "Loaded", "Params", "load", "sample_trace", "volume_series", "volume_frame",
            "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
-           "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses",
+           "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
            "FRAME_BLOCK"]

@@ -29,6 +29,7 @@ PAGES = [
     st.Page("views/occlusion.py", title="Occlusion", icon=":material/visibility_off:"),
     st.Page("views/diagnose.py", title="Diagnose", icon=":material/troubleshoot:"),
     st.Page("views/teach.py", title="Teach", icon=":material/school:"),
+    st.Page("views/images.py", title="Images", icon=":material/image:"),
     st.Page("views/text.py", title="Text", icon=":material/notes:"),
     st.Page("views/audit.py", title="Audit", icon=":material/policy:"),
     st.Page("views/export.py", title="Export", icon=":material/download:"),

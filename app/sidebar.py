@@ -88,11 +88,10 @@ def _slider(label: str, key: str, low: int, high: int, default: int, help: str =
     return int(st.slider(label, low, high, key=key, help=help or None))
 
 
-def _occlusion(config: Any) -> dict[str, Any]:
-    task = "occlusion"
+def _occlusion(config: Any, task: str = "occlusion") -> dict[str, Any]:
     frames = _slider("Frames (horizon)", f"{task}.frames", 4, 40, config.frames, "Frames in the sequence, one chunk each.")
     length = _slider("Occlusion length", f"{task}.occlusion_length", 0, frames - 2, config.occlusion_length,
-                     "Consecutive frames the ball is hidden.")
+                     "Consecutive frames the ball (or digit) is hidden.")
     start = -1
     if length:
         random_key = f"{task}.random_start"
@@ -122,7 +121,20 @@ def _counter(config: Any) -> dict[str, Any]:
     return {"length": _slider("Length (horizon)", "no_harm.length", 2, 128, config.length, "Tokens in the sequence.")}
 
 
-TASK_CONTROLS = {"occlusion": _occlusion, "coordinate_binding": _binding, "map_building": _map, "no_harm": _counter}
+MASK_CHOICES = {-1.0: "mixed (25, 50 or 75 %)", 0.25: "25 %", 0.5: "50 %", 0.75: "75 %"}
+
+
+def _masked(config: Any) -> dict[str, Any]:
+    key = "masked_patches.mask_rate"
+    if st.session_state.get(key) not in MASK_CHOICES:
+        st.session_state[key] = float(config.mask_rate) if config.mask_rate in MASK_CHOICES else 0.5
+    rate = st.selectbox("Patches hidden", list(MASK_CHOICES), format_func=MASK_CHOICES.get, key=key,
+                        help="The share of the image's patches the mask hides (the paper's three rates).")
+    return {"mask_rate": float(rate)}
+
+
+TASK_CONTROLS = {"occlusion": _occlusion, "coordinate_binding": _binding, "map_building": _map, "no_harm": _counter,
+                 "moving_digits": lambda config: _occlusion(config, "moving_digits"), "masked_patches": _masked}
 
 
 def sample_section(ckpt: Checkpoint) -> tuple[int, Params]:

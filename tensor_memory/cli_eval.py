@@ -12,7 +12,10 @@ EVAL_DESCRIPTION = (
     "metrics on freshly generated batches of its task. Batch i uses the seed derived from ('eval', SEED, i), "
     "so the same seed gives the same numbers. Metrics are fractions of scored positions; 'chance' is "
     "1/classes; 'gate_drift' (memory models) is the largest change of a memory read gate sigma(gamma) "
-    "from its initial value, positive when the memory's read is amplified.")
+    "from its initial value, positive when the memory's read is amplified. masked_patches reports psnr (dB) "
+    "and ssim per image over the hidden pixels, their '_mean_fill' floor (hidden pixels filled with the "
+    "visible mean) and mse per hidden pixel; language_modelling adds cross_entropy (nats) and perplexity; "
+    "action_recognition walks the UCF-101 test list once and reports top-1 (accuracy) and top5_accuracy.")
 
 
 def _positive(text: str) -> int:
@@ -43,11 +46,18 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+RAW_METRICS = ("mse", "cross_entropy", "perplexity")  # numbers, not fractions: printed as they are
+
+
 def _fmt(metric: str, value: Optional[float]) -> str:
     if value is None:
         return "n/a"
     if metric == "gate_drift":
         return f"{value:+.4f}"
+    if metric.startswith("psnr"):
+        return f"{value:.2f} dB"
+    if metric in RAW_METRICS or metric.startswith("ssim"):
+        return f"{value:.4f}"
     return f"{100 * value:.2f}%"
 
 

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 from analysis.traces.trace import Trace
 
 EVENT_COLOURS = {"occluded": "#7f7f7f", "write": "#1f77b4", "query": "#9467bd", "observation": "#17becf",
-                 "correct": "#2ca02c", "wrong": "#d62728"}
-PROBES = ("occluded", "query")  # the events a memory is tested on, in the order key_chunk looks for them
+                 "hidden": "#7f7f7f", "correct": "#2ca02c", "wrong": "#d62728"}
+PROBES = ("occluded", "query", "hidden")  # the events a memory is tested on, in the order key_chunk looks for them
 
 
 def _tokens_per_chunk(trace: Trace) -> int:
@@ -36,9 +36,11 @@ def _task_token_events(trace: Trace) -> dict[str, np.ndarray]:
     task, params, meta = trace.info.get("task"), trace.info.get("task_params", {}), trace.meta
     tokens = int(trace.info.get("num_tokens", trace.num_chunks * _tokens_per_chunk(trace)))
     position = np.arange(tokens)
-    if task == "occlusion" and "occluded" in meta:
+    if task in ("occlusion", "moving_digits") and "occluded" in meta:
         per_frame = (int(params["size"]) // int(params["patch"])) ** 2
         return {"occluded": np.repeat(np.asarray(meta["occluded"], dtype=bool), per_frame)}
+    if task == "masked_patches":  # a hidden patch is what the model must fill in
+        return {"hidden": np.asarray(meta["masked"], dtype=bool)}
     if task == "coordinate_binding":
         writes = int(params["writes"])
         return {"write": position < writes, "query": position >= writes}
@@ -49,9 +51,12 @@ def _task_token_events(trace: Trace) -> dict[str, np.ndarray]:
 
 
 def chunk_events(trace: Trace) -> dict[str, np.ndarray]:
-    """Ordered ``{event: (K,) bool}``: the task's events, then ``correct`` and ``wrong`` for scored chunks."""
+    """Ordered ``{event: (K,) bool}``: the task's events, then ``correct`` and ``wrong`` for scored chunks
+    (a trace of values, masked patches, has no right or wrong: its events alone)."""
     K, size = trace.num_chunks, _tokens_per_chunk(trace)
     events = {name: _per_chunk(flags, size, K) for name, flags in _task_token_events(trace).items()}
+    if trace.predicts_values:
+        return events
     scored = np.asarray(trace.chunks["scored"], dtype=bool)[:K]
     right = np.asarray(trace.chunks["prediction"] == trace.chunks["target"])[:K]
     events["correct"] = scored & right
@@ -76,7 +81,8 @@ def annotation_figure(trace: Trace, current: int) -> go.Figure:
     if not 0 <= current < max(K, 1):
         raise ValueError(f"current must be in 0..{K - 1}, got {current}")
     events = chunk_events(trace)
-    rows = [name for name in events if name not in ("correct", "wrong")] + ["prediction"]
+    rows = [name for name in events if name not in ("correct", "wrong")] + ([] if trace.predicts_values
+                                                                             else ["prediction"])
     size = float(np.clip(520 / max(K, 1), 4, 14))
     fig = go.Figure(go.Scatter(x=[-10] * len(rows), y=rows, mode="markers", marker=dict(opacity=0),
                                hoverinfo="skip", showlegend=False))  # every row shows, even without marks

@@ -17,7 +17,10 @@ from plotly.subplots import make_subplots
 
 from analysis import figures
 from analysis.traces.trace import Trace
+from analysis.figures.video import digit_box
+from tensor_memory.tasks.moving_digits import DIGIT
 
+PATCH_COLOUR = "#d62728"  # the current patch's outline
 KEY_AXES = dict(xaxis=dict(title="x", range=[-1.1, 1.1]), yaxis=dict(title="y", range=[-1.1, 1.1]),
                 zaxis=dict(title="z", range=[-1.1, 1.1]), aspectmode="cube")
 
@@ -40,6 +43,11 @@ def class_label(trace: Trace, value: int) -> str:
     if task == "occlusion":
         y, x = divmod(int(value), int(params["size"]))
         return f"(y {y}, x {x})"
+    if task == "moving_digits":
+        size = int(params["size"])
+        digit, cell = divmod(int(value), size * size)
+        y, x = divmod(cell, size)
+        return f"digit {digit} at (y {y}, x {x})"
     if task == "map_building":
         return "occupied" if int(value) == 1 else "free"
     return str(int(value))
@@ -60,7 +68,7 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
     k = _check(trace, chunk)
     task, params, meta = trace.info.get("task"), trace.info.get("task_params", {}), trace.meta
     t = _token(trace, k)
-    if task == "occlusion":
+    if task in ("occlusion", "moving_digits"):
         frame = _frame_index(trace, k)
         event = f"frame {frame}" + (", occluded" if bool(meta["occluded"][frame]) else ", visible")
     elif task == "coordinate_binding":
@@ -72,12 +80,20 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
                  else f"query {t - observations + 1} of {int(params['queries'])}")
     elif task == "no_harm":
         event = f"token {t}: value {int(meta['sequence'][t])}"
+    elif task == "masked_patches":
+        row, col = divmod(t, int(params["image_size"]) // int(params["patch"]))
+        event = f"patch {t} (row {row}, column {col}), " + ("hidden" if bool(meta["masked"][t]) else "visible")
     else:
         event = f"chunk {k}"
     scored = bool(trace.chunks["scored"][k])
     out: dict[str, Any] = {"event": event, "scored": scored, "prediction": None, "truth": None, "correct": None,
                            "p_truth": None, "p_prediction": None}
-    if scored:
+    if scored and trace.predicts_values:  # a reconstructed patch: its error stands for right or wrong
+        from analysis.measures.images import chunk_errors
+
+        out.update(prediction="the hidden patch, reconstructed", truth="the patch's pixels",
+                   error=float(chunk_errors(trace)[k]))
+    elif scored:
         prediction, target = int(trace.chunks["prediction"][k]), int(trace.chunks["target"][k])
         probs = trace.chunks["probs"][k]
         out.update(prediction=class_label(trace, prediction), truth=class_label(trace, target),
@@ -85,15 +101,28 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
     return out
 
 
-def _occlusion_figure(trace: Trace, k: int) -> go.Figure:
+def _occlusion_figure(trace: Trace, k: int, box: Optional[int] = None, thing: str = "the ball") -> go.Figure:
+    """The frame with the curtain, the true and the predicted ``box`` × ``box`` object (default the ball)."""
     params, meta = trace.info["task_params"], trace.meta
     frame = _frame_index(trace, k)
     size = int(params["size"])
-    prediction = divmod(int(trace.chunks["prediction"][k]), size) if trace.chunks["scored"][k] else None
+    cell = int(trace.chunks["prediction"][k]) % (size * size)  # a class is identity · size² + cell
+    prediction = divmod(cell, size) if trace.chunks["scored"][k] else None
     occluded = bool(meta["occluded"][frame])
-    title = f"frame {frame}" + (" · occluded: the ball is behind the curtain" if occluded else "")
+    title = f"frame {frame}" + (f" · occluded: {thing} is behind the curtain" if occluded else "")
     return figures.frame_figure(meta["frames"][frame], truth=tuple(meta["positions"][frame]), prediction=prediction,
-                                title=title, ball=int(params["ball"]))
+                                title=title, ball=int(params["ball"]) if box is None else box)
+
+
+def _digits_figure(trace: Trace, k: int) -> go.Figure:
+    """The moving-digits frame: the occlusion frame with the digit's 8 × 8 boxes, wrapping at the edges as it does."""
+    fig = _occlusion_figure(trace, k, box=DIGIT, thing=f"the digit ({int(trace.meta['digit'])})")
+    size = int(trace.info["task_params"]["size"])
+    for line in fig.data[1:]:  # the truth and prediction squares, from their top-left corner
+        top_left = (round(line.y[0] + 0.5), round(line.x[0] + 0.5))
+        wrapped = digit_box(line.name, top_left, size, line.line.color, line.line.dash)
+        line.update(x=wrapped.x, y=wrapped.y)
+    return fig
 
 
 def _binding_figure(trace: Trace, k: int) -> go.Figure:
@@ -162,8 +191,26 @@ def _counter_figure(trace: Trace, k: int) -> go.Figure:
     return figures.finish(fig, f"token {t}: what comes next?", height=160, xaxis_title="position")
 
 
-BUILDERS = {"occlusion": _occlusion_figure, "coordinate_binding": _binding_figure, "map_building": _map_figure,
-            "no_harm": _counter_figure}
+def _patches_figure(trace: Trace, k: int) -> go.Figure:
+    """The image as the model sees it (hidden patches grey), the current patch outlined."""
+    from analysis.figures.images import HIDDEN_GREY, patch_box, picture
+    from tensor_memory.tasks.masked_patches import hidden_pixels
+
+    params, meta = trace.info["task_params"], trace.meta
+    size, patch = int(params["image_size"]), int(params["patch"])
+    image = np.asarray(meta["image"], dtype=np.float32)
+    hidden = hidden_pixels(meta["masked"], size, patch)
+    fig = go.Figure(picture(np.where(hidden[..., None], HIDDEN_GREY, image), "what the model sees"))
+    t = _token(trace, k)
+    fig.add_shape(patch_box(t, patch, size // patch, PATCH_COLOUR))
+    fig.update_xaxes(range=[-0.5, size - 0.5], constrain="domain", showticklabels=False)
+    fig.update_yaxes(range=[size - 0.5, -0.5], constrain="domain", scaleanchor="x", showticklabels=False)
+    state = "hidden: the model fills it in" if bool(meta["masked"][t]) else "visible"
+    return figures.finish(fig, f"patch {t} ({state}); grey patches are hidden")
+
+
+BUILDERS = {"masked_patches": _patches_figure, "occlusion": _occlusion_figure, "moving_digits": _digits_figure, "coordinate_binding": _binding_figure,
+            "map_building": _map_figure, "no_harm": _counter_figure}
 
 
 def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:

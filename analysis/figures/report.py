@@ -39,8 +39,15 @@ def gate_numbers(trace: Trace) -> dict[str, Any]:
 
 
 def prediction_numbers(trace: Trace) -> dict[str, Any]:
-    """Accuracy over the scored chunks, and per chunk whether the prediction was right."""
+    """Accuracy over the scored chunks, and per chunk whether the prediction was right; for a trace of values
+    (masked patches) the RMS pixel error over the scored chunks, and per chunk its error."""
     scored = trace.chunks["scored"]
+    if trace.predicts_values:
+        from analysis.measures.images import chunk_errors
+
+        errors = chunk_errors(trace)
+        return {"rms_error": float(np.sqrt(np.nanmean(np.square(errors)))) if scored.any() else None,
+                "scored_chunks": int(scored.sum()), "errors": [None if np.isnan(e) else float(e) for e in errors]}
     correct = trace.chunks["prediction"] == trace.chunks["target"]
     out: dict[str, Any] = {"accuracy": float(correct[scored].mean()) if scored.any() else None,
                            "scored_chunks": int(scored.sum()),
@@ -133,7 +140,8 @@ def report_html(trace: Trace, numbers: Optional[dict[str, Any]] = None) -> str:
             ("task parameters", info.get("task_params")), ("backbone", info.get("backbone")),
             ("sample", f"seed {info.get('seed')}, index {info.get('index')}"), ("chunks", K),
             ("memory layers", ", ".join(trace.layer_names)),
-            ("accuracy (scored chunks)", predictions["accuracy"])]
+            ("RMS pixel error (hidden patches)", predictions["rms_error"]) if trace.predicts_values
+            else ("accuracy (scored chunks)", predictions["accuracy"])]
     if "occluded_accuracy" in predictions:
         rows += [("occluded / visible accuracy", f"{predictions['occluded_accuracy']} / "
                                                   f"{predictions['visible_accuracy']}")]
@@ -144,7 +152,8 @@ def report_html(trace: Trace, numbers: Optional[dict[str, Any]] = None) -> str:
         _section("Sample", f"<table>{table}</table>"),
         _section("Addressing", _verdict_html(numbers["addressing"])),
         _section("Predictions", _figure(figures.timeline_figure(trace, K - 1)),
-                 "Probability the model gives to the true answer at each chunk."),
+                 "The pixel error of each hidden patch's reconstruction." if trace.predicts_values
+                 else "Probability the model gives to the true answer at each chunk."),
     ]
     if numbers["occlusion"] is not None:
         sections.append(_section("Occlusion: belief frame by frame", _occlusion_html(trace, numbers),

@@ -16,8 +16,11 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
     """The probability given to the target class per chunk, correct/incorrect marks, occlusion shaded.
 
     Chunks not scored (target −1, or ``scored`` false) are gaps. For the occlusion task, runs of
-    chunks where ``meta["occluded"]`` is true are grey rectangles labelled "occluded".
+    chunks where ``meta["occluded"]`` is true are grey rectangles labelled "occluded". A trace whose
+    predictions are values (masked patches) shows each chunk's pixel error instead.
     """
+    if trace.predicts_values:
+        return _error_timeline(trace, current)
     probs = check_array(trace.chunks["probs"], 2, "chunks['probs']", "(K, classes)")
     count, classes = probs.shape
     target = check_array(trace.chunks["target"], 1, "chunks['target']", "(K,)")
@@ -51,6 +54,21 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
     task = trace.info.get("task", "trace")
     return finish(fig, f"{task}: probability of the target", xaxis_title="chunk", yaxis_title="p(target)",
                    yaxis_range=[0, 1.05])
+
+
+def _error_timeline(trace: Trace, current: int) -> go.Figure:
+    """Masked patches: the RMS pixel error of each hidden patch's reconstruction, per chunk."""
+    from analysis.measures.images import chunk_errors  # the image measures need the task's own units
+
+    errors = chunk_errors(trace)
+    current = check_index(current, len(errors), "current (a chunk index)")
+    chunks = np.arange(len(errors))
+    fig = go.Figure(go.Bar(x=chunks, y=errors, name="hidden patch", marker_color=PREDICTION_COLOUR,
+                           hovertemplate="chunk %{x}: RMS error %{y:.3f}<extra></extra>"))
+    mark_current(fig, current)
+    high = float(np.nanmax(errors)) if np.isfinite(errors).any() else 1.0
+    return finish(fig, f"{trace.info.get('task', 'trace')}: pixel error of each hidden patch (visible: none)",
+                  xaxis_title="chunk (patch)", yaxis_title="RMS error", yaxis_range=[0, 1.05 * high])
 
 
 def belief_figure(probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16,

@@ -150,4 +150,5 @@ def audit_checkpoint(ckpt, seed: int = 0, samples: int = 2) -> dict[str, Any]:
         x = model.encoder(**batch.inputs)  # (B, N, d)
     result = causality_audit(checkpoint_audit_fn(model), x, seed=seed)
     return {"checkpoint": str(ckpt.path), "task": task.name, "backbone": model.backbone.config.kind,
-            "share_state": model.backbone.config.share_state, **result}
+            "share_state": model.backbone.config.share_state, "bidirectional": not model.backbone.config.causal,
+            **result}

@@ -118,6 +118,10 @@ def run_intervened(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kind
     if not chosen:
         raise ValueError("the model has no Tensor Memory layers to intervene on")
     _check_setting(kind, chosen, region, to, sigma)
+    if not model.backbone.config.causal:
+        raise ValueError("interventions cut the sequence at the chosen chunk and carry the state into the rest; a "
+                         "bidirectional model (causal=False, e.g. masked patch reconstruction) reads each image "
+                         "whole and cannot be cut: choose a causal checkpoint")
     chunk_size = memory_chunk_size(model)
     N = next(iter(inputs.values())).shape[1]
     num_chunks = -(-N // chunk_size)

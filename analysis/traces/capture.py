@@ -104,11 +104,13 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
 
 
 def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, chunk_size: int,
-              num_chunks: int) -> dict[str, np.ndarray]:
+              num_chunks: int, outputs: str = "classes") -> dict[str, np.ndarray]:
     """For one sample — logits (N, classes), targets and mask (N,) — the prediction, target, scored flag
     and class probabilities at each chunk's last scored position.
 
-    A chunk with no scored position reports its last token with target −1.
+    A chunk with no scored position reports its last token with target −1. For a values task
+    (``outputs="values"``: outputs and targets (N, width)) the prediction and target are the chunk's
+    values (K, width) and there are no probabilities.
     """
     N = logits.shape[0]
     rows = []
@@ -118,7 +120,10 @@ def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, c
         rows.append((lo + int(hits[-1]), True) if len(hits) else (hi - 1, False))
     positions = torch.tensor([p for p, _ in rows], dtype=torch.long)
     scored = np.array([s for _, s in rows], dtype=bool)
-    chosen = logits[positions].float()  # (K, classes)
+    chosen = logits[positions].float()  # (K, classes) or (K, width)
+    if outputs == "values":
+        return {"prediction": chosen.numpy().astype(np.float32),
+                "target": targets[positions].float().numpy().astype(np.float32), "scored": scored}
     target = targets[positions].numpy().astype(np.int64)
     return {"prediction": chosen.argmax(-1).numpy().astype(np.int64),
             "target": np.where(scored, target, -1),
@@ -132,7 +137,7 @@ def trace_info(ckpt: Checkpoint, task, seed: int, chunk_size: int, num_chunks: i
     return {"checkpoint": str(ckpt.path), "checkpoint_name": Path(ckpt.path).name, "task": task.name,
             "task_params": task.config.to_dict(), "backbone": ckpt.model.backbone.config.kind,
             "seed": int(seed), "chunk_size": chunk_size, "num_chunks": num_chunks, "num_tokens": int(num_tokens),
-            "num_classes": int(task.num_classes),
+            "num_classes": int(task.num_classes), "outputs": task.outputs, "output_width": int(task.output_width),
             "training_frozen": list(ckpt.config.get("training", {}).get("frozen", [])), "layers": layers}
 
 
@@ -174,7 +179,8 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
                 fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
             per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
         traces.append(Trace(info={**info, "index": int(index)}, layers=per_layer, meta=sample_meta(batch, row),
-                            chunks=per_chunk(logits[row], batch.targets[row], batch.mask[row], chunk_size, K)))
+                            chunks=per_chunk(logits[row], batch.targets[row], batch.mask[row], chunk_size, K,
+                                             task.outputs)))
     return traces
 
 

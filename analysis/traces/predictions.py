@@ -37,7 +37,7 @@ def prediction_trace(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, in
         raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
     info = {**trace_info(ckpt, task, seed, chunk_size, K, N, layers={}), "index": int(index)}
     return Trace(info=info, layers={}, meta=sample_meta(batch, 0),
-                 chunks=per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K))
+                 chunks=per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K, task.outputs))
 
 
 __all__ = ["prediction_trace"]

@@ -14,7 +14,9 @@ File layout (one safetensors file, format version :data:`TRACE_VERSION`)::
         gate_scale (1,) f32
         with volumes = "int8": each volume is int8 codes (K, C, D, H, W) plus <field>_scale (K, C) f32
     chunk/<field>                    per chunk: prediction, target (K,) i64, scored (K,) bool,
-                                     probs (K, classes) f32
+                                     probs (K, classes) f32; a values task (info "outputs" =
+                                     "values", e.g. masked_patches): prediction, target (K, width)
+                                     f32 (the model's outputs and targets at the chunk), scored
     meta/<name>                      the task's metadata for this sample (frames, keys, …)
 
 Volumes are float16 (they are what makes a trace large), or int8 with a float32 scale per chunk
@@ -47,6 +49,7 @@ VOLUME_FIELDS = ("h", "c")
 GATE_FIELDS = ("gate_i", "gate_f", "gate_o", "gate_g")
 VECTOR_FIELDS = ("mu_read", "read", "mu_write", "sigma", "content")
 CHUNK_FIELDS = ("prediction", "target", "scored", "probs")
+OUTPUT_KINDS = ("classes", "values")  # info["outputs"]: what a chunk's prediction is (absent: classes)
 VOLUME_DTYPES = ("float16", "int8")  # how h, c and the gate volumes are stored
 SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) beside the codes
 
@@ -102,6 +105,11 @@ class Trace:
     @property
     def num_chunks(self) -> int:
         return int(self.chunks["prediction"].shape[0])
+
+    @property
+    def predicts_values(self) -> bool:
+        """Whether each chunk's prediction is a vector of values (masked patches' pixels), not a class."""
+        return self.info.get("outputs", "classes") == "values"
 
     @property
     def layer_names(self) -> list[str]:
@@ -186,12 +194,17 @@ def _expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[
     try:
         K, classes = int(info["num_chunks"]), int(info["num_classes"])
         layers = info["layers"]
-        assert isinstance(layers, dict) and K >= 0 and classes >= 1
+        outputs = info.get("outputs", "classes")
+        width = int(info.get("output_width", classes))
+        assert isinstance(layers, dict) and K >= 0 and outputs in OUTPUT_KINDS
+        assert (classes >= 1) if outputs == "classes" else (width >= 1)
     except (KeyError, TypeError, ValueError, AssertionError):
-        raise _fail(path, "the trace header lacks num_chunks, num_classes or layers") from None
+        raise _fail(path, "the trace header lacks num_chunks, num_classes, layers or a valid outputs kind") from None
     out: dict[str, tuple[tuple[int, ...], str]] = {
         "chunk/prediction": ((K,), "i"), "chunk/target": ((K,), "i"), "chunk/scored": ((K,), "b"),
         "chunk/probs": ((K, classes), "f")}
+    if outputs == "values":
+        out = {"chunk/prediction": ((K, width), "f"), "chunk/target": ((K, width), "f"), "chunk/scored": ((K,), "b")}
     for name, layer in layers.items():
         try:
             C = int(layer["channels"])
@@ -268,7 +281,8 @@ def load_trace(path: Union[str, Path]) -> Trace:
 
 
 # Task metadata the views index with, and the task parameter that bounds it: 0 <= value < params[bound].
-META_BOUNDS = {("occlusion", "positions"): "size", ("map_building", "query_cells"): "map_size",
+META_BOUNDS = {("occlusion", "positions"): "size", ("moving_digits", "positions"): "size",
+               ("map_building", "query_cells"): "map_size",
                ("map_building", "obs_positions"): "map_size"}
 
 
@@ -280,7 +294,7 @@ def _check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.nd
     for key in ("checkpoint_name", "task"):
         if not isinstance(info.get(key), str) or not info[key]:
             raise _fail(path, f"the trace header lacks the {key.replace('_', ' ')}")
-    for name in ("chunk/prediction", "chunk/target"):
+    for name in ("chunk/prediction", "chunk/target") if info.get("outputs", "classes") == "classes" else ():
         values = arrays[name][arrays["chunk/scored"]] if name == "chunk/target" else arrays[name]
         if len(values) and not (0 <= values.min() and values.max() < classes):
             raise _fail(path, f"array {name!r} holds classes outside [0, {classes})")
@@ -288,6 +302,11 @@ def _check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.nd
         task = make_task(info["task"], info.get("task_params"))
     except (ValueError, TypeError) as error:
         raise _fail(path, f"the trace header names a task it cannot be: {error}") from None
+    if info.get("outputs", "classes") != task.outputs or (task.outputs == "values"
+                                                         and int(info["output_width"]) != task.output_width):
+        raise _fail(path, f"the trace header says its predictions are {info.get('outputs', 'classes')} of width "
+                          f"{info.get('output_width', classes)}; a {info['task']} model predicts {task.outputs} "
+                          f"of width {task.output_width}")
     sample = {k: v[0].numpy() for k, v in task.sample(1, 0).meta.items()}  # the shapes this task's metadata has
     for key, like in sample.items():
         have = arrays.get(f"meta/{key}")
@@ -309,7 +328,7 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
             if pre + field + SCALE_SUFFIX in arrays:
                 fields[field] = QuantizedVolumes(arrays[pre + field], arrays[pre + field + SCALE_SUFFIX])
         layers[name] = LayerTrace(gate_scale=float(arrays[pre + "gate_scale"][0]), **fields)  # type: ignore[arg-type]
-    chunks = {f: arrays[f"chunk/{f}"] for f in CHUNK_FIELDS}
+    chunks = {f: arrays[f"chunk/{f}"] for f in CHUNK_FIELDS if f"chunk/{f}" in arrays}
     meta = {n[len("meta/"):]: a for n, a in arrays.items() if n.startswith("meta/")}
     return Trace(info=info, layers=layers, chunks=chunks, meta=meta)
 

@@ -18,6 +18,9 @@ if result["verdict"] == "causal":
 else:
     shared = " It threads one memory state through its layers (`share_state=True`), as the paper's public code " \
              "does: later layers read writes of future chunks." if result.get("share_state") else ""
+    if result.get("bidirectional"):
+        shared = " This model is bidirectional by design (`causal=False`: it reads each image whole, as a ViT " \
+                 "does), so later inputs moving earlier outputs is expected, not a flaw."
     st.error(f"**leaks**: outputs moved by up to {result['max_change']:.3g} of their RMS when only later inputs "
               f"changed.{shared}", icon=":material/error:")
 st.dataframe([{"output": name, "largest change (of RMS)": f"{o['max_change']:.3g}",

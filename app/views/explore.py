@@ -48,6 +48,10 @@ def prediction_card(outcome: dict) -> None:
         st.info(f"{outcome['event'].capitalize()}: nothing to predict here; the model only takes it in.",
                 icon=":material/input:")
         return
+    if "error" in outcome:  # a reconstructed patch: no right or wrong, an error
+        st.markdown(f"Reconstructed the hidden patch · RMS pixel error **{outcome['error']:.3f}** "
+                    f"(pixels in [0, 1]); the Images page shows the whole picture.")
+        return
     verdict = ":green-badge[:material/check: right]" if outcome["correct"] else ":red-badge[:material/close: wrong]"
     st.markdown(f"Predicted **{outcome['prediction']}** · truth **{outcome['truth']}** {verdict}  \n"
                 f"p(truth) = {outcome['p_truth']:.1%}, p(prediction) = {outcome['p_prediction']:.1%}")

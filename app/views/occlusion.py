@@ -1,4 +1,8 @@
-"""Occlusion: the belief through the occlusion, the memory's energy, and interventions against the untouched run."""
+"""Occlusion: the belief through the occlusion, the memory's energy, and interventions against the untouched run.
+
+For a moving-digits checkpoint the clip is shown as a video (its frames, the true and predicted digit on each), the
+position belief summed over identity, and the identity belief beside it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ import streamlit as st
 
 from analysis.figures import belief_figure, slices_figure
 from analysis.measures.interventions import KINDS
-from analysis.measures.occlusion import belief, memory_energy, occlusion_memory
+from analysis.measures.occlusion import TASKS, belief, belief_of, memory_energy, occlusion_memory
 from analysis.figures.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
+from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import slice_index
 from analysis.measures.grid import normalised_coordinates
 from analysis.measures.volumes import nearest_voxel
@@ -16,34 +21,76 @@ from app import cache, layout, state, stepper
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 BELIEF_FRAMES = 8  # frames drawn side by side at most (their titles need the room)
+FILM_FRAMES = 12  # frames of the moving-digits filmstrip at most
 SURVIVAL_SAMPLES = 64
 INTERVENTION_KEY = "intervention"  # (sample, the last intervention asked for on it as cache arguments)
 
 context = state.current()
-stepper.stepped_page(context, "Occlusion", "What the model believes while the ball is hidden, what its memory "
-                                            "holds, and what changes when the memory is taken away.")
+is_occlusion = context.task in TASKS  # the ball, or a moving digit
+is_digits = context.task == "moving_digits"
+stepper.stepped_page(context, "Occlusion", f"What the model believes while the {'digit' if is_digits else 'ball'} is "
+                                            "hidden, what its memory holds, and what changes when the memory is "
+                                            "taken away.")
 trace, chunk = context.trace, context.chunk
-is_occlusion = context.task == "occlusion"
+
+
+def window(start: int, width: int) -> list[int]:
+    """``width`` consecutive frames from ``start``, kept inside the clip."""
+    first = int(np.clip(start, 0, max(trace.num_chunks - width, 0)))
+    return list(range(first, min(first + width, trace.num_chunks)))
+
+
+def position_belief(run_belief: dict, frames: list[int], key: str, height: int) -> None:
+    layout.chart(belief_figure(run_belief["probs"].reshape(len(run_belief["probs"]), -1), run_belief["truth"],
+                               run_belief["occluded"], size=size, frames=frames), key, height=height)
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def rate(right: np.ndarray, flags: np.ndarray) -> str:
+    """The share of ``flags``' frames that are ``right``."""
+    return percent(right[flags].mean() if flags.any() else None)
+
 
 if is_occlusion:
     b = belief(trace)
     size = b["probs"].shape[1]
-    first = int(np.clip(chunk - BELIEF_FRAMES // 2, 0, max(trace.num_chunks - BELIEF_FRAMES, 0)))
-    frames = list(range(first, min(first + BELIEF_FRAMES, trace.num_chunks)))
-    st.markdown("##### Belief frame by frame")
-    layout.chart(belief_figure(trace.chunks["probs"], b["truth"], b["occluded"], size=size, frames=frames),
-                 "belief", height=250)
     hidden, shown = b["occluded"], ~b["occluded"]
-    accuracy = lambda flags: f"{b['correct'][flags].mean():.0%}" if flags.any() else "—"  # noqa: E731
-    hidden_col, visible_col, truth_col = st.columns(3)
-    hidden_col.metric("Right on hidden frames", accuracy(hidden), help="Frames behind the curtain, this sample.")
-    visible_col.metric("Right on visible frames", accuracy(shown))
-    truth_col.metric(f"p(truth) at frame {chunk}", f"{b['truth_probability'][chunk]:.1%}")
-    st.caption(f"Frames {frames[0]}–{frames[-1]}: the predicted position distribution, the true position circled. "
+    if is_digits:
+        film = window(chunk - FILM_FRAMES // 2, FILM_FRAMES)
+        st.markdown("##### The clip")
+        layout.chart(filmstrip_figure(trace, film), "filmstrip")
+        st.caption(f"Frames {film[0]}–{film[-1]} as the model sees them (grey: the curtain), the true digit's box "
+                   "solid, the predicted one dashed; above each, the true digit → the predicted one.")
+    frames = window(chunk - BELIEF_FRAMES // 2, BELIEF_FRAMES)
+    st.markdown("##### Belief frame by frame")
+    position_belief(b, frames, "belief", 250)
+    right = b["joint_correct"] if is_digits else b["correct"]
+    hidden_col, visible_col, truth_col, *digit_col = st.columns(4 if is_digits else 3)
+    hidden_col.metric("Right on hidden frames", rate(right, hidden),
+                      help="Frames behind the curtain, this sample." + (" Digit and place both right." if is_digits
+                                                                       else ""))
+    visible_col.metric("Right on visible frames", rate(right, shown))
+    truth_col.metric(f"p({'true place' if is_digits else 'truth'}) at frame {chunk}",
+                     f"{b['truth_probability'][chunk]:.1%}")
+    if is_digits:
+        digit_col[0].metric(f"p(true digit) at frame {chunk}", f"{b['identity_truth_probability'][chunk]:.1%}")
+        columns = iter(st.columns(4))
+        for where, flags in (("hidden", hidden), ("visible", shown)):
+            for what, hits in (("Place", b["correct"]), ("Digit", b["identity_correct"])):
+                next(columns).metric(f"{what} right on {where} frames", rate(hits, flags))
+    st.caption(f"Frames {frames[0]}–{frames[-1]}: the predicted position distribution"
+               + (" (summed over the digits)" if is_digits else "") + ", the true position circled. "
                "Step the chunk to move the window.")
+    if is_digits:
+        st.markdown("##### Which digit the model believes it is")
+        layout.chart(identity_belief_figure(b, chunk), "identity_belief", height=320)
 else:
-    st.info(f"The belief views need an occlusion checkpoint; {context.ref.label} is a {context.task} one. The memory's "
-            "energy and the interventions below work for every Tensor Memory checkpoint.", icon=":material/info:")
+    st.info(f"The belief views need an occlusion or moving_digits checkpoint; {context.ref.label} is a {context.task} "
+            "one. The memory's energy and the interventions below work for every Tensor Memory checkpoint.",
+            icon=":material/info:")
 
 if not layout.memory_notice(context, "The memory's energy and the interventions"):
     st.stop()
@@ -70,6 +117,11 @@ with slice_col:
     st.caption("The energy each voxel of the hidden state holds after the current chunk.")
 
 st.markdown("##### Interventions")
+if not context.checkpoint.model.backbone.config.causal:
+    st.info("Interventions cut the sequence at a chunk and carry the memory's state into the rest. This model is "
+            "bidirectional (it reads each image whole, as a ViT does), so it cannot be cut: interventions need a "
+            "causal checkpoint such as occlusion-tensor.", icon=":material/info:")
+    st.stop()
 D, H, W = lay.grid
 default_chunk = int(np.flatnonzero(occluded)[0]) if occluded is not None and occluded.any() else chunk
 sample = f"{abs(hash(context.sample_key)):x}"  # a new sample gets fresh controls with its own defaults
@@ -125,12 +177,13 @@ if numbers["accuracy_baseline"] is not None:
     drop_col.metric("Mean drop in p(truth)", f"{numbers['target_probability_drop']:+.3f}")
 layout.chart(intervention_figure(result), "intervention", height=320)
 if is_occlusion:
-    first = int(np.clip(result.chunk - 2, 0, max(trace.num_chunks - BELIEF_FRAMES, 0)))
-    shown = list(range(first, min(first + BELIEF_FRAMES, trace.num_chunks)))
+    shown = window(result.chunk - 2, BELIEF_FRAMES)
     for run, name in ((result.baseline, "untouched"), (result.intervened, KIND_NAMES[result.kind])):
+        run_belief = belief_of(run["probs"][:trace.num_chunks], run["prediction"], result.meta, size)
         st.markdown(f"**Belief, {name}**")
-        layout.chart(belief_figure(run["probs"][:trace.num_chunks], b["truth"], b["occluded"], size=size,
-                                   frames=shown), f"belief_{name}", height=230)
+        position_belief(run_belief, shown, f"belief_{name}", 230)
+        if is_digits:
+            layout.chart(identity_belief_figure(run_belief, result.chunk), f"identity_belief_{name}", height=300)
 if numbers["chunks_changed"] == 0:
     st.caption("No prediction changed: the model does not rely on what this intervention removed. For a collapsed "
                "memory (see Diagnose) that is expected.")
@@ -141,5 +194,12 @@ if is_occlusion:
                  key="survival"):
         st.session_state["survival_asked"] = True
     if st.session_state.get("survival_asked"):
-        layout.chart(survival_figure(cache.survival(context.ref, SURVIVAL_SAMPLES, context.seed)), "survival",
-                     height=320)
+        survival = cache.survival(context.ref, SURVIVAL_SAMPLES, context.seed)
+        layout.chart(survival_figure(survival), "survival_chart", height=320)  # "survival" is the button
+        if is_digits:
+            parts = {"digit and place": survival, "place": survival["position"], "digit": survival["identity"]}
+            st.dataframe({"occlusion length L": survival["lengths"],
+                          **{what: [percent(part["occluded_accuracy"][L]) for L in survival["lengths"]]
+                             for what, part in parts.items()}}, hide_index=True)
+            st.caption(f"Right on hidden frames over {survival['samples']} clips per length: the curve above needs "
+                       "digit and place right; here each alone.")

@@ -31,9 +31,9 @@ Counts = dict[str, tuple[float, float]]  # metric name → (correct, total)
 CONTENT_STD = 1.0
 MARKER_STD = 0.02
 
-# The split of a real data set each stream reads: evaluation and traces the test split, the trainer's
-# validation the valid split, everything else (training) the train split.
-SPLIT_OF_PURPOSE = {"eval": "test", "trace": "test", "val": "valid", "val-addressing": "valid"}
+# The split of a real data set each stream reads: evaluation, traces and the app's belief-survival measure
+# the test split, the trainer's validation the valid split, everything else (training) the train split.
+SPLIT_OF_PURPOSE = {"eval": "test", "trace": "test", "survival": "test", "val": "valid", "val-addressing": "valid"}
 
 
 def split_of(purpose: str) -> str:

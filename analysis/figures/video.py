@@ -1,0 +1,119 @@
+"""The moving-digits clip as a video: its frames with the curtain, prediction against truth, and the identity belief.
+
+:func:`filmstrip_figure` lays a trace's frames side by side, the true and the predicted 8 × 8 digit
+boxes on each and "true → predicted digit" above; :func:`identity_belief_figure` draws p(digit) per
+frame from :func:`analysis.measures.occlusion.belief`. The position belief is
+:func:`analysis.figures.timeline.belief_figure` fed the belief's identity-summed ``probs``.
+Pure like every figure builder: arrays or a trace in, a new Plotly figure out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, check_array, check_index, finish,
+                                   flag_runs, mark_current)
+from analysis.figures.timeline import _square
+from analysis.measures.occlusion import belief as clip_belief
+from analysis.traces.trace import Trace
+from tensor_memory.tasks.moving_digits import DIGIT
+
+RIGHT_COLOUR, WRONG_COLOUR = TRUTH_COLOUR, "#d62728"
+GREYS = [[0.0, "black"], [1.0, "white"]]
+
+
+def digit_box(name: str, position: Sequence[int], size: int, colour: str, dash: str) -> go.Scatter:
+    """The outline of the 8 × 8 digit whose top-left pixel is ``position`` (y, x) in a ``size`` × ``size`` frame.
+
+    The digit wraps at the frame's edges, so does its box: a box running off an edge is drawn again
+    one frame over (the axes clip each copy), the copies one line with gaps.
+    """
+    y, x = (int(v) for v in position)
+    rows = (0, size) if y + DIGIT > size else (0,)
+    cols = (0, size) if x + DIGIT > size else (0,)
+    copies = [_square(name, (y - dy, x - dx), DIGIT, colour, dash) for dy in rows for dx in cols]
+    xs = [v for copy in copies for v in (*copy.x, None)][:-1]
+    ys = [v for copy in copies for v in (*copy.y, None)][:-1]
+    return copies[0].update(x=xs, y=ys, legendgroup=name)
+
+
+def _digit_belief(trace: Trace) -> dict[str, np.ndarray]:
+    b = clip_belief(trace)
+    if "identity_probs" not in b:
+        raise ValueError(f"the video view needs a moving_digits trace, got task {trace.info.get('task')!r}")
+    return b
+
+
+def filmstrip_figure(trace: Trace, frames: Optional[Sequence[int]] = None) -> go.Figure:
+    """The clip's frames side by side (occluded ones show the curtain), the true digit's box (solid green) and
+    the predicted one (dashed orange) on each, titled "true → predicted digit": green when the model has
+    digit and place right (what the task scores), red otherwise. ``frames`` picks the frames (default all)."""
+    b = _digit_belief(trace)
+    pictures = check_array(trace.meta["frames"], 3, "meta['frames']", "(T, S, S)")
+    count, size = len(b["truth"]), int(trace.info["task_params"]["size"])
+    shown = list(range(count)) if frames is None else [check_index(t, count, "frame") for t in frames]
+    if not shown:
+        raise ValueError("frames must name at least one frame")
+    titles = [f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}" for t in shown]
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=titles,
+                        horizontal_spacing=min(0.01, 1 / max(len(shown) - 1, 1)))
+    for col, t in enumerate(shown, start=1):
+        fig.add_trace(go.Heatmap(z=pictures[t], coloraxis="coloraxis",
+                                 hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}: %{{z:.2f}}<extra></extra>"),
+                      row=1, col=col)
+        for name, position, colour, dash in (("truth", b["truth"][t], TRUTH_COLOUR, "solid"),
+                                             ("prediction", b["predicted"][t], PREDICTION_COLOUR, "dash")):
+            fig.add_trace(digit_box(name, position, size, colour, dash), row=1, col=col)
+        fig.update_xaxes(showticklabels=False, range=[-0.5, size - 0.5], constrain="domain",
+                         title=dict(text=f"{t}" + (" · hidden" if b["occluded"][t] else ""), font_size=10),
+                         row=1, col=col)
+        fig.update_yaxes(showticklabels=False, range=[size - 0.5, -0.5], constrain="domain", constraintoward="top",
+                         scaleanchor="x" if col == 1 else f"x{col}", row=1, col=col)  # frames just under their titles
+    for annotation, t in zip(fig.layout.annotations, shown):
+        annotation.update(font=dict(size=12, color=RIGHT_COLOUR if b["joint_correct"][t] else WRONG_COLOUR))
+    return finish(fig, "the clip: true → predicted digit per frame, green when digit and place are right "
+                       "(box: truth solid, prediction dashed)", height=160, showlegend=False,
+                  coloraxis=dict(colorscale=GREYS, cmin=0.0, cmax=1.0, showscale=False))
+
+
+def identity_belief_figure(belief: dict[str, Any], current: int) -> go.Figure:
+    """p(digit) per frame as a heatmap (frames across, digits up), the true digit circled, the predicted one
+    crossed, occluded frames outlined and the current frame marked. ``belief`` is what
+    :func:`analysis.measures.occlusion.belief` gives for a moving_digits trace."""
+    if "identity_probs" not in belief:
+        raise ValueError("belief must come from a moving_digits trace (it has no identity_probs)")
+    probs = check_array(belief["identity_probs"], 2, "belief['identity_probs']", "(T, identities)")
+    count, identities = probs.shape
+    truth = check_array(belief["identity_truth"], 1, "belief['identity_truth']", f"({count},)")
+    predicted = check_array(belief["identity_predicted"], 1, "belief['identity_predicted']", f"({count},)")
+    occluded = check_array(belief["occluded"], 1, "belief['occluded']", f"({count},)").astype(bool)
+    if not len(truth) == len(predicted) == len(occluded) == count:
+        raise ValueError(f"belief's arrays disagree on the number of frames: identity_probs {count}, identity_truth "
+                         f"{len(truth)}, identity_predicted {len(predicted)}, occluded {len(occluded)}")
+    current = check_index(current, count, "current (a frame index)")
+    frames = np.arange(count)
+    fig = go.Figure(go.Heatmap(x=frames, y=np.arange(identities), z=probs.T, colorscale=COLORSCALE, zmin=0.0,
+                               zmax=1.0, colorbar=dict(title="p", thickness=10),
+                               hovertemplate="frame %{x}: p(digit %{y}) = %{z:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=frames, y=truth, mode="markers", name="truth",
+                             marker=dict(symbol="circle-open", size=13, color=TRUTH_COLOUR, line=dict(width=3)),
+                             hovertemplate="frame %{x}: the digit is %{y}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=frames, y=predicted, mode="markers", name="prediction",
+                             marker=dict(symbol="x", size=8, color=PREDICTION_COLOUR),
+                             hovertemplate="frame %{x}: predicted %{y}<extra></extra>"))
+    for first, last in flag_runs(occluded):  # above the heatmap, which would hide a band below it
+        fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="white", opacity=0.15, layer="above",
+                      line=dict(color="#7f7f7f", width=2, dash="dot"), annotation_text="occluded",
+                      annotation_position="outside top")  # above the plot, clear of the current frame's label
+    mark_current(fig, current)
+    fig.update_xaxes(range=[-0.5, count - 0.5], dtick=1)
+    fig.update_yaxes(range=[-0.5, identities - 0.5], dtick=1)
+    return finish(fig, "identity belief: p(digit) per frame (○ truth, × prediction)", xaxis_title="frame",
+                  yaxis_title="digit", height=320, legend=dict(orientation="h", y=-0.25))
+
+
+__all__ = ["filmstrip_figure", "identity_belief_figure", "digit_box"]
