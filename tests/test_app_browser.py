@@ -2,7 +2,8 @@
 
 Checks that the first page settles with its 3D views drawn, that "Next" advances "Chunk k / K",
 that Play steps on its own until paused, that a broken upload shows an error, that a second
-browser session keeps its own chunk, and that the other pages draw without an exception.
+browser session keeps its own chunk, that the other pages draw without an exception, and that the
+image view (masked patches) and the video view (moving digits) draw their pictures.
 Screenshots go to test-artifacts/ (git-ignored) for people to look at.
 """
 
@@ -195,9 +196,7 @@ def test_two_sessions_keep_their_own_chunk(browser, server):
 def test_other_pages_render(browser, server):
     page = open_app(browser, server)
     for name in ("Occlusion", "Teach", "Diagnose"):
-        page.get_by_role("link", name=name).first.click()
-        settle(page)
-        assert not page.locator('[data-testid="stException"]').count(), name
+        visit(page, name)
         page.screenshot(path=str(ARTIFACTS / f"app-{name.lower()}.png"))
     page.close()
 
@@ -210,12 +209,18 @@ def choose_checkpoint(page, name: str) -> None:
     settle(page)
 
 
+def visit(page, link: str, checkpoint: str = "") -> None:
+    """Open the page ``link`` (on ``checkpoint`` when given) and require that it ran without an exception."""
+    if checkpoint:
+        choose_checkpoint(page, checkpoint)
+    page.get_by_role("link", name=link).first.click()
+    settle(page)
+    assert not page.locator('[data-testid="stException"]').count(), link
+
+
 def test_text_and_audit_pages_of_the_language_model(browser, server):
     page = open_app(browser, server)
-    choose_checkpoint(page, "language_modelling-tensor")
-    page.get_by_role("link", name="Text").first.click()
-    settle(page)
-    assert not page.locator('[data-testid="stException"]').count()
+    visit(page, "Text", "language_modelling-tensor")
     page.get_by_text("Chunk 7: tokens 112–127").first.wait_for()
     page.locator('[data-testid="stDataFrame"]').first.wait_for()  # elements arrive one by one: wait, not count
     losses = page.locator(".js-plotly-plot").filter(has_text="loss of each next token").first
@@ -223,9 +228,26 @@ def test_text_and_audit_pages_of_the_language_model(browser, server):
     settle(page)
     assert drawn(losses) > 10
     page.screenshot(path=str(ARTIFACTS / "app-text.png"), full_page=True)
-    page.get_by_role("link", name="Audit").first.click()
-    settle(page)
-    assert not page.locator('[data-testid="stException"]').count()
+    visit(page, "Audit")
     page.get_by_text("causal").first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "app-audit.png"), full_page=True)
+    page.close()
+
+
+def test_image_and_video_views(browser, server):
+    page = open_app(browser, server)
+    visit(page, "Images", "masked_patches-tensor")
+    panels = page.locator(".js-plotly-plot").filter(has_text="of the patches hidden").first
+    panels.wait_for()
+    overlay = page.locator(".js-plotly-plot").filter(has_text="‖h‖").first
+    overlay.wait_for()
+    settle(page)
+    assert drawn(panels) > 10 and drawn(overlay) > 10
+    page.screenshot(path=str(ARTIFACTS / "app-images.png"), full_page=True)
+    visit(page, "Occlusion", "moving_digits-tensor")
+    strip = page.locator(".js-plotly-plot").filter(has_text="true → predicted digit").first
+    strip.wait_for()
+    settle(page)
+    assert drawn(strip) > 10
+    page.screenshot(path=str(ARTIFACTS / "app-video.png"), full_page=True)
     page.close()

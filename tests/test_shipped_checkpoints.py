@@ -10,14 +10,16 @@ from tensor_memory import load_checkpoint
 from tensor_memory.evaluation import evaluate_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm", "language_modelling")
+TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm", "language_modelling", "moving_digits")
 BACKBONES = ("tensor", "base", "local")
+IMAGES = [f"masked_patches-{b}" for b in ("tensor", "base", "local", "registers")]  # bidirectional: no state to budget
 LOCAL_UPDATE = "tensor_local_update"  # the tensor backbone retrained with MemoryConfig.write_mode = "local"
 SHARED_STATE = "tensor_shared_state"  # the leaky variant, shipped to show the audit catching it
 VARIANTS = {LOCAL_UPDATE: ("write_mode", "local"), SHARED_STATE: ("share_state", True)}
 SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES] + \
     sorted(d for v in VARIANTS for d in (ROOT / "checkpoints").glob(f"*-{v}")) + \
-    [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")]
+    [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")] + \
+    [ROOT / "checkpoints" / name for name in IMAGES]
 
 
 @pytest.mark.parametrize("directory", SHIPPED, ids=lambda d: d.name)

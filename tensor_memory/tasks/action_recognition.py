@@ -30,7 +30,7 @@ from .. import limits as L
 from .. import video as V
 from ..config import ConfigBase, require_int
 from ..files import FileFormatError
-from .base import Batch, Counts, Task, derive_seed, generator, masked_accuracy, split_of
+from .base import Batch, Counts, FrameTask, derive_seed, generator, masked_accuracy, split_of
 from .occlusion import PatchEncoder
 from .patches import clip_patches
 
@@ -82,7 +82,7 @@ class ActionRecognitionConfig(ConfigBase):
         return self.patch * self.patch * self.channels
 
 
-class ActionRecognition(Task):
+class ActionRecognition(FrameTask):
     name = "action_recognition"
     Config = ActionRecognitionConfig
     sweep_field = "frames"
@@ -170,13 +170,6 @@ class ActionRecognition(Task):
     def num_classes(self) -> int:
         return self.config.classes
 
-    @property
-    def tokens(self) -> int:
-        return self.config.frames * self.chunk_size
-
-    @property
-    def chunk_size(self) -> int:
-        return self.config.tokens_per_frame  # one memory chunk per frame
 
     def encoder(self, dim: int) -> nn.Module:
         cfg = self.config

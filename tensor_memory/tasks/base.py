@@ -177,6 +177,19 @@ class Task:
         return [{**base, self.sweep_field: value} for value in self.sweep_values]
 
 
+class FrameTask(Task):
+    """A task whose samples are ``config.frames`` frames of ``config.tokens_per_frame`` patch tokens each, read
+    one memory chunk per frame (occlusion, moving digits, action recognition)."""
+
+    @property
+    def tokens(self) -> int:
+        return self.config.frames * self.chunk_size
+
+    @property
+    def chunk_size(self) -> int:
+        return self.config.tokens_per_frame  # one memory chunk per frame
+
+
 def masked_accuracy(logits: torch.Tensor, batch: Batch, where: torch.Tensor) -> tuple[float, float]:
     """(correct, total) of the argmax prediction over positions where ``where`` (B, N) is true."""
     hit = (logits.argmax(-1) == batch.targets) & where

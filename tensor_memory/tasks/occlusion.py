@@ -22,7 +22,7 @@ from torch import nn
 
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
+from .base import Batch, Counts, FrameTask, embedding, generator, masked_accuracy
 from .patches import clip_patches
 
 # The eight velocities (dy, dx) ∈ {−1, 0, 1}² \ {(0, 0)}.
@@ -138,7 +138,7 @@ def to_patches(frames: torch.Tensor, patch: int) -> torch.Tensor:
     return clip_patches(frames[..., None], patch)
 
 
-class Occlusion(Task):
+class Occlusion(FrameTask):
     name = "occlusion"
     Config = OcclusionConfig
     sweep_field = "occlusion_length"
@@ -148,13 +148,6 @@ class Occlusion(Task):
     def num_classes(self) -> int:
         return self.config.size ** 2
 
-    @property
-    def tokens(self) -> int:
-        return self.config.frames * self.chunk_size
-
-    @property
-    def chunk_size(self) -> int:
-        return self.config.tokens_per_frame  # one memory chunk per frame
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config
