@@ -164,8 +164,9 @@ def decoded_sample_map(ref: CheckpointRef, seed: int, params: Params, layer: Opt
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def training_history(ref: CheckpointRef) -> dict[str, Any]:
-    """The addressing measures and validation accuracy its training logged, by step (analysis.traces.training_log)."""
-    return addressing_history(read_training_log(Path(ref.path)))
+    """The addressing measures and validation headline (accuracy; PSNR for masked patches) its training logged, by
+    step (analysis.traces.training_log)."""
+    return addressing_history(read_training_log(Path(ref.path)), load(ref).checkpoint.task.headline)
 
 
 @st.cache_data(max_entries=8, show_spinner="Auditing causality: perturbing the inputs after each position…")

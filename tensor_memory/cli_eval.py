@@ -46,19 +46,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-RAW_METRICS = ("mse", "cross_entropy", "perplexity")  # numbers, not fractions: printed as they are
-
-
 def _fmt(metric: str, value: Optional[float]) -> str:
-    if value is None:
-        return "n/a"
-    if metric == "gate_drift":
-        return f"{value:+.4f}"
-    if metric.startswith("psnr"):
-        return f"{value:.2f} dB"
-    if metric in RAW_METRICS or metric.startswith("ssim"):
-        return f"{value:.4f}"
-    return f"{100 * value:.2f}%"
+    from .evaluation import format_metric
+
+    return "n/a" if value is None else format_metric(metric, value)
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:

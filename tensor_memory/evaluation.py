@@ -109,6 +109,30 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     return metrics
 
 
+# How a metric reads: most are shares of scored positions (percentages); these are numbers in their own units.
+DECIBEL_METRICS = ("psnr", "psnr_mean_fill")
+PLAIN_METRICS = ("ssim", "ssim_mean_fill", "mse", "cross_entropy", "perplexity")
+
+
+def metric_unit(metric: str) -> str:
+    """"%" for a share of positions (accuracies, chance), "dB" for a PSNR, "" for the rest (SSIM, errors, drift)."""
+    if metric in DECIBEL_METRICS:
+        return "dB"
+    return "" if metric in PLAIN_METRICS or metric == "gate_drift" else "%"
+
+
+def format_metric(metric: str, value: Optional[float], percent_digits: int = 2) -> str:
+    """``value`` of ``metric`` as people read it: "99.61%", "25.32 dB", "0.7312", "+0.0012"; "—" for None."""
+    if value is None:
+        return "—"
+    if metric == "gate_drift":
+        return f"{value:+.4f}"
+    unit = metric_unit(metric)
+    if unit == "%":
+        return f"{100 * value:.{percent_digits}f}%"
+    return f"{value:.2f} dB" if unit == "dB" else f"{value:.4f}"
+
+
 def _shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: tuple(value.shape) for name, value in module.state_dict().items()}
 
@@ -178,4 +202,5 @@ def sweep(ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 6
             for point in sweep_points(ckpt.task)]
 
 
-__all__ = ["evaluate", "evaluate_checkpoint", "sweep", "sweep_points", "gate_drift", "task_with"]
+__all__ = ["evaluate", "evaluate_checkpoint", "sweep", "sweep_points", "gate_drift", "task_with", "metric_unit",
+           "format_metric"]

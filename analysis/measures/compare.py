@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import torch
 
 from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.evaluation import format_metric, metric_unit
 
 from analysis import figures
 from analysis.measures.addressing import addressing_report
@@ -61,7 +62,7 @@ def comparison_note(a: dict[str, Any], b: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _percent(value: Optional[float]) -> str:
+def _percent(value: Optional[float]) -> str:  # an addressing share
     return "—" if value is None else f"{value:.1%}"
 
 
@@ -91,8 +92,8 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]
         b = {**b, "name": b["name"] + " (2)"}
     rows = [row("task", a["task"], b["task"]), row("backbone", a["backbone"], b["backbone"])]
     for metric in dict.fromkeys([*a["metrics"], *b["metrics"]]):
-        rows.append(row(metric.replace("_", " "), _percent(a["metrics"].get(metric)), _percent(b["metrics"].get(metric)),
-                        f"over {a['samples']} and {b['samples']} samples"))
+        shown = lambda s: format_metric(metric, s["metrics"].get(metric), percent_digits=1)  # noqa: E731
+        rows.append(row(metric.replace("_", " "), shown(a), shown(b), f"over {a['samples']} and {b['samples']} samples"))
     verdict = lambda s: s["addressing"]["verdict"] if s["addressing"] else "no memory layers"  # noqa: E731
     rows.append(row("addressing verdict", verdict(a), verdict(b)))
     if a["addressing"] or b["addressing"]:
@@ -103,17 +104,21 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]
 
 
 def comparison_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
-    """Grouped bars of the two checkpoints' metrics (chance left out), on one 0–100% axis."""
-    metrics = [m for m in dict.fromkeys([*a["metrics"], *b["metrics"]]) if m not in ("chance",)]
+    """Grouped bars of the two checkpoints' metrics (chance left out) on one axis: the accuracies on 0–100%, or,
+    for a task scored in decibels (masked patches), its PSNRs."""
+    everything = [m for m in dict.fromkeys([*a["metrics"], *b["metrics"]]) if m != "chance"]
+    unit = "dB" if any(metric_unit(m) == "dB" for m in everything) else "%"
+    metrics = [m for m in everything if metric_unit(m) == unit]
     fig = go.Figure()
     for summary, colour in zip((a, b), COLOURS):
         values = [summary["metrics"].get(m) for m in metrics]
         fig.add_trace(go.Bar(x=[m.replace("_", " ") for m in metrics],
                              y=[np.nan if v is None else v for v in values], name=summary["name"], marker_color=colour,
-                             text=[_percent(v) for v in values], textposition="outside",
-                             hovertemplate=f"{summary['name']}<br>%{{x}}: %{{y:.1%}}<extra></extra>"))
-    return figures.finish(fig, "metrics on the same samples", barmode="group", yaxis_range=[0, 1.15],
-                           yaxis_tickformat=".0%", height=320, legend=dict(orientation="h", y=-0.2))
+                             text=[format_metric(m, v, percent_digits=1) for m, v in zip(metrics, values)],
+                             textposition="outside", hovertemplate=f"{summary['name']}<br>%{{x}}: %{{text}}<extra></extra>"))
+    axis = dict(yaxis_range=[0, 1.15], yaxis_tickformat=".0%") if unit == "%" else dict(yaxis_title="dB")
+    return figures.finish(fig, "metrics on the same samples", barmode="group", height=320,
+                          legend=dict(orientation="h", y=-0.2), **axis)
 
 
 __all__ = ["sample_metrics", "checkpoint_summary", "comparison_note", "comparison_rows", "comparison_figure"]

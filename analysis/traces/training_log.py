@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tensor_memory.evaluation import metric_unit
 from tensor_memory.training_log import read_training_log
 
 from analysis.figures import finish
@@ -26,13 +27,13 @@ PANELS = (("where writes go", ("write_spread_voxels", "read_write_distance_voxel
           ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"))
 LABELS = {"write_spread_voxels": "write spread", "read_write_distance_voxels": "read–write distance",
           "sigma_voxels": "median σ", "boundary_fraction": "coordinates at a face", "gate_scale": "σ(γ)",
-          "gate_i_mean": "mean i", "gate_f_mean": "mean f", "gate_o_mean": "mean o",
-          "val_accuracy": "validation accuracy"}
+          "gate_i_mean": "mean i", "gate_f_mean": "mean f", "gate_o_mean": "mean o"}
 
 
-def addressing_history(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"layers": {layer: {measure: (steps, values)}}, "val_accuracy": (steps, values)}``.
+def addressing_history(entries: list[dict[str, Any]], metric: str = "accuracy") -> dict[str, Any]:
+    """``{"layers": {layer: {measure: (steps, values)}}, "val_<metric>": (steps, values), "metric": metric}``.
 
+    ``metric`` is the validation metric to follow (the task's headline: accuracy, or masked patches' psnr).
     Series are numpy arrays in step order; a measure a log entry lacks (or logged as null) is left
     out of that series rather than drawn as zero. Logs written before training recorded
     addressing give empty ``layers``.
@@ -41,7 +42,7 @@ def addressing_history(entries: list[dict[str, Any]]) -> dict[str, Any]:
     accuracy: list[tuple[int, float]] = []
     for entry in entries:
         step = entry["step"]
-        value = entry.get("val_accuracy")
+        value = entry.get(f"val_{metric}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             accuracy.append((step, float(value)))
         addressing = entry.get("addressing")
@@ -60,7 +61,7 @@ def addressing_history(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {"layers": {layer: {name: series(points) for name, points in measures.items()}
                        for layer, measures in layers.items()},
-            "val_accuracy": series(accuracy)}
+            f"val_{metric}": series(accuracy), "metric": metric}
 
 
 def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = None,
@@ -79,7 +80,8 @@ def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = No
     if layer not in layers:
         raise ValueError(f"no addressing measures for layer {layer!r} in this log; it has {sorted(layers)}")
     measures = layers[layer]
-    titles = [title for title, _, _ in PANELS] + ["validation accuracy"]
+    metric = history.get("metric", "accuracy")
+    titles = [title for title, _, _ in PANELS] + [f"validation {metric.replace('_', ' ')}"]
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.05)
     for column, (_, names, unit) in enumerate(PANELS, start=1):
         for name in names:
@@ -88,10 +90,12 @@ def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = No
                 fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=LABELS.get(name, name),
                                          legendgroup=str(column)), row=1, col=column)
         fig.update_yaxes(title_text=unit, row=1, col=column)
-    steps, values = history["val_accuracy"]
-    fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=LABELS["val_accuracy"]),
-                  row=1, col=len(titles))
-    fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
+    steps, values = history[f"val_{metric}"]
+    fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=titles[-1]), row=1, col=len(titles))
+    if metric_unit(metric) == "%":
+        fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
+    else:
+        fig.update_yaxes(title_text=metric_unit(metric) or metric, row=1, col=len(titles))
     fig.update_xaxes(title_text="training step")
     if scaffold_steps > 0:
         for column in range(1, len(titles) + 1):

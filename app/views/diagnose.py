@@ -12,6 +12,8 @@ from app import cache, layout, state, world_view
 from app.cache import CheckpointRef
 from app.sidebar import checkpoint_options
 from tensor_memory.checkpoint import CheckpointError
+from tensor_memory.evaluation import format_metric
+from tensor_memory.tasks import TASKS
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 SAMPLE_COUNTS = [8, 16, 32, 64, 128]
@@ -123,7 +125,7 @@ for column, summary in ((left, mine), (right, theirs)):
     with column, st.container(border=True):
         st.markdown(f"**{summary['name']}** · {summary['task']} · `{summary['backbone']}`")
         verdict(summary["addressing"], summary["name"])
-        accuracy = summary["metrics"].get("accuracy")
-        st.metric("accuracy", "—" if accuracy is None else f"{accuracy:.1%}")
+        headline = TASKS[summary["task"]].headline  # accuracy; PSNR for masked patches
+        st.metric(headline, format_metric(headline, summary["metrics"].get(headline), percent_digits=1))
 layout.chart(comparison_figure(mine, theirs), "comparison", height=320)
 st.dataframe(comparison_rows(mine, theirs), hide_index=True, width="stretch")
