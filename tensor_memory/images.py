@@ -44,6 +44,8 @@ PHOTO_SPLITS = {
 FACES_TEST_EVERY = 10  # lfw_subset image i goes to test when i % 10 == 0, to valid when i % 10 == 1
 CUB_VALID_EVERY = 10  # one official-train image in ten (by a hash of its path) is held out for validation
 MAX_IMAGE_PIXELS = 50_000_000  # a decoded image larger than this is refused (a decompression bomb)
+CUB_CACHE_BYTES = 2 << 30  # decoded CUB images kept per split: 2 GiB
+CUB_ASPECT = 1.5  # a CUB photograph is about 1.5 times as wide as it is high
 MAX_LIST_BYTES = 16 << 20  # images.txt / train_test_split.txt of CUB are about 400 KB
 
 
@@ -218,10 +220,12 @@ def read_image(path: Path, channels: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=8)
 def cub_pool(folder: str, split: str, channels: int, side: int) -> ImagePool:
-    """The CUB images of ``split``, each decoded on first use and kept scaled to short side ``side``."""
+    """The CUB images of ``split``, each decoded on first use and kept scaled to short side ``side`` — the most
+    recently used ones, as many as :data:`CUB_CACHE_BYTES` holds (all of CUB at the default crop size)."""
     paths = cub_split_paths(Path(folder))[split]
+    per_image = side * side * CUB_ASPECT * channels * 4  # float32 bytes of a typical scaled image
 
-    @functools.lru_cache(maxsize=None)
+    @functools.lru_cache(maxsize=max(64, int(CUB_CACHE_BYTES // per_image)))
     def fetch(index: int) -> np.ndarray:
         return scale_short_side(read_image(paths[index], channels), side)
 
