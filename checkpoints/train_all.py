@@ -34,6 +34,7 @@ from analysis.traces.capture import capture_many  # noqa: E402
 from tensor_memory import TensorMemory, load_checkpoint  # noqa: E402
 from tensor_memory.checkpoint import store_half_precision  # noqa: E402
 from tensor_memory.tasks import TASKS as TASK_CLASSES  # noqa: E402
+from tensor_memory.training import load_run_config  # noqa: E402
 
 TASKS = ("no_harm", "coordinate_binding", "occlusion", "map_building", "language_modelling", "masked_patches",
          "moving_digits")
@@ -49,11 +50,26 @@ ADDRESSING_SAMPLES = 16  # samples of seed 0 behind each run's addressing verdic
 
 # Trained after the grid, at the learning rate the tensor run won: (backbone kind, extra --set overrides).
 VARIANTS = {"tensor_local_update": ("tensor", ["model.memory.write_mode=local"]),
-            "tensor_shared_state": ("tensor", ["model.share_state=true"])}  # the public code's leak, shown
+            "tensor_shared_state": ("tensor", ["model.share_state=true"]),  # the public code's leak, shown
+            "tensor_windowed": ("tensor", [])}  # with the `local` baseline's attention window: see variant()
+
+
+def variant(task: str, backbone: str) -> tuple[str, list[str]]:
+    """(backbone kind, --set overrides) of a grid entry: a kind as it is, or a variant of the tensor backbone.
+
+    ``tensor_windowed`` is the memory on the attention of the task's ``local`` baseline (its window, from
+    configs/<task>.toml): where the tensor run has full attention (masked patches), this says whether the
+    memory adds to local attention as well as to full attention.
+    """
+    kind, extra = VARIANTS.get(backbone, (backbone, []))
+    if backbone == "tensor_windowed":
+        window = load_run_config(ROOT / "configs" / f"{task}.toml", "local")["model"]["window"]
+        extra = [*extra, f"model.window={window}"]
+    return kind, extra
 
 
 def command(task: str, backbone: str, lr: str, out: Path) -> list[str]:
-    kind, extra = VARIANTS.get(backbone, (backbone, []))
+    kind, extra = variant(task, backbone)
     sets = [item for value in extra for item in ("--set", value)]
     return ["tensor-memory", "train", "--task", task, "--backbone", kind, *sets, "--set", f"training.lr={lr}",
             "--out", str(out.relative_to(ROOT)), "--overwrite", "--no-progress"]  # a grid re-run replaces its run

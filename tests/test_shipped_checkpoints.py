@@ -15,7 +15,8 @@ BACKBONES = ("tensor", "base", "local")
 IMAGES = [f"masked_patches-{b}" for b in ("tensor", "base", "local", "registers")]  # bidirectional: no state to budget
 LOCAL_UPDATE = "tensor_local_update"  # the tensor backbone retrained with MemoryConfig.write_mode = "local"
 SHARED_STATE = "tensor_shared_state"  # the leaky variant, shipped to show the audit catching it
-VARIANTS = {LOCAL_UPDATE: ("write_mode", "local"), SHARED_STATE: ("share_state", True)}
+WINDOWED = "tensor_windowed"  # the memory on the local baseline's attention window (masked patches: 7)
+VARIANTS = {LOCAL_UPDATE: ("write_mode", "local"), SHARED_STATE: ("share_state", True), WINDOWED: ("window", 7)}
 SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES] + \
     sorted(d for v in VARIANTS for d in (ROOT / "checkpoints").glob(f"*-{v}")) + \
     [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")] + \

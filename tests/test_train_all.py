@@ -9,8 +9,8 @@ train_all = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(train_all)
 
 
-def _run(lr, accuracy, verdicts=None, error=False):
-    run = {"lr": lr, "validation": {"accuracy": accuracy}}
+def _run(lr, accuracy, verdicts=None, error=False, task="occlusion"):
+    run = {"task": task, "lr": lr, "validation": {"accuracy": accuracy}}
     if verdicts is not None:
         run["addressing_verdicts"] = verdicts
     if error:
@@ -32,6 +32,18 @@ def test_without_a_healthy_run_accuracy_decides_and_a_failed_run_loses():
     assert train_all.best([failed, low]) is low
     baseline_a, baseline_b = _run(1e-3, 0.90, {}), _run(2e-3, 0.91, {})  # no memory: accuracy alone
     assert train_all.best([baseline_a, baseline_b]) is baseline_b
+
+
+def test_masked_patches_runs_are_chosen_by_psnr():
+    sharp = {"task": "masked_patches", "lr": 1e-3, "validation": {"psnr": 28.0, "ssim": 0.70}, "addressing_verdicts": {}}
+    blurred = {"task": "masked_patches", "lr": 2e-3, "validation": {"psnr": 27.0, "ssim": 0.75}, "addressing_verdicts": {}}
+    assert train_all.best([blurred, sharp]) is sharp
+
+
+def test_the_windowed_variant_takes_the_local_baselines_window():
+    kind, sets = train_all.variant("masked_patches", "tensor_windowed")
+    assert kind == "tensor" and sets == ["model.window=7"]
+    assert train_all.variant("masked_patches", "local") == ("local", [])
 
 
 def test_a_finished_run_is_reused_not_retrained(tmp_path):
