@@ -178,6 +178,7 @@ SHIPPED_VERDICTS = {
                                                "backbone.blocks.3.memory": "boundary saturation"},
     # Masked patches: the patch places steered the writes for 1,000 of 4,000 steps; the layout stayed.
     "masked_patches-tensor": "healthy",
+    "masked_patches-tensor_windowed": "healthy",
     # Moving digits carries the digit through the occlusion (0.69 of hidden frames, 0.01 with its reads off)
     # as a vector: both layers' writes cover most of the grid (docs/results.md).
     "moving_digits-tensor": "sigma explosion",
