@@ -122,8 +122,9 @@ def write_places_figure(places: dict[str, np.ndarray], current: int, grid: Seque
                                  line=dict(color=PREDICTION_COLOUR, width=3),
                                  marker=dict(size=[14, 12], color=PREDICTION_COLOUR, symbol=["square-open", "circle"])))
     D, H, W = grid
-    fig.update_xaxes(range=[-0.5, W - 0.5], title_text="x (W), voxels", dtick=1, zeroline=False)
-    fig.update_yaxes(range=[H - 0.5, -0.5], title_text="y (H), voxels", dtick=1, zeroline=False, scaleanchor="x")
+    fig.update_xaxes(range=[-0.5, W - 0.5], title_text="x (W), voxels", dtick=1, zeroline=False, constrain="domain")
+    fig.update_yaxes(range=[H - 0.5, -0.5], title_text="y (H), voxels", dtick=1, zeroline=False, scaleanchor="x",
+                     constrain="domain")
     return finish(fig, title, height=380, legend=dict(orientation="h", y=-0.2))
 
 

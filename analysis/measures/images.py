@@ -6,7 +6,7 @@
 - :func:`memory_on_image` lays a memory layer's hidden state over the image after a chunk, where the
   memory's H × W grid is the image's patch grid (voxel (·, r, c) above patch (r, c)).
 - :func:`write_places` puts each patch's write coordinate beside the patch's place in the image, and
-  :func:`write_alignment` says how much of the writes' layout the patches' layout explains.
+  :func:`write_alignment` says, axis by axis, how much of the writes' layout the patches' layout explains.
 """
 
 from __future__ import annotations
@@ -154,19 +154,22 @@ def write_places(trace: Trace, layer: Optional[str] = None) -> dict[str, np.ndar
 
 
 def write_alignment(places: dict[str, np.ndarray]) -> dict[str, float]:
-    """How much of the writes' (x, y) layout an affine map of the patches' layout explains.
+    """How much of each axis of the writes' layout an affine map of the patches' places explains.
 
-    ``r2``: 1 − residual / total variance of the writes after the best affine fit from patch (x, y) (0: the
-    writes ignore where the patch is; 1: they lay the image out, perhaps turned or scaled);
-    ``spread_voxels``: the writes' root-mean-square distance from their mean.
+    ``r2_x`` / ``r2_y``: 1 − residual / total variance of the writes' x (W) / y (H) after the best affine
+    fit from the patch's (x, y) (0: the axis ignores where the patch is; 1: it lays the image out along that
+    axis, perhaps turned or scaled). Each axis apart, so that a memory that keeps the columns but folds the
+    rows together is not mistaken for one that keeps both. ``spread_voxels``: the writes' root-mean-square
+    distance from their mean.
     """
     patch, write = places["patch"], places["write"]
     design = np.concatenate([patch, np.ones((len(patch), 1))], axis=1)  # (K, 3): affine in (x, y)
     fit, *_ = np.linalg.lstsq(design, write, rcond=None)
-    residual = float(np.square(write - design @ fit).sum())
-    total = float(np.square(write - write.mean(axis=0)).sum())
-    return {"r2": 1.0 - residual / total if total > 1e-12 else 0.0,
-            "spread_voxels": float(np.sqrt(total / max(len(write), 1)))}
+    residual = np.square(write - design @ fit).sum(axis=0)  # (2,) per axis
+    total = np.square(write - write.mean(axis=0)).sum(axis=0)
+    r2 = [1.0 - r / t if t > 1e-12 else 0.0 for r, t in zip(residual, total)]
+    return {"r2_x": float(r2[0]), "r2_y": float(r2[1]),
+            "spread_voxels": float(np.sqrt(total.sum() / max(len(write), 1)))}
 
 
 __all__ = ["Reconstruction", "reconstruct", "chunk_errors", "grid_aligned", "memory_on_image", "patch_places", "write_places",

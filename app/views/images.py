@@ -54,7 +54,8 @@ with overlay_col:
                 f"grid, so there is no voxel above each patch to draw.", icon=":material/grid_off:")
 with places_col:
     fit = write_alignment(places)
-    st.markdown(f"**Where each patch was written** · the patches' layout explains {fit['r2']:.0%} of the writes'")
+    st.markdown(f"**Where each patch was written** · the patches' places explain {fit['r2_x']:.0%} of the writes' "
+                f"x and {fit['r2_y']:.0%} of their y")
     layout.chart(write_places_figure(places, context.chunk, lay.grid), "write_places", height=380)
     st.caption("Grey squares: each patch's place in the image, on the memory's x–y plane; dots: where its write "
                "went (μ_write). A memory that keeps the image's layout writes each patch near its own square.")
