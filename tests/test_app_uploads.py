@@ -29,7 +29,7 @@ def test_good_upload_is_validated_and_shown():
     assert any("task map_building" in s.value for s in at.success)
     assert at.session_state["context"].task == "map_building"
     ok(at.switch_page("views/occlusion.py").run())
-    assert any("need an occlusion checkpoint" in i.value for i in at.info)
+    assert any("need an occlusion or moving_digits checkpoint" in i.value for i in at.info)
     ok(at.selectbox(key="checkpoint_choice").set_value("occlusion-tensor").run())
     assert at.session_state["context"].task == "occlusion" and not at.error
 
