@@ -16,8 +16,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis import figures
+from analysis.figures.images import HIDDEN_GREY, patch_box, picture
+from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
-from analysis.figures.video import digit_box
+from tensor_memory.tasks.masked_patches import hidden_pixels
 from tensor_memory.tasks.moving_digits import DIGIT
 
 PATCH_COLOUR = "#d62728"  # the current patch's outline
@@ -89,8 +91,6 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
     out: dict[str, Any] = {"event": event, "scored": scored, "prediction": None, "truth": None, "correct": None,
                            "p_truth": None, "p_prediction": None}
     if scored and trace.predicts_values:  # a reconstructed patch: its error stands for right or wrong
-        from analysis.measures.images import chunk_errors
-
         out.update(prediction="the hidden patch, reconstructed", truth="the patch's pixels",
                    error=float(chunk_errors(trace)[k]))
     elif scored:
@@ -115,14 +115,8 @@ def _occlusion_figure(trace: Trace, k: int, box: Optional[int] = None, thing: st
 
 
 def _digits_figure(trace: Trace, k: int) -> go.Figure:
-    """The moving-digits frame: the occlusion frame with the digit's 8 × 8 boxes, wrapping at the edges as it does."""
-    fig = _occlusion_figure(trace, k, box=DIGIT, thing=f"the digit ({int(trace.meta['digit'])})")
-    size = int(trace.info["task_params"]["size"])
-    for line in fig.data[1:]:  # the truth and prediction squares, from their top-left corner
-        top_left = (round(line.y[0] + 0.5), round(line.x[0] + 0.5))
-        wrapped = digit_box(line.name, top_left, size, line.line.color, line.line.dash)
-        line.update(x=wrapped.x, y=wrapped.y)
-    return fig
+    """The moving-digits frame: the occlusion frame with the digit's 8 × 8 boxes."""
+    return _occlusion_figure(trace, k, box=DIGIT, thing=f"the digit ({int(trace.meta['digit'])})")
 
 
 def _binding_figure(trace: Trace, k: int) -> go.Figure:
@@ -193,9 +187,6 @@ def _counter_figure(trace: Trace, k: int) -> go.Figure:
 
 def _patches_figure(trace: Trace, k: int) -> go.Figure:
     """The image as the model sees it (hidden patches grey), the current patch outlined."""
-    from analysis.figures.images import HIDDEN_GREY, patch_box, picture
-    from tensor_memory.tasks.masked_patches import hidden_pixels
-
     params, meta = trace.info["task_params"], trace.meta
     size, patch = int(params["image_size"]), int(params["patch"])
     image = np.asarray(meta["image"], dtype=np.float32)
@@ -209,8 +200,8 @@ def _patches_figure(trace: Trace, k: int) -> go.Figure:
     return figures.finish(fig, f"patch {t} ({state}); grey patches are hidden")
 
 
-BUILDERS = {"masked_patches": _patches_figure, "occlusion": _occlusion_figure, "moving_digits": _digits_figure, "coordinate_binding": _binding_figure,
-            "map_building": _map_figure, "no_harm": _counter_figure}
+BUILDERS = {"occlusion": _occlusion_figure, "moving_digits": _digits_figure, "coordinate_binding": _binding_figure,
+            "map_building": _map_figure, "no_harm": _counter_figure, "masked_patches": _patches_figure}
 
 
 def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:

@@ -20,6 +20,7 @@ from tensor_memory.files import atomic_write_text
 
 from analysis import figures
 from analysis.measures.addressing import addressing_report
+from analysis.measures.images import chunk_errors
 from analysis.measures.occlusion import belief, occlusion_memory
 from analysis.figures.occlusion_views import energy_figure
 from analysis.traces.trace import GATE_FIELDS, Trace, TraceError
@@ -43,8 +44,6 @@ def prediction_numbers(trace: Trace) -> dict[str, Any]:
     (masked patches) the RMS pixel error over the scored chunks, and per chunk its error."""
     scored = trace.chunks["scored"]
     if trace.predicts_values:
-        from analysis.measures.images import chunk_errors
-
         errors = chunk_errors(trace)
         return {"rms_error": float(np.sqrt(np.nanmean(np.square(errors)))) if scored.any() else None,
                 "scored_chunks": int(scored.sum()), "errors": [None if np.isnan(e) else float(e) for e in errors]}

@@ -10,6 +10,7 @@ from plotly.subplots import make_subplots
 
 from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, check_array, check_index, finish,
                                    flag_runs, mark_current)
+from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
 
 def timeline_figure(trace: Trace, current: int) -> go.Figure:
@@ -58,8 +59,6 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
 
 def _error_timeline(trace: Trace, current: int) -> go.Figure:
     """Masked patches: the RMS pixel error of each hidden patch's reconstruction, per chunk."""
-    from analysis.measures.images import chunk_errors  # the image measures need the task's own units
-
     errors = chunk_errors(trace)
     current = check_index(current, len(errors), "current (a chunk index)")
     chunks = np.arange(len(errors))
@@ -67,7 +66,7 @@ def _error_timeline(trace: Trace, current: int) -> go.Figure:
                            hovertemplate="chunk %{x}: RMS error %{y:.3f}<extra></extra>"))
     mark_current(fig, current)
     high = float(np.nanmax(errors)) if np.isfinite(errors).any() else 1.0
-    return finish(fig, f"{trace.info.get('task', 'trace')}: pixel error of each hidden patch (visible: none)",
+    return finish(fig, f"{trace.info.get('task', 'trace')}: pixel error of each hidden patch (visible ones are given)",
                   xaxis_title="chunk (patch)", yaxis_title="RMS error", yaxis_range=[0, 1.05 * high])
 
 
@@ -113,12 +112,26 @@ def belief_figure(probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray
                                   colorbar=dict(title="p", thickness=10)))
 
 
-def _square(name: str, position: Sequence[int], ball: int, colour: str, dash: str) -> go.Scatter:
-    """The outline of a ``ball`` × ``ball`` square whose top-left pixel is ``position`` (y, x)."""
+def object_box(name: str, position: Sequence[int], side: int, colour: str, dash: str,
+               frame: Optional[int] = None) -> go.Scatter:
+    """The outline of a ``side`` × ``side`` object whose top-left pixel is ``position`` (y, x).
+
+    The tasks' objects wrap at the edges of their ``frame`` × ``frame`` frames, so does the box: one that runs
+    off an edge is drawn again one frame over (the axes clip each copy), the copies one line with gaps.
+    """
     if len(position) != 2:
         raise ValueError(f"{name} must be (y, x), got {tuple(position)}")
-    y, x = (float(v) - 0.5 for v in position)
-    return go.Scatter(x=[x, x + ball, x + ball, x, x], y=[y, y, y + ball, y + ball, y], mode="lines", name=name,
+    y, x = (int(v) for v in position)
+    rows = (0, frame) if frame and y + side > frame else (0,)
+    cols = (0, frame) if frame and x + side > frame else (0,)
+    xs: list = []
+    ys: list = []
+    for dy in rows:
+        for dx in cols:
+            top, left = y - dy - 0.5, x - dx - 0.5
+            xs += [None, left, left + side, left + side, left, left]
+            ys += [None, top, top, top + side, top + side, top]
+    return go.Scatter(x=xs[1:], y=ys[1:], mode="lines", name=name, legendgroup=name,
                       line=dict(color=colour, width=3, dash=dash), hoverinfo="name")
 
 
@@ -126,9 +139,9 @@ def frame_figure(frame: np.ndarray, truth: Optional[Sequence[int]] = None,
                  prediction: Optional[Sequence[int]] = None, title: str = "", ball: int = 2) -> go.Figure:
     """An input frame (S, S) in greyscale with the true and the predicted ball outlined.
 
-    ``truth`` and ``prediction`` are the top-left pixel (y, x) of a ``ball`` × ``ball`` ball;
-    truth is a solid green square, prediction a dashed orange one. Grey levels span [0, 1]
-    (wider if the frame's values do).
+    ``truth`` and ``prediction`` are the top-left pixel (y, x) of a ``ball`` × ``ball`` ball (or digit),
+    which wraps at the frame's edges as its box does; truth is a solid green square, prediction a dashed
+    orange one. Grey levels span [0, 1] (wider if the frame's values do).
     """
     image = check_array(frame, 2, "frame", "(S, S)").astype(np.float32)
     rows, cols = image.shape
@@ -138,7 +151,7 @@ def frame_figure(frame: np.ndarray, truth: Optional[Sequence[int]] = None,
     for name, position, colour, dash in (("truth", truth, TRUTH_COLOUR, "solid"),
                                          ("prediction", prediction, PREDICTION_COLOUR, "dash")):
         if position is not None:
-            fig.add_trace(_square(name, position, ball, colour, dash))
+            fig.add_trace(object_box(name, position, ball, colour, dash, frame=rows))
     fig.update_xaxes(range=[-0.5, cols - 0.5], constrain="domain", title_text="x")
     fig.update_yaxes(range=[rows - 0.5, -0.5], constrain="domain", scaleanchor="x", title_text="y")
     return finish(fig, title, legend=dict(orientation="h", y=-0.15))

@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, check_array, check_index, finish,
                                    flag_runs, mark_current)
-from analysis.figures.timeline import _square
+from analysis.figures.timeline import object_box
 from analysis.measures.occlusion import belief as clip_belief
 from analysis.traces.trace import Trace
 from tensor_memory.tasks.moving_digits import DIGIT
@@ -27,18 +27,9 @@ GREYS = [[0.0, "black"], [1.0, "white"]]
 
 
 def digit_box(name: str, position: Sequence[int], size: int, colour: str, dash: str) -> go.Scatter:
-    """The outline of the 8 × 8 digit whose top-left pixel is ``position`` (y, x) in a ``size`` × ``size`` frame.
-
-    The digit wraps at the frame's edges, so does its box: a box running off an edge is drawn again
-    one frame over (the axes clip each copy), the copies one line with gaps.
-    """
-    y, x = (int(v) for v in position)
-    rows = (0, size) if y + DIGIT > size else (0,)
-    cols = (0, size) if x + DIGIT > size else (0,)
-    copies = [_square(name, (y - dy, x - dx), DIGIT, colour, dash) for dy in rows for dx in cols]
-    xs = [v for copy in copies for v in (*copy.x, None)][:-1]
-    ys = [v for copy in copies for v in (*copy.y, None)][:-1]
-    return copies[0].update(x=xs, y=ys, legendgroup=name)
+    """The outline of the 8 × 8 digit whose top-left pixel is ``position`` (y, x) in a ``size`` × ``size`` frame,
+    wrapping at the frame's edges as the digit does."""
+    return object_box(name, position, DIGIT, colour, dash, frame=size)
 
 
 def _digit_belief(trace: Trace) -> dict[str, np.ndarray]:

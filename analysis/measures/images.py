@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.tasks.masked_patches import hidden_pixels, image_scores
+from tensor_memory.tasks.masked_patches import hidden_pixels, image_metrics
 
 from analysis.measures.grid import voxel_coordinates
 from analysis.traces.capture import sample_batch
@@ -72,13 +72,9 @@ def reconstruct(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: 
     hidden = hidden_pixels(masked, cfg.image_size, cfg.patch)
     predicted = np.clip(task.to_pixels(outputs, batch.meta)[0].numpy(), 0.0, 1.0)
     composite = np.where(hidden[..., None], predicted, image)
-    psnr, ssim = image_scores(image, predicted, hidden)
-    fill = np.broadcast_to(image[~hidden].mean(axis=0), image.shape)
-    psnr_fill, ssim_fill = image_scores(image, fill, hidden)
     return Reconstruction(image=image, hidden=hidden, masked=masked, predicted=predicted, composite=composite,
-                          error=np.abs(composite - image).mean(axis=-1), psnr=psnr, ssim=ssim,
-                          psnr_mean_fill=psnr_fill, ssim_mean_fill=ssim_fill,
-                          mask_rate=float(batch.meta["mask_rate"][0]), patch=cfg.patch)
+                          error=np.abs(composite - image).mean(axis=-1), mask_rate=float(batch.meta["mask_rate"][0]),
+                          patch=cfg.patch, **image_metrics(image, predicted, hidden))
 
 
 def chunk_errors(trace: Trace) -> np.ndarray:

@@ -133,6 +133,16 @@ def image_scores(truth: np.ndarray, prediction: np.ndarray, hidden: np.ndarray) 
     return psnr, float(ssim_map[hidden].mean())
 
 
+IMAGE_METRICS = ("psnr", "ssim", "psnr_mean_fill", "ssim_mean_fill")
+
+
+def image_metrics(truth: np.ndarray, prediction: np.ndarray, hidden: np.ndarray) -> dict[str, float]:
+    """:func:`image_scores` of one reconstruction and of its floor, the hidden pixels filled with the mean colour
+    of the visible ones: ``{"psnr", "ssim", "psnr_mean_fill", "ssim_mean_fill"}``."""
+    fill = np.broadcast_to(truth[~hidden].mean(axis=0), truth.shape)  # the visible pixels' mean colour
+    return dict(zip(IMAGE_METRICS, (*image_scores(truth, prediction, hidden), *image_scores(truth, fill, hidden))))
+
+
 class MaskedPatchEncoder(nn.Module):
     """pixels (B, N, patch²·C) → Linear, plus learned markers of the patch's place and of whether it is hidden."""
 
@@ -250,15 +260,12 @@ class MaskedPatches(Task):
         predicted = self.to_pixels(outputs, batch.meta).numpy()  # (B, S, S, C)
         pictures = batch.meta["image"].numpy()
         masked = batch.mask.cpu().numpy()
-        sums = dict.fromkeys(("psnr", "ssim", "psnr_mean_fill", "ssim_mean_fill"), 0.0)
+        sums = dict.fromkeys(IMAGE_METRICS, 0.0)
         squared, hidden_total = 0.0, 0.0
         for b in range(len(pictures)):
             hidden = hidden_pixels(masked[b], cfg.image_size, cfg.patch)
             truth = pictures[b]
-            psnr, ssim = image_scores(truth, predicted[b], hidden)
-            fill = np.broadcast_to(truth[~hidden].mean(axis=0), truth.shape)  # the visible pixels' mean colour
-            psnr_fill, ssim_fill = image_scores(truth, fill, hidden)
-            for key, value in zip(sums, (psnr, ssim, psnr_fill, ssim_fill)):
+            for key, value in image_metrics(truth, predicted[b], hidden).items():
                 sums[key] += value
             error = np.clip(predicted[b], 0.0, 1.0)[hidden] - truth[hidden]
             squared += float(np.square(error.astype(np.float64)).sum())
