@@ -34,14 +34,11 @@ browser:
 		|| echo "Could not install chromium; browser tests will be skipped."; \
 	else echo "Browser tests will be skipped; to run them: sudo apt-get install -y chromium"; fi
 
+# Every benchmark in benchmarks/README.md but trainability.py (a training study of about 30 minutes).
+BENCHMARKS := memory_step hook_overhead large_grid training_throughput language_step streaming trace app
+
 bench: $(STAMP)
-	$(PY) benchmarks/memory_step.py
-	$(PY) benchmarks/large_grid.py
-	$(PY) benchmarks/compile.py
-	$(PY) benchmarks/training_throughput.py
-	$(PY) benchmarks/streaming.py
-	$(PY) benchmarks/trace.py
-	$(PY) benchmarks/app.py
+	@set -e; for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py"; $(PY) benchmarks/$$name.py; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,7 +1,9 @@
 """Analysis of Tensor Memory: traces, addressing and occlusion diagnostics, figures and reports.
 
-Everything here is a pure function of checkpoints and traces; the app only lays out what these
-return. It reaches into models only through ``tensor_memory.recording``.
+Three parts, data flowing one way: ``traces`` (what a run records, and its files) → ``measures``
+(pure functions of checkpoints and traces) → ``figures`` (every Plotly and PyVista figure). The app
+only lays out what these return. Models are reached through ``tensor_memory``'s public API: loading
+checkpoints, recording, hooks and ``memory_layers``; never by editing them.
 """
 
 from analysis.measures.addressing import addressing_report

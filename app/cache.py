@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional
 
 import streamlit as st
 
@@ -24,21 +24,22 @@ from analysis.measures.images import Reconstruction, reconstruct
 from analysis.measures.language import TokenLosses, token_losses
 from analysis.traces.export import trace_bytes
 from analysis.figures.frames import png_bytes, volume_frames
-from analysis.measures.interventions import InterventionResult, intervene, memory_layers
+from analysis.measures.interventions import InterventionResult, intervene
 from analysis.measures.occlusion import belief_survival
 from analysis.traces.predictions import prediction_trace
 from analysis.traces.trace import Trace
-from analysis.traces.training_log import addressing_history, read_training_log
-from analysis.measures.world import decoded_map, map_probe, write_position_fit
+from analysis.traces.training_log import addressing_history
+from analysis.measures.world import READOUT_SAMPLES, decoded_map, map_probe, write_position_fit
 from analysis.figures.views import explore_figures
 from analysis.measures.volumes import VolumeSeries, state_series
+from tensor_memory import memory_layers
 from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
+from tensor_memory.training.log import read_training_log
 
 from .figure_cache import figure_cache
 
 FRAME_BLOCK = 4  # PyVista frames are rendered this many chunks at a time (one render window for all)
 RENDER_LOCK = threading.Lock()  # one off-screen render at a time: VTK windows are not shared between threads safely
-Params = tuple[tuple[str, Any], ...]  # task parameter overrides, sorted by name: hashable and order-free
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,30 @@ class CheckpointRef:
         return cls(label=label, path=str(path.resolve()), stamp=stamp)  # type: ignore[arg-type]
 
 
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """The sample a session shows: stream ``seed`` of the checkpoint's task, with task parameter overrides.
+
+    Hashable and order-free (the overrides are kept sorted by name), so it keys the caches as it is.
+    """
+
+    seed: int = 0
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, seed: int, params: Mapping[str, Any]) -> "Sample":
+        return cls(int(seed), tuple(sorted(params.items())))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The overrides as the keyword arguments the analysis functions take."""
+        return dict(self.overrides)
+
+    def with_task_defaults(self) -> "Sample":
+        """The same stream with the checkpoint's own task settings."""
+        return Sample(self.seed)
+
+
 @dataclasses.dataclass
 class Loaded:
     """A loaded checkpoint, shared read-only by every session."""
@@ -78,19 +103,18 @@ def load(ref: CheckpointRef) -> Loaded:
 
 
 @st.cache_data(max_entries=24, show_spinner="Running the sample through the model…")
-def sample_trace(ref: CheckpointRef, seed: int, params: Params) -> Trace:
+def sample_trace(ref: CheckpointRef, sample: Sample) -> Trace:
     """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others."""
     loaded = load(ref)
     if loaded.has_memory:
-        return capture(loaded.checkpoint, seed=seed, index=0, progress=False, **dict(params))
-    return prediction_trace(loaded.checkpoint, seed=seed, index=0, **dict(params))
+        return capture(loaded.checkpoint, seed=sample.seed, index=0, progress=False, **sample.params)
+    return prediction_trace(loaded.checkpoint, seed=sample.seed, index=0, **sample.params)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def volume_series(ref: CheckpointRef, seed: int, params: Params, layer: str, field: str, mode: str,
-                  index: int) -> VolumeSeries:
+def volume_series(ref: CheckpointRef, sample: Sample, layer: str, field: str, mode: str, index: int) -> VolumeSeries:
     """A layer's ``h`` or ``c`` over every chunk, reduced one way with one colour range."""
-    return state_series(sample_trace(ref, seed, params).layer(layer), field, mode, index)
+    return state_series(sample_trace(ref, sample).layer(layer), field, mode, index)
 
 
 def volume_frames_job(sample: Hashable, layer: str, series: VolumeSeries,
@@ -119,19 +143,17 @@ def volume_frame(sample: Hashable, layer: str, series: VolumeSeries, chunk: int)
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the checkpoint over many samples…")
-def summary(ref: CheckpointRef, seed: int, samples: int, params: Params, layer: Optional[str]) -> dict[str, Any]:
-    """Metrics and (for Tensor Memory) the addressing report over ``samples`` samples."""
-    loaded = load(ref)
-    return checkpoint_summary(loaded.checkpoint, seed, samples, layer, **dict(params))
+def summary(ref: CheckpointRef, sample: Sample, samples: int, layer: Optional[str]) -> dict[str, Any]:
+    """Metrics and (for Tensor Memory) the addressing report over ``samples`` samples of the sample's stream."""
+    return checkpoint_summary(load(ref).checkpoint, sample.seed, samples, layer, **sample.params)
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the sample with and without the intervention…")
-def intervention(ref: CheckpointRef, seed: int, params: Params, kind: str, chunk: int,
+def intervention(ref: CheckpointRef, sample: Sample, kind: str, chunk: int,
                  region: Optional[tuple[tuple[int, int], ...]], layer: Optional[str],
                  to: Optional[tuple[float, float, float]] = None, sigma: Optional[float] = None) -> InterventionResult:
     """The sample run untouched and with the intervention, per chunk side by side."""
-    loaded = load(ref)
-    return intervene(loaded.checkpoint, kind, chunk, seed, 0, region, layer, to, sigma, **dict(params))
+    return intervene(load(ref).checkpoint, kind, chunk, sample.seed, 0, region, layer, to, sigma, **sample.params)
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring the belief through occlusions of every length…")
@@ -144,7 +166,7 @@ def survival(ref: CheckpointRef, samples: int, seed: int) -> dict[str, Any]:
 READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # tasks whose world a linear read-out can check
 
 
-@st.cache_data(max_entries=8, show_spinner="Fitting a read-out of the world over 256 samples…")
+@st.cache_data(max_entries=8, show_spinner=f"Fitting a read-out of the world over {READOUT_SAMPLES} samples…")
 def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str, Any]]:
     """The task's linear read-out (analysis.measures.world), fitted on seed 0 and scored on seeds 1–3; None for other tasks."""
     loaded = load(ref)
@@ -155,11 +177,9 @@ def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def decoded_sample_map(ref: CheckpointRef, seed: int, params: Params, layer: Optional[str]) -> dict[str, Any]:
+def decoded_sample_map(ref: CheckpointRef, sample: Sample, layer: Optional[str]) -> dict[str, Any]:
     """The session's map-building sample decoded from the memory by the fitted probe."""
-    loaded = load(ref)
-    probe = world_readout(ref, layer)
-    return decoded_map(loaded.checkpoint, probe, seed, 0, **dict(params))
+    return decoded_map(load(ref).checkpoint, world_readout(ref, layer), sample.seed, 0, **sample.params)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -182,18 +202,18 @@ def text_losses(ref: CheckpointRef, seed: int) -> TokenLosses:
 
 
 @st.cache_data(max_entries=16, show_spinner="Reconstructing the image…")
-def reconstruction(ref: CheckpointRef, seed: int, params: Params) -> Reconstruction:
+def reconstruction(ref: CheckpointRef, sample: Sample) -> Reconstruction:
     """The session's image sample through a masked_patches checkpoint: mask, reconstruction, error, PSNR, SSIM."""
-    return reconstruct(load(ref).checkpoint, seed=seed, index=0, **dict(params))
+    return reconstruct(load(ref).checkpoint, seed=sample.seed, index=0, **sample.params)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def trace_file(ref: CheckpointRef, seed: int, params: Params) -> bytes:
+def trace_file(ref: CheckpointRef, sample: Sample) -> bytes:
     """The sample's trace as a safetensors file."""
-    return trace_bytes(sample_trace(ref, seed, params))
+    return trace_bytes(sample_trace(ref, sample))
 
 
-__all__ = ["CheckpointRef", "Loaded", "Params", "load", "sample_trace", "volume_series", "volume_frame",
+__all__ = ["CheckpointRef", "Loaded", "Sample", "load", "sample_trace", "volume_series", "volume_frame",
            "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
            "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
            "FRAME_BLOCK"]

@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 import streamlit as st  # noqa: E402
 
 from app import pretrained_view, sidebar, state  # noqa: E402
-from tensor_memory.minilm_checkpoint import is_pretrained_memory  # noqa: E402
+from tensor_memory.pretrained.checkpoint import is_pretrained_memory  # noqa: E402
 
 st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/deployed_code:", layout="wide",
                    initial_sidebar_state="expanded",
@@ -46,10 +46,10 @@ if is_pretrained_memory(Path(chosen.path)):  # a memory for frozen MiniLM: its o
     st.stop()
 with st.sidebar:
     ref, loaded = state.load_checkpoint_or_previous(chosen)
-    seed, params = sidebar.sample_section(loaded.checkpoint)
-trace, params, problem = state.capture_sample(ref, seed, params)
+    sample = sidebar.sample_section(loaded.checkpoint)
+trace, sample, problem = state.capture_sample(ref, sample)
 with st.sidebar:
     layer = sidebar.layer_section(trace)
-state.publish(state.Context(ref=ref, loaded=loaded, seed=seed, params=params, trace=trace, problem=problem,
-                            layer=layer, memory_note=state.memory_note(ref, loaded, trace)))
+state.publish(state.Context(ref=ref, loaded=loaded, sample=sample, trace=trace, problem=problem, layer=layer,
+                            memory_note=state.memory_note(ref, loaded, trace)))
 page.run()

@@ -13,8 +13,8 @@ import streamlit as st
 
 from analysis.figures.language import gate_history_figure
 from analysis.measures.pretrained import gate_history, recall_examples, window_text
-from tensor_memory.minilm_checkpoint import load_minilm_checkpoint
-from tensor_memory.pretrained import CLOSED_GATE
+from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
+from tensor_memory.pretrained.minilm import CLOSED_GATE
 
 from . import layout
 from .cache import CheckpointRef

@@ -11,7 +11,7 @@ from analysis.traces.trace import Trace
 from tensor_memory.checkpoint import Checkpoint, CheckpointError
 
 from . import cache
-from .cache import CheckpointRef, Params
+from .cache import CheckpointRef, Sample
 from .state import shipped_checkpoints, startup_checkpoint
 from .upload import MAX_UPLOAD_BYTES, UploadError, checkpoint_label, discard_upload, unpack_checkpoint
 
@@ -137,15 +137,15 @@ TASK_CONTROLS = {"occlusion": _occlusion, "coordinate_binding": _binding, "map_b
                  "moving_digits": lambda config: _occlusion(config, "moving_digits"), "masked_patches": _masked}
 
 
-def sample_section(ckpt: Checkpoint) -> tuple[int, Params]:
-    """Seed and task settings for the sample; returns (seed, parameter overrides)."""
+def sample_section(ckpt: Checkpoint) -> Sample:
+    """Seed and task settings for the sample."""
     st.subheader("Sample")
     st.session_state.setdefault(SEED_KEY, 0)
     seed = int(st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=SEED_KEY,
                                help="Which sample of the task's stream to run; the same seed gives the same sample."))
     controls = TASK_CONTROLS.get(ckpt.task.name)
     params = controls(ckpt.task.config) if controls else {}
-    return seed, tuple(sorted(params.items()))
+    return Sample.of(seed, params)
 
 
 def layer_section(trace: Optional[Trace]) -> Optional[str]:

@@ -23,7 +23,7 @@ from tensor_memory.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache
-from .cache import CheckpointRef, Loaded, Params
+from .cache import CheckpointRef, Loaded, Sample
 from .cli import CHECKPOINT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +57,7 @@ class Context:
 
     ref: CheckpointRef
     loaded: Loaded
-    seed: int
-    params: Params  # the task parameters the trace was captured with
+    sample: Sample  # the sample the trace was captured from
     trace: Optional[Trace]  # None when no sample could be run (``problem`` says why)
     problem: Optional[str]
     layer: Optional[str]  # the memory layer shown; None without memory layers
@@ -77,6 +76,10 @@ class Context:
         return self.checkpoint.model.backbone.config.kind
 
     @property
+    def seed(self) -> int:
+        return self.sample.seed
+
+    @property
     def has_memory_views(self) -> bool:
         return self.trace is not None and self.layer is not None and self.memory_note is None
 
@@ -87,7 +90,7 @@ class Context:
     @property
     def sample_key(self) -> tuple[Any, ...]:
         """What identifies the sample shown: the stepper restarts when it changes."""
-        return self.ref, self.seed, self.params
+        return self.ref, self.sample
 
     @property
     def chunk(self) -> int:
@@ -123,24 +126,25 @@ def load_checkpoint_or_previous(ref: CheckpointRef) -> tuple[CheckpointRef, Load
     return ref, loaded
 
 
-def _capture(ref: CheckpointRef, seed: int, params: Params) -> tuple[Optional[Trace], Optional[str]]:
+def _capture(ref: CheckpointRef, sample: Sample) -> tuple[Optional[Trace], Optional[str]]:
     try:
-        return cache.sample_trace(ref, seed, params), None
+        return cache.sample_trace(ref, sample), None
     except EXPECTED_ERRORS as error:  # TraceError is a ValueError
         return None, describe(error)
 
 
-def capture_sample(ref: CheckpointRef, seed: int, params: Params) -> tuple[Optional[Trace], Params, Optional[str]]:
-    """(trace, parameters used, problem): the chosen sample, else the task's own settings with an error shown."""
-    trace, problem = _capture(ref, seed, params)
+def capture_sample(ref: CheckpointRef, sample: Sample) -> tuple[Optional[Trace], Sample, Optional[str]]:
+    """(trace, sample run, problem): the chosen sample, else the task's own settings with an error shown."""
+    trace, problem = _capture(ref, sample)
     if trace is not None:
-        return trace, params, None
+        return trace, sample, None
     st.error(f"This sample cannot be run on {ref.label}: {problem}. Showing the checkpoint's own task settings "
              f"instead; change the sample settings in the sidebar.")
-    trace, fallback_problem = _capture(ref, seed, ())
+    fallback = sample.with_task_defaults()
+    trace, fallback_problem = _capture(ref, fallback)
     if trace is None:
-        return None, (), f"No sample of this checkpoint's task can be run: {fallback_problem}"
-    return trace, (), None
+        return None, fallback, f"No sample of this checkpoint's task can be run: {fallback_problem}"
+    return trace, fallback, None
 
 
 def memory_note(ref: CheckpointRef, loaded: Loaded, trace: Optional[Trace]) -> Optional[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.measures.world import decoded_map_figure, write_position_figure
+from analysis.figures.world import decoded_map_figure, write_position_figure
 from app import cache, layout
 from app.state import Context
 
@@ -40,7 +40,7 @@ def readout_figure(context: Context) -> None:
         fig = write_position_figure(fit, trace.layer(fit["layer"]).mu_write, trace.meta["positions"],
                                     trace.meta["occluded"], size=int(context.checkpoint.task.config.size))
     else:
-        fig = decoded_map_figure(cache.decoded_sample_map(context.ref, context.seed, context.params, context.layer))
+        fig = decoded_map_figure(cache.decoded_sample_map(context.ref, context.sample, context.layer))
     layout.chart(fig, "world_readout", height=360)
 
 

@@ -19,15 +19,12 @@ import statistics
 from pathlib import Path
 
 from analysis.measures.causality import audit_checkpoint
-import torch
-
-from tensor_memory import TensorMemory, hooks, load_checkpoint
-from tensor_memory.backbone import BackboneConfig
-from tensor_memory.evaluation import evaluate
-from tensor_memory.evaluation import evaluate_checkpoint, sweep_points, task_with
-from tensor_memory.minilm_checkpoint import is_pretrained_memory
+from analysis.measures.interventions import intervention_hooks
+from tensor_memory import hooks, load_checkpoint, memory_layers
+from tensor_memory.backbone import BackboneConfig, state_budget
+from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.tasks import TASKS
-from tensor_memory.training import state_budget
+from tensor_memory.training.evaluation import evaluate, evaluate_checkpoint, sweep_points, task_with
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1, 2, 3)
@@ -75,7 +72,7 @@ def evaluate_dir(directory: Path) -> dict:
                "reproduce": f"tensor-memory eval --checkpoint checkpoints/{directory.name} --seed SEED "
                             f"--batches {batches} --batch-size {BATCH_SIZE} --json",
                "trained": results[0], "sweep": results[1:]}
-    if ckpt.task.name in READ_OFF_TASKS and any(isinstance(m, TensorMemory) for m in ckpt.model.modules()):
+    if ckpt.task.name in READ_OFF_TASKS and memory_layers(ckpt.model):
         metrics["read_off"] = read_off(ckpt, seeds[0], batches, params=points[0])
     if language:  # every language model is audited: a leak would make its perplexity meaningless
         audit = audit_checkpoint(ckpt)
@@ -89,8 +86,7 @@ def evaluate_dir(directory: Path) -> dict:
 
 def read_off(ckpt, seed: int, batches: int, params: dict) -> dict:
     """The metrics with every memory layer's read gate σ(γ) held at 0 (hooks): what the memory's read is worth."""
-    names = [name for name, m in ckpt.model.named_modules() if isinstance(m, TensorMemory)]
-    with hooks(ckpt.model, {f"{name}.gate_scale": torch.zeros_like for name in names}):
+    with hooks(ckpt.model, intervention_hooks("gate_off", list(memory_layers(ckpt.model)))):
         return evaluate(ckpt.model, task_with(ckpt, params), seed=seed, batches=batches, batch_size=BATCH_SIZE)
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from analysis import addressing_report  # noqa: E402
 from analysis.traces.capture import capture_many  # noqa: E402
-from tensor_memory import TensorMemory, load_checkpoint  # noqa: E402
+from tensor_memory import load_checkpoint, memory_layers  # noqa: E402
 from tensor_memory.checkpoint import store_half_precision  # noqa: E402
 from tensor_memory.tasks import TASKS as TASK_CLASSES  # noqa: E402
 from tensor_memory.training import load_run_config  # noqa: E402
@@ -107,7 +107,7 @@ def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool
 def addressing_verdicts(run_dir: Path) -> dict[str, str]:
     """The addressing report's verdict for each memory layer of a finished run ({} without memory)."""
     ckpt = load_checkpoint(run_dir)
-    if not any(isinstance(m, TensorMemory) for m in ckpt.model.modules()):
+    if not memory_layers(ckpt.model):
         return {}
     traces = capture_many(ckpt, seed=0, indices=range(ADDRESSING_SAMPLES), progress=False)
     return {name: addressing_report(traces, name)["verdict"] for name in traces[0].layer_names}

@@ -26,8 +26,9 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tensor_memory.pretrained import RecallConfig, RecallModel, evaluate_recall, recall_batch, sample_rows  # noqa: E402
-from tensor_memory.minilm_checkpoint import load_minilm_checkpoint, save_minilm  # noqa: E402
+from tensor_memory.pretrained.recall import (RecallConfig, RecallModel, evaluate_recall, recall_batch,  # noqa: E402
+                                            sample_rows)
+from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint, save_minilm  # noqa: E402
 
 EVAL_DOCS = 128  # test documents behind every validation figure
 FINAL_DOCS = 512  # behind the shipped figures

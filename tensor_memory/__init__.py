@@ -1,12 +1,16 @@
-"""Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers."""
+"""Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers.
 
-from .attach import attach_memory, detach_memory
-from .backbone import Backbone, BackboneConfig, BackboneState
-from .checkpoint import load_checkpoint, save_checkpoint, CheckpointError
-from .hookpoints import hook_points, hooks
-from .memory import MemoryConfig, MemoryState, TensorMemory, gaussian_write, trilinear_read
-from .recording import MemoryRecord, Recording, record
+``memory/`` the mechanism · ``backbone/`` the Transformers around it · ``tasks/`` what they learn
+and the data they read · ``training/`` training and evaluation · ``pretrained/`` the memory on
+all-MiniLM-L6-v2 · ``checkpoint.py`` saving and loading safely.
+"""
 
-__all__ = ["MemoryConfig", "MemoryState", "TensorMemory", "gaussian_write", "trilinear_read",
+from .backbone import Backbone, BackboneConfig, BackboneState, attach_memory, detach_memory
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .memory import (MemoryConfig, MemoryRecord, MemoryState, Recording, TensorMemory, gaussian_write, hook_points,
+                     hooks, memory_layers, record, trilinear_read)
+
+__all__ = ["MemoryConfig", "MemoryState", "TensorMemory", "gaussian_write", "trilinear_read", "memory_layers",
            "Backbone", "BackboneConfig", "BackboneState", "attach_memory", "detach_memory",
-           "MemoryRecord", "Recording", "record", "hooks", "hook_points", "load_checkpoint", "save_checkpoint", "CheckpointError"]
+           "MemoryRecord", "Recording", "record", "hooks", "hook_points", "load_checkpoint", "save_checkpoint",
+           "CheckpointError"]

@@ -28,13 +28,11 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .backbone import BackboneConfig
-from .limits import check_budget
+from .backbone import BackboneConfig, check_budget
 from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_write_bytes, atomic_write_text,
                     dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout,
                     remove_stale_temp_files)
-from .model import TaskModel
-from .tasks import TASKS, Task, make_task
+from .tasks import TASKS, Task, TaskModel, make_task
 
 SCHEMA_VERSION = 2
 # Version 1 predates the defaults that made the memory trainable (docs/trainability.md). Its configs
@@ -212,7 +210,10 @@ def _parse_config(config: Any, source: str, fix: str = "") -> tuple[dict[str, An
 
 
 # ---------------------------------------------------------------------------------------
-def _check_against_model(path: Path, header: dict[str, TensorInfo], expected: dict[str, torch.Tensor]) -> None:
+# Weights
+# ---------------------------------------------------------------------------------------
+
+def check_against_model(path: Path, header: dict[str, TensorInfo], expected: dict[str, torch.Tensor]) -> None:
     """The file holds exactly the model's tensors, with the shapes its config implies, as floats."""
     hint = f"was it saved from a model with this {CONFIG_FILE}?"
     missing = [k for k in expected if k not in header]
@@ -240,13 +241,31 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
 
     Never unpickles. Raises :class:`CheckpointError` (a ``ValueError``) naming the file and the
     problem for anything malformed, for a ``config.json`` that no longer says what the weights were
-    trained with, and for a model over the memory budget (:mod:`tensor_memory.limits`).
+    trained with, and for a model over the memory budget (``backbone/budget.py``).
     ``require_record=False`` skips the first of those for a checkpoint saved before the weights kept
     the record; only :func:`migrate_checkpoint` should need it.
     """
-    from safetensors import safe_open
+    directory = _checkpoint_folder(Path(path))
+    model_path, config_path = directory / MODEL_FILE, directory / CONFIG_FILE
+    config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
+    config, task, backbone = _parse_config(config, str(config_path),
+                                           f" (fix {CONFIG_FILE} or re-save the checkpoint)")
+    try:  # one sequence at inference must fit: the smallest use of a checkpoint
+        check_budget(backbone, task.tokens, 1, training=False, where=str(config_path))
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
+    header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)
+    if require_record:
+        _check_record(model_path, config_path, metadata, config)
+    model = _load_model(model_path, header, task, backbone, config_path).to(device).eval()
+    metrics_path = directory / METRICS_FILE
+    metrics = read_json(metrics_path, MAX_METRICS_BYTES, METRICS_FILE) if metrics_path.exists() else None
+    return Checkpoint(model=model, config=config, task=task, path=directory, metrics=metrics)
 
-    directory = Path(path)
+
+def _checkpoint_folder(directory: Path) -> Path:
+    """``directory`` if it is a folder holding a checkpoint's two files, else a CheckpointError saying what it is."""
     if not directory.exists():
         raise CheckpointError(f"{directory}: no such checkpoint directory; pass the folder that holds "
                               f"{MODEL_FILE} and {CONFIG_FILE}")
@@ -263,23 +282,17 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
     if empty:
         raise CheckpointError(f"{directory}: the checkpoint directory is empty; expected {MODEL_FILE} and "
                               f"{CONFIG_FILE} (was the training run stopped before its first save?)")
-    model_path, config_path = directory / MODEL_FILE, directory / CONFIG_FILE
-    for required in (config_path, model_path):
+    for required in (directory / CONFIG_FILE, directory / MODEL_FILE):
         if not required.exists():
             raise CheckpointError(f"{required}: missing {required.name}; a checkpoint directory holds "
                                   f"{MODEL_FILE} and {CONFIG_FILE} (copy the whole directory)")
+    return directory
 
-    config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
-    config, task, backbone = _parse_config(config, str(config_path),
-                                           f" (fix {CONFIG_FILE} or re-save the checkpoint)")
-    try:  # one sequence at inference must fit: the smallest use of a checkpoint
-        check_budget(backbone, task.tokens, 1, training=False, where=str(config_path))
-    except ValueError as error:
-        raise CheckpointError(str(error)) from None
-    task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
-    header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)
-    if require_record:
-        _check_record(model_path, config_path, metadata, config)
+
+def _load_model(model_path: Path, header: dict[str, TensorInfo], task: Task, backbone: BackboneConfig,
+                config_path: Path) -> TaskModel:
+    """The task model with the weights of ``model_path``, once they are checked against what the config builds."""
+    from safetensors import safe_open
 
     # Shapes are checked against a model built on the meta device (no memory), so a config that
     # claims an enormous model is refused by the comparison rather than by running out of memory.
@@ -288,8 +301,7 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
             expected = TaskModel(task, backbone).state_dict()
     except (ValueError, TypeError, RuntimeError) as error:
         raise CheckpointError(f"{config_path}: invalid model config: cannot build the model: {error}") from None
-    _check_against_model(model_path, header, expected)
-
+    check_against_model(model_path, header, expected)
     tensors: dict[str, torch.Tensor] = {}
     try:
         with safe_open(str(model_path), framework="pt", device="cpu") as handle:
@@ -301,19 +313,10 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise CheckpointError(f"{model_path}: weights of {name!r} contain NaN or inf values (the training run "
                                   f"diverged?); use an earlier checkpoint")
-
     model = TaskModel(task, backbone)
-    with torch.no_grad():
-        for name, value in model.state_dict().items():
-            tensors[name] = tensors[name].to(value.dtype)
-    model.load_state_dict(tensors, strict=True)
-    model.to(device).eval()
-
-    metrics = None
-    metrics_path = directory / METRICS_FILE
-    if metrics_path.exists():
-        metrics = read_json(metrics_path, MAX_METRICS_BYTES, METRICS_FILE)
-    return Checkpoint(model=model, config=config, task=task, path=directory, metrics=metrics)
+    model.load_state_dict({name: tensors[name].to(value.dtype) for name, value in model.state_dict().items()},
+                          strict=True)
+    return model
 
 
 def migrate_checkpoint(path: PathLike) -> Path:

@@ -1,4 +1,4 @@
-"""Shared plumbing for the project's configuration dataclasses.
+"""Shared plumbing for the project's configuration dataclasses, and the initial spread of learned markers.
 
 Every config is a ``@dataclass`` that can be turned into plain JSON-able dicts and back,
 so that it can live in ``config.json`` beside the weights of a checkpoint.
@@ -11,6 +11,16 @@ import math
 from typing import Any, Optional, TypeVar
 
 T = TypeVar("T", bound="ConfigBase")
+
+# Initial spread of learned vectors, by their role. In the task encoders, what a token
+# carries for the memory to keep (a binding's value, a counter's token) starts at PyTorch's N(0, 1).
+# Markers of where a token sits or what kind it is (a patch's place in its frame, a map cell's row
+# and column, the query flag) start at 0.02: at N(0, 1) they are an order of magnitude larger than
+# the features the encoders' Linear maps give the pixels or values beside them, every chunk then
+# looks alike to the memory and its writes collapse to one place. Both measured in
+# docs/trainability.md. The registers backbone's register tokens are markers too.
+CONTENT_STD = 1.0
+MARKER_STD = 0.02
 
 
 class ConfigBase:

@@ -178,12 +178,10 @@ def dumps_json(data: Any) -> str:
     return json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n"
 
 
-
 def json_type(value: Any) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
              int: "a number", float: "a number"}
     return names.get(type(value), type(value).__name__)
-
 
 
 def _regular_file(path: Path, cap: int, what: str) -> int:
@@ -263,6 +261,26 @@ def read_safetensors_layout(path: PathLike, max_bytes: int, what: str = "the wei
     """
     path = Path(path)
     size = _regular_file(path, max_bytes, what)
+    header, header_len = _read_header(path, size, what, redo)
+    data_len = size - 8 - header_len
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise FileFormatError(f"{path}: corrupt safetensors file: __metadata__ must map strings to strings; {redo}")
+    out = {name: _entry(path, name, entry, data_len, redo) for name, entry in header.items()}
+    position = 0
+    for begin, end in sorted(tuple(header[name]["data_offsets"]) for name in out):  # they must tile the data exactly
+        if begin != position:
+            raise FileFormatError(f"{path}: corrupt safetensors file: tensor data overlaps or leaves a gap at byte "
+                                  f"{position}; {redo}")
+        position = end
+    if position != data_len:
+        raise FileFormatError(f"{path}: corrupt safetensors file: {data_len - position} unexpected bytes after "
+                              f"the last tensor; {redo}")
+    return out, metadata
+
+
+def _read_header(path: Path, size: int, what: str, redo: str) -> tuple[dict[str, Any], int]:
+    """The JSON header of a safetensors file of ``size`` bytes, and its length in bytes."""
     with open(path, "rb") as handle:
         head = handle.read(8)
         pickled = _looks_pickled(head)
@@ -292,56 +310,37 @@ def read_safetensors_layout(path: PathLike, max_bytes: int, what: str = "the wei
         raise FileFormatError(f"{path}: corrupt safetensors file: bad JSON header ({problem}); {redo}") from None
     if not isinstance(header, dict):
         raise FileFormatError(f"{path}: corrupt safetensors file: bad JSON header (not an object); {redo}")
+    return header, header_len
 
-    data_len = size - 8 - header_len
-    out: dict[str, TensorInfo] = {}
-    metadata: dict[str, str] = {}
-    spans = []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
-                raise FileFormatError(f"{path}: corrupt safetensors file: __metadata__ must map strings to "
-                                      f"strings; {redo}")
-            metadata = entry
-            continue
-        bad = f"{path}: corrupt safetensors file: entry {name!r} "
-        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-            raise FileFormatError(bad + f"must have exactly dtype, shape and data_offsets; {redo}")
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if dtype in FLOAT_DTYPES:
-            itemsize = FLOAT_DTYPES[dtype][1]
-        elif dtype in OTHER_DTYPES:
-            itemsize = OTHER_DTYPES[dtype]
-        else:
-            raise FileFormatError(bad + f"has unknown dtype {dtype!r}; {redo}")
-        if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                                  for n in shape):
-            raise FileFormatError(bad + f"has an invalid shape {shape!r}; {redo}")
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
-                or not 0 <= offsets[0] <= offsets[1]):
-            raise FileFormatError(bad + f"has invalid data_offsets {offsets!r}; {redo}")
-        numel = math.prod(shape)
-        if offsets[1] - offsets[0] != numel * itemsize:
-            raise FileFormatError(bad + f"spans {offsets[1] - offsets[0]} bytes but shape {shape} of {dtype} "
-                                        f"needs {numel * itemsize}; {redo}")
-        if offsets[1] > data_len:
-            raise FileFormatError(f"{path}: truncated safetensors file: data shorter than the offsets in its "
-                                  f"header (tensor {name!r} ends at byte {offsets[1]}, the data section has "
-                                  f"{data_len}); {redo}")
-        spans.append((offsets[0], offsets[1]))
-        out[name] = TensorInfo(dtype, tuple(shape))
-    position = 0
-    for begin, end in sorted(spans):  # the tensors must tile the data section exactly
-        if begin != position:
-            raise FileFormatError(f"{path}: corrupt safetensors file: tensor data overlaps or leaves a gap at byte "
-                                  f"{position}; {redo}")
-        position = end
-    if position != data_len:
-        raise FileFormatError(f"{path}: corrupt safetensors file: {data_len - position} unexpected bytes after "
-                              f"the last tensor; {redo}")
-    return out, metadata
 
+def _entry(path: Path, name: str, entry: Any, data_len: int, redo: str) -> TensorInfo:
+    """One tensor's header entry, checked: its dtype, shape and data offsets within the data section."""
+    bad = f"{path}: corrupt safetensors file: entry {name!r} "
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise FileFormatError(bad + f"must have exactly dtype, shape and data_offsets; {redo}")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype in FLOAT_DTYPES:
+        itemsize = FLOAT_DTYPES[dtype][1]
+    elif dtype in OTHER_DTYPES:
+        itemsize = OTHER_DTYPES[dtype]
+    else:
+        raise FileFormatError(bad + f"has unknown dtype {dtype!r}; {redo}")
+    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                              for n in shape):
+        raise FileFormatError(bad + f"has an invalid shape {shape!r}; {redo}")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+            or not 0 <= offsets[0] <= offsets[1]):
+        raise FileFormatError(bad + f"has invalid data_offsets {offsets!r}; {redo}")
+    numel = math.prod(shape)
+    if offsets[1] - offsets[0] != numel * itemsize:
+        raise FileFormatError(bad + f"spans {offsets[1] - offsets[0]} bytes but shape {shape} of {dtype} "
+                                    f"needs {numel * itemsize}; {redo}")
+    if offsets[1] > data_len:
+        raise FileFormatError(f"{path}: truncated safetensors file: data shorter than the offsets in its "
+                              f"header (tensor {name!r} ends at byte {offsets[1]}, the data section has "
+                              f"{data_len}); {redo}")
+    return TensorInfo(dtype, tuple(shape))
 
 
 __all__ = ["FileFormatError", "PathLike", "FLOAT_DTYPES", "TensorInfo", "atomic_write_bytes", "atomic_write_text",

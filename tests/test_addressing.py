@@ -11,11 +11,11 @@ import torch
 
 from analysis import addressing_report
 from analysis.measures.addressing import COLLAPSE_SPREAD_VOXELS, REMEDIES, VERDICTS, measure, write_mass
-from analysis.measures.grid import voxel_coordinates
 from analysis.traces.capture import capture_many
 from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
-from tensor_memory.minilm_checkpoint import is_pretrained_memory
+from tensor_memory.memory.geometry import from_voxels, in_voxels, sigma_in_voxels, voxel_spacing
+from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 BINDING = ROOT / "checkpoints" / "coordinate_binding-tensor"
@@ -104,6 +104,24 @@ def _trace(layer):
     return Trace(info={"task": "no_harm"}, layers={"m": layer}, chunks=chunks, meta={})
 
 
+def test_voxel_geometry_is_one_definition_for_tensors_and_arrays():
+    """in_voxels and from_voxels take a tensor or an array and give the same float64 numbers back in that kind."""
+    grid = (3, 5, 9)  # (D, H, W): x spans 9 voxels, y 5, z 3
+    mu = np.array([[-1.0, 0.0, 1.0], [0.25, -0.5, -1.0]], dtype=np.float32)
+    as_array, as_tensor = in_voxels(mu, grid), in_voxels(torch.from_numpy(mu), grid)
+    assert isinstance(as_array, np.ndarray) and as_tensor.dtype == torch.float64
+    np.testing.assert_array_equal(as_array, as_tensor.numpy())
+    np.testing.assert_allclose(as_array, [[0, 2, 2], [5, 1, 0]])  # (μ + 1)(n − 1)/2 along x, y, z
+    np.testing.assert_allclose(from_voxels(as_array, grid), mu, atol=1e-7)
+    assert torch.allclose(from_voxels(as_tensor, grid), torch.from_numpy(mu).double())
+    assert voxel_spacing(grid) == (0.25, 0.5, 1.0)
+    np.testing.assert_allclose(sigma_in_voxels(0.5, grid), [2.0, 1.0, 0.5])
+    with pytest.raises(ValueError, match=r"shape \(\.\.\., 3\)"):
+        in_voxels(np.zeros((2, 2)), grid)
+    with pytest.raises(ValueError, match="every size >= 2"):
+        in_voxels(mu, (1, 5, 9))
+
+
 def test_measures_against_hand_computations():
     # Two writes at opposite corners with a tiny σ: all mass on two voxels, entropy ln 2.
     layer = _layer(mu_write=[[-1, -1, -1], [1, 1, 1]], sigma=[0.01, 0.01], mu_read=[[0, 0, 0], [1, 1, 0.5]])
@@ -111,7 +129,7 @@ def test_measures_against_hand_computations():
     assert m["effective_voxels"] == pytest.approx(2.0, rel=1e-6)
     assert m["ever_active_fraction"] == pytest.approx(2 / 125)
     # Voxel coordinates: (x, y, z) ∈ [-1, 1] → 0 … n-1.
-    assert np.allclose(voxel_coordinates(np.array([[-1, 0, 1]]), (5, 5, 5)), [[0, 2, 4]])
+    assert np.allclose(in_voxels(np.array([[-1, 0, 1]]), (5, 5, 5)), [[0, 2, 4]])
     # Spread: two points 4√3 voxels apart → per-axis variance 4 → sqrt(12).
     assert m["write_spread_voxels"] == pytest.approx(math.sqrt(12))
     # The second read, at (4, 4, 3) in voxels, may only see the earlier write, at (0, 0, 0) — not the

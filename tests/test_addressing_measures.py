@@ -1,4 +1,4 @@
-"""tensor_memory.addressing (what training logs) against independent computations, and the training log."""
+"""tensor_memory.memory.addressing (what training logs) against independent computations, and the training log."""
 
 import json
 
@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.traces.training_log import addressing_history, addressing_history_figure, read_training_log
+from analysis.figures.training import addressing_history_figure
+from analysis.traces.training_log import addressing_history
+from tensor_memory.training.log import read_training_log
 from tensor_memory import MemoryConfig, TensorMemory, record
-from tensor_memory.addressing import (boundary_fraction, layer_measures, read_write_distances, sigma_voxels,
-                                      write_spread_voxels)
-from tensor_memory.training import addressing_during_training, train
+from tensor_memory.memory.addressing import (boundary_fraction, layer_measures, read_write_distances, sigma_voxels,
+                                             write_spread_voxels)
+from tensor_memory.training import train
+from tensor_memory.training.loop import addressing_during_training
 
 GRID = (3, 5, 4)  # (D, H, W): spacings 2/3, 1/2, 1 along x, y, z
 
@@ -101,9 +104,10 @@ def test_training_logs_addressing_at_every_evaluation_and_the_history_reads_it_b
 
 
 def test_the_logged_measures_are_those_of_the_recorded_validation_samples(tmp_path):
-    from tensor_memory.model import TaskModel
+    from tensor_memory.tasks import TaskModel
     from tensor_memory.tasks.base import derive_seed
-    from tensor_memory.training import ADDRESSING_SAMPLES, resolve
+    from tensor_memory.training import resolve
+    from tensor_memory.training.loop import ADDRESSING_SAMPLES
     task, backbone, _ = resolve(config())
     torch.manual_seed(0)
     model = TaskModel(task, backbone)

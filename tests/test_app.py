@@ -21,7 +21,8 @@ from analysis import capture
 from analysis.figures.annotations import key_chunk
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
-from analysis.traces.training_log import addressing_history, read_training_log
+from analysis.traces.training_log import addressing_history
+from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
 from analysis.measures.world import apply_linear, decoded_map, map_probe, write_position_fit
 from app import cache, stepper
@@ -134,8 +135,23 @@ def test_sample_controls_recapture_and_restart_the_stepper():
     assert counter(at) == "#### Chunk 3 / 15"  # the first hidden frame of the new sample
     assert "frame 3, occluded" in [c.value for c in at.caption]
     np.testing.assert_array_equal(at.session_state["context"].trace.chunks["prediction"], trace.chunks["prediction"])
+    assert at.session_state["context"].sample == cache.Sample(5, (("frames", 16), ("occlusion_length", 6),
+                                                                   ("occlusion_start", 3)))
     ok(at.slider(key="occlusion.occlusion_length").set_value(0).run())
     assert counter(at) == "#### Chunk 15 / 15"  # nothing hidden: the last frame
+
+
+def test_a_sample_is_one_hashable_order_free_value():
+    """Seed and task parameters travel together as a Sample: the caches' key, and the functions' arguments."""
+    sample = cache.Sample.of(3, {"occlusion_start": 2, "frames": 12})
+    assert sample == cache.Sample.of(3, {"frames": 12, "occlusion_start": 2}) and hash(sample) == hash(
+        cache.Sample.of(3, {"frames": 12, "occlusion_start": 2}))
+    assert sample.params == {"frames": 12, "occlusion_start": 2} and sample.seed == 3
+    assert sample.with_task_defaults() == cache.Sample(3) and cache.Sample(3).params == {}
+    ref = cache.CheckpointRef.of(DEFAULT, "occlusion-tensor")
+    trace = cache.sample_trace(ref, cache.Sample.of(4, DEFAULT_PARAMS))
+    expected = capture(DEFAULT, seed=4, progress=False, **DEFAULT_PARAMS)
+    np.testing.assert_array_equal(trace.layer().mu_write, expected.layer().mu_write)
 
 
 # -- pages ---------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from analysis.measures.images import (chunk_errors, grid_aligned, memory_on_imag
                                       write_places)
 from analysis.traces.capture import capture, sample_batch
 from tensor_memory import load_checkpoint
-from tensor_memory.tasks.masked_patches import hidden_pixels
 
 from app_helpers import CHECKPOINTS, ok, start
 

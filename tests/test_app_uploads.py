@@ -17,7 +17,7 @@ from app_helpers import CHECKPOINTS, counter, ok, start, upload, zipped
 from tensor_memory import load_checkpoint
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.checkpoint import save_checkpoint
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from tensor_memory.attach import AttachedBlock, AttachedEncoderLayer, attach_memory, detach_memory
+from tensor_memory.backbone.attach import AttachedBlock, AttachedEncoderLayer, attach_memory, detach_memory
 from tensor_memory.backbone import Backbone, BackboneConfig
 from tensor_memory.memory import MemoryConfig, MemoryState, TensorMemory
 

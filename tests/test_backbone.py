@@ -11,7 +11,7 @@ from torch import nn
 
 from tensor_memory.backbone import KINDS, Backbone, BackboneConfig, BackboneState, LinearAttention, SlotState
 from tensor_memory.memory import MemoryConfig, MemoryState
-from tensor_memory.recording import record
+from tensor_memory.memory import record
 
 DIM = 16
 SEGMENT = 5  # xl segment: the streaming cuts below fall inside and across segments

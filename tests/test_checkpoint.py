@@ -19,7 +19,7 @@ from tensor_memory.checkpoint import (RECORD_KEY, SCHEMA_VERSION, CheckpointErro
                                       trained_record)
 from tensor_memory.files import atomic_write_text
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 
 TASK_PARAMS = {"length": 6, "modulus": 16}

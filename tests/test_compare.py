@@ -9,7 +9,8 @@ import torch
 
 from analysis.measures.addressing import addressing_report
 from analysis.traces.capture import capture_many, sample_batch
-from analysis.measures.compare import checkpoint_summary, comparison_figure, comparison_note, comparison_rows, sample_metrics
+from analysis.figures.compare import comparison_figure
+from analysis.measures.compare import checkpoint_summary, comparison_note, comparison_rows, sample_metrics
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"

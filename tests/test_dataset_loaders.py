@@ -20,12 +20,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tensor_memory import images as I
-from tensor_memory import video as V
+from tensor_memory.tasks.data import images as I
+from tensor_memory.tasks.data import video as V
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.evaluation import evaluate
+from tensor_memory.training.evaluation import evaluate
 from tensor_memory.files import FileFormatError
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import Batch, make_task
 
 # ---------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ from torch import nn
 
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.checkpoint import load_checkpoint, save_checkpoint
-from tensor_memory.cli_eval import add_eval_parser
-from tensor_memory.evaluation import evaluate, evaluate_checkpoint, sweep, sweep_points
+from tensor_memory.cli import add_eval_parser
+from tensor_memory.training.evaluation import evaluate, evaluate_checkpoint, sweep, sweep_points
 from tensor_memory.memory import MemoryConfig, TensorMemory
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import derive_seed, make_task
 from tensor_memory.tasks.no_harm import NoHarm
 

@@ -17,9 +17,11 @@ import pytest
 
 from analysis import capture, load_trace
 from analysis import figures as F
+from analysis.measures import volumes as V
 from analysis.figures.annotations import annotation_figure, chunk_events, key_chunk
 from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, class_label
-from analysis.traces.export import figure_pngs, figures_html, trace_bytes, zip_bytes
+from analysis.figures.export import figure_pngs, figures_html
+from analysis.traces.export import trace_bytes, zip_bytes
 from analysis.traces.finite import nonfinite_fields
 from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import intervene
@@ -59,7 +61,7 @@ def test_state_series_reduces_every_chunk_like_volume_values_with_one_range(trac
         volumes = getattr(layer, field)
         assert series.values.shape == (trace.num_chunks, *layer.grid)
         for k in (0, trace.num_chunks - 1):
-            expected = F.volume_values(volumes[k].astype(np.float32), mode, channel=index)
+            expected = V.volume_values(volumes[k].astype(np.float32), mode, channel=index)
             np.testing.assert_allclose(series.values[k], expected, rtol=1e-6, atol=1e-6)
         low, high = series.value_range
         assert low <= series.values.min() and high >= series.values.max()
@@ -69,9 +71,9 @@ def test_state_series_reduces_every_chunk_like_volume_values_with_one_range(trac
 def test_state_series_pca_uses_one_basis_fitted_over_all_chunks(trace):
     layer = trace.layer()
     series = state_series(layer, "h", "pca", 1)
-    basis, explained = F.pca_basis(layer.h.astype(np.float32))
+    basis, explained = V.pca_basis(layer.h.astype(np.float32))
     k = trace.num_chunks // 2
-    expected = F.volume_values(layer.h[k].astype(np.float32), "pca", component=1, basis=basis)
+    expected = V.volume_values(layer.h[k].astype(np.float32), "pca", component=1, basis=basis)
     np.testing.assert_allclose(series.values[k], expected, rtol=1e-5, atol=1e-5)
     assert f"{explained[1]:.0%}" in series.label
 

@@ -16,6 +16,7 @@ import pytest
 
 from analysis import capture
 from analysis import figures as F
+from analysis.measures import volumes as V
 from analysis.figures import render as R
 from analysis.traces.trace import LayerTrace, Trace
 
@@ -71,16 +72,16 @@ def current_lines(fig) -> list[float]:
 def test_volume_values_norm_and_channel_match_numpy(layer):
     volume = layer.h[CURRENT]
     expected = np.sqrt((volume.astype(np.float64) ** 2).sum(axis=0))
-    norm = F.volume_values(volume)
+    norm = V.volume_values(volume)
     assert norm.shape == layer.grid and norm.dtype == np.float32
     np.testing.assert_allclose(norm, expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(F.volume_values(volume, "channel", channel=3), volume[3].astype(np.float32))
+    np.testing.assert_array_equal(V.volume_values(volume, "channel", channel=3), volume[3].astype(np.float32))
     with pytest.raises(ValueError, match="channel must be in 0..15"):
-        F.volume_values(volume, "channel", channel=16)
+        V.volume_values(volume, "channel", channel=16)
     with pytest.raises(ValueError, match="mode must be one of"):
-        F.volume_values(volume, "mean")
+        V.volume_values(volume, "mean")
     with pytest.raises(ValueError, match=r"\(C, D, H, W\)"):
-        F.volume_values(volume[0])
+        V.volume_values(volume[0])
 
 
 def svd_components(volume: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -95,28 +96,28 @@ def svd_components(volume: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def test_volume_values_pca_matches_svd_with_the_sign_rule():
     volume = rng(1).standard_normal((5, 3, 4, 6)) * np.array([5.0, 3.0, 2.0, 1.0, 0.5])[:, None, None, None]
     samples, components, explained = svd_components(volume)
-    basis, ratio = F.pca_basis(volume)
+    basis, ratio = V.pca_basis(volume)
     np.testing.assert_allclose(basis, components, atol=1e-9)
     np.testing.assert_allclose(ratio, explained, atol=1e-12)
     assert ratio.argmax() == 0 and ratio.sum() == pytest.approx(1.0)
     assert np.all(np.diff(ratio) <= 1e-12)
     for k in range(3):
-        projection = F.volume_values(volume, "pca", component=k)
+        projection = V.volume_values(volume, "pca", component=k)
         np.testing.assert_allclose(projection.ravel(), samples @ components[k], rtol=1e-5, atol=1e-5)
         assert basis[k, np.abs(basis[k]).argmax()] > 0
     with pytest.raises(ValueError, match="component must be in 0..4"):
-        F.volume_values(volume, "pca", component=5)
+        V.volume_values(volume, "pca", component=5)
 
 
 def test_pca_basis_is_shared_across_chunks(layer):
-    basis, ratio = F.pca_basis(layer.h)
+    basis, ratio = V.pca_basis(layer.h)
     assert basis.shape == (layer.channels, layer.channels) and ratio[0] == ratio.max()
-    with_basis = F.volume_values(layer.h[CURRENT], "pca", component=0, basis=basis)
+    with_basis = V.volume_values(layer.h[CURRENT], "pca", component=0, basis=basis)
     samples = np.moveaxis(layer.h[CURRENT].astype(np.float64), 0, -1)
     expected = (samples - samples.reshape(-1, layer.channels).mean(axis=0)) @ basis[0]
     np.testing.assert_allclose(with_basis, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="basis must have shape"):
-        F.volume_values(layer.h[CURRENT], "pca", basis=basis[:, :3])
+        V.volume_values(layer.h[CURRENT], "pca", basis=basis[:, :3])
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def test_pca_basis_is_shared_across_chunks(layer):
 # ---------------------------------------------------------------------------------------
 
 def test_volume_figure_holds_the_values_at_their_voxels(layer):
-    values = F.volume_values(layer.h[CURRENT])
+    values = V.volume_values(layer.h[CURRENT])
     fig = F.volume_figure(values, title="h")
     (volume,) = fig.data
     assert volume.type == "volume" and fig.layout.template.layout.to_plotly_json() != {}
@@ -298,7 +299,7 @@ def test_frame_figure_outlines_truth_and_prediction():
 # ---------------------------------------------------------------------------------------
 
 def build_all(trace: Trace, layer: LayerTrace) -> list:
-    values = F.volume_values(layer.h[CURRENT])
+    values = V.volume_values(layer.h[CURRENT])
     return [F.volume_figure(values), F.slices_figure(values), F.trajectory_figure(layer, CURRENT),
             F.sigma_figure(layer.sigma, CURRENT, layer.grid), F.gates_figure(layer, CURRENT),
             F.timeline_figure(trace, CURRENT),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tensor_memory import MemoryConfig, MemoryState, TensorMemory, hook_points, hooks, record
-from tensor_memory.hookpoints import POINTS
+from tensor_memory.memory.hookpoints import POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,3 +173,40 @@ def test_a_trace_is_identical_to_the_one_captured_before_hooks_existed():
             assert np.allclose(value, after.chunks[key], rtol=1e-5, atol=1e-6)
         else:
             assert np.array_equal(value, after.chunks[key]), key
+
+
+def test_memory_layers_are_found_by_type_wherever_they_sit():
+    """One finder (tensor_memory.memory_layers) serves hooks, recordings and captures: a memory inside a torch
+    encoder layer, in a Sequential, or a bare layer, is found with the same path the hooks and records use."""
+    from tensor_memory import attach_memory, memory_layers
+
+    torch.manual_seed(0)
+    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2,
+                                          enable_nested_tensor=False)
+    attach_memory(encoder, MemoryConfig(token_dim=16, channels=2, grid=(2, 2, 2)), layers=[1])
+    found = memory_layers(encoder)
+    assert list(found) == ["layers.1.memory"] and isinstance(found["layers.1.memory"], TensorMemory)
+    assert set(hook_points(encoder)) == {f"layers.1.memory.{p}" for p in POINTS}
+    with torch.no_grad(), record(encoder) as rec:
+        encoder(tokens(N=5))
+    assert list(rec.layers) == list(found) and rec["layers.1.memory"].mu_write.shape == (2, 5, 3)
+    assert list(memory_layers(layer())) == [""] and memory_layers(torch.nn.Linear(2, 2)) == {}
+
+
+def test_recordings_and_traces_keep_the_points_their_one_list_names():
+    """The recorded fields are derived from POINTS: a MemoryRecord and a LayerTrace hold one field per recorded
+    point, and the incoming state (h_in, c_in) is the only kind left out."""
+    import dataclasses
+
+    from analysis.traces.trace import LayerTrace
+    from tensor_memory.memory.hookpoints import GATE_POINTS, RECORDED_POINTS, VECTOR_POINTS, VOLUME_POINTS
+    from tensor_memory.memory.recording import MemoryRecord
+
+    assert set(POINTS) - set(RECORDED_POINTS) == {"h_in", "c_in"}
+    assert set(RECORDED_POINTS) == {*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS, "gate_scale"}
+    for record_type in (MemoryRecord, LayerTrace):
+        assert {field.name for field in dataclasses.fields(record_type)} == set(RECORDED_POINTS)
+    mem = layer()
+    with torch.no_grad(), record(mem) as rec:
+        mem(tokens())
+    assert all(getattr(rec[""], field) is not None for field in RECORDED_POINTS)

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tensor_memory import corpus as C
+from tensor_memory.tasks.data import corpus as C
 from tensor_memory import load_checkpoint, save_checkpoint
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.checkpoint import CheckpointError
-from tensor_memory.evaluation import evaluate
-from tensor_memory.model import TaskModel
+from tensor_memory.training.evaluation import evaluate
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 from tensor_memory.tasks.language_modelling import TOKENIZER_FILE
 
@@ -34,7 +34,7 @@ def tiny_model(task, kind="base"):
 
 
 def test_shipped_splits_are_separate_documents():
-    train, test = set(C._lines("python-docs", "", "train")), C._lines("python-docs", "", "test")
+    train, test = set(C.split_lines("python-docs", "", "train")), C.split_lines("python-docs", "", "test")
     assert len(train) > 30_000 and len(test) > 1_000
     shared = [line for line in test if line in train]
     assert len(shared) / len(test) < 0.05  # measured 2.5 %: stock sentences that recur across documents
@@ -44,7 +44,7 @@ def test_shipped_splits_are_separate_documents():
 def test_subword_tokenizer_round_trips_text(task):
     tokenizer = task.tokenizer
     assert tokenizer.get_vocab_size() == 4096 and tokenizer.token_to_id(C.EOS) is not None
-    for line in C._lines("python-docs", "", "test")[:50]:
+    for line in C.split_lines("python-docs", "", "test")[:50]:
         assert tokenizer.decode(tokenizer.encode(line).ids) == line
 
 
@@ -128,7 +128,7 @@ def test_checkpoint_keeps_its_tokenizer(task, tmp_path):
     (tmp_path / TOKENIZER_FILE).write_text("{not json")
     with pytest.raises(CheckpointError, match="not a tokenizers JSON file"):
         load_checkpoint(tmp_path)
-    other = C.train_subword_tokenizer(C._lines("python-docs", "", "test")[:200], 300).to_str()
+    other = C.train_subword_tokenizer(C.split_lines("python-docs", "", "test")[:200], 300).to_str()
     (tmp_path / TOKENIZER_FILE).write_text(other)
     with pytest.raises(CheckpointError, match="300 types but the task's vocab_size is 4,096"):
         load_checkpoint(tmp_path)

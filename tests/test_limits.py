@@ -15,9 +15,10 @@ import pytest
 
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory import limits as L
+from tensor_memory.backbone import check_budget, estimated_bytes
 from tensor_memory.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint
 from tensor_memory.files import read_safetensors_layout
-from tensor_memory.minilm_checkpoint import is_pretrained_memory
+from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.tasks import make_task
 from tensor_memory.training import TrainConfig
 
@@ -115,8 +116,8 @@ def test_ceilings_in_code_and_the_budget_estimate():
         config = json.loads((directory / "config.json").read_text())
         backbone = BackboneConfig.from_dict(config["model"])
         tokens = make_task(config["task"]["name"], config["task"]["params"]).tokens
-        assert L.estimated_bytes(backbone, tokens, config["training"]["batch_size"], True) < L.MEMORY_BUDGET_BYTES / 4
+        assert estimated_bytes(backbone, tokens, config["training"]["batch_size"], True) < L.MEMORY_BUDGET_BYTES / 4
     wide = BackboneConfig(kind="tensor", dim=64, memory=MemoryConfig(token_dim=64, channels=64, grid=(32, 32, 32)))
     with pytest.raises(ValueError, match="needs about .* GiB, over the 16 GiB budget"):
-        L.check_budget(wide, 4096, 64, training=True, where="test")
-    L.check_budget(wide, 4096, 1, training=False, where="test")  # one sequence at inference fits
+        check_budget(wide, 4096, 64, training=True, where="test")
+    check_budget(wide, 4096, 1, training=False, where="test")  # one sequence at inference fits

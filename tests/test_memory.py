@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tensor_memory import MemoryConfig, MemoryState, TensorMemory, gaussian_write, record, trilinear_read
-from tensor_memory.reference import ReferenceMemory
+from tensor_memory.memory.reference import ReferenceMemory
 
 
 def perturbed_memory(cfg: MemoryConfig, seed: int = 0) -> TensorMemory:

@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
-from tensor_memory import pretrained as P
+from tensor_memory.pretrained import minilm as M
+from tensor_memory.pretrained import recall as P
 from tensor_memory.checkpoint import CheckpointError
-from tensor_memory.minilm_checkpoint import load_minilm_checkpoint
+from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
 
 from app_helpers import CHECKPOINTS, ok, start
 
@@ -18,11 +19,11 @@ SHIPPED = CHECKPOINTS / "minilm-tensor"
 
 @pytest.fixture(scope="module")
 def minilm():
-    return P.load_minilm()
+    return M.load_minilm()
 
 
 def encode(text):
-    ids = torch.tensor([P.word_pieces().encode(text).ids])
+    ids = torch.tensor([M.word_pieces().encode(text).ids])
     return ids, torch.ones_like(ids)
 
 
@@ -30,51 +31,51 @@ def test_closed_gate_barely_moves_the_embeddings_and_detaching_restores_them(min
     ids, mask = encode("The asyncio module provides infrastructure for writing single-threaded concurrent code.")
     layers = minilm.encoder.layer
     originals = list(layers)
-    before = P.sentence_embedding(minilm, ids, mask)
+    before = M.sentence_embedding(minilm, ids, mask)
     hidden = minilm(input_ids=ids).last_hidden_state
     torch.manual_seed(0)
-    P.attach_after(layers, P.RecallConfig(window=ids.shape[1] - 2).memory(), range(6))
+    M.attach_after(layers, P.RecallConfig(window=ids.shape[1] - 2).memory(), range(6))
     try:
-        moved = P.sentence_embedding(minilm, ids, mask)
-        P.new_document(layers)
+        moved = M.sentence_embedding(minilm, ids, mask)
+        M.new_document(layers)
         attached_hidden = minilm(input_ids=ids).last_hidden_state
     finally:
-        P.detach_after(layers)
+        M.detach_after(layers)
     assert 0 < (moved - before).norm() / before.norm() < 1e-3
     assert 0 < (attached_hidden - hidden).norm() / hidden.norm() < 1e-3
     assert all(a is b for a, b in zip(layers, originals))
-    assert torch.equal(P.sentence_embedding(minilm, ids, mask), before)  # bit-identical once detached
+    assert torch.equal(M.sentence_embedding(minilm, ids, mask), before)  # bit-identical once detached
 
 
 def test_the_memory_carries_one_window_into_the_next(minilm):
     layers = minilm.encoder.layer
     config = P.RecallConfig(window=6, gate_init=0.0)  # an open gate, to see the carry
     torch.manual_seed(0)
-    P.attach_after(layers, config.memory(), [5])
+    M.attach_after(layers, config.memory(), [5])
     try:
         first_a, first_b, second = (encode(t)[0] for t in ("one two three four five", "six seven eight nine ten",
                                                           "a b c d e"))
         run = lambda first: (minilm(input_ids=first), minilm(input_ids=second).last_hidden_state)[1]  # noqa: E731
-        P.new_document(layers)
+        M.new_document(layers)
         after_a = run(first_a)
-        P.new_document(layers)
+        M.new_document(layers)
         after_b = run(first_b)
-        P.new_document(layers)
+        M.new_document(layers)
         alone = minilm(input_ids=second).last_hidden_state
-        P.new_document(layers)
+        M.new_document(layers)
         assert torch.equal(minilm(input_ids=second).last_hidden_state, alone)  # a new document forgets
     finally:
-        P.detach_after(layers)
+        M.detach_after(layers)
     assert (after_a - after_b).abs().max() > 1e-3  # what the earlier window said reaches the later one
     with pytest.raises(ValueError, match="out of range"):
-        P.attach_after(layers, config.memory(), [6])
+        M.attach_after(layers, config.memory(), [6])
 
 
 def test_recall_asks_only_pieces_an_earlier_window_holds():
     config = P.RecallConfig()
     batch = P.recall_batch(config, "test", [0, 1, 2, 3])
-    mask_id = P.word_pieces().token_to_id("[MASK]")
-    docs = P._documents("test", config.window * config.windows)
+    mask_id = M.word_pieces().token_to_id("[MASK]")
+    docs = P.documents("test", config.window * config.windows)
     asked_total = 0
     for b in range(4):
         doc = docs[b]
@@ -101,7 +102,7 @@ def test_shipped_checkpoint_references_the_base_and_reproduces_its_figures():
     assert not any(name.startswith("encoder.") for name in model.trained_state())
     again = P.evaluate_recall(model, model.config, docs=metrics["first_64_documents"]["documents"])
     assert again["accuracy"] == pytest.approx(metrics["first_64_documents"]["accuracy"], abs=1e-9)
-    assert metrics["gate_scale"][0] > 2 * torch.sigmoid(torch.tensor(P.CLOSED_GATE)).item()  # the gate opened
+    assert metrics["gate_scale"][0] > 2 * torch.sigmoid(torch.tensor(M.CLOSED_GATE)).item()  # the gate opened
     assert metrics["accuracy"] > metrics["frozen"]["accuracy"]  # above the frozen model with the same head
 
 

@@ -12,9 +12,9 @@ import torch
 
 from analysis import capture
 from analysis.traces.capture import sample_batch
-from analysis.measures.interventions import intervene, memory_layers, run_intervened
+from analysis.measures.interventions import intervene, run_intervened
 from analysis.measures.occlusion import belief, belief_survival, memory_energy, occlusion_memory
-from tensor_memory import load_checkpoint, record
+from tensor_memory import load_checkpoint, memory_layers, record
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
@@ -44,7 +44,7 @@ def test_belief_survival_counts_each_hidden_frame(occlusion):
     assert s["by_offset"][0] == [] and s["occluded_accuracy"][0] is None
     assert len(s["by_offset"][3]) == 3
     # Independent count for L = 3 from a direct run on the same batch.
-    from tensor_memory.evaluation import task_with
+    from tensor_memory.training.evaluation import task_with
     from tensor_memory.tasks.base import derive_seed
 
     task = task_with(occlusion, {"occlusion_length": 3})
@@ -115,7 +115,7 @@ def test_gate_off_equals_a_copy_whose_gates_are_closed_and_edits_nothing(occlusi
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # no parameter was touched
     closed = copy.deepcopy(model)
     with torch.no_grad():
-        for _, memory in memory_layers(closed).values():
+        for memory in memory_layers(closed).values():
             memory.gate.fill_(-float("inf"))  # σ(γ) = 0 exactly, on the copy
         expected, _ = closed(batch.inputs)
         normal, _ = model(batch.inputs)

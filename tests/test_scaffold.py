@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from tensor_memory.model import TaskModel
-from tensor_memory.recording import record
-from tensor_memory.scaffold import address_scaffold, check_scaffold, scaffold_weight
+from tensor_memory.tasks import TaskModel
+from tensor_memory.memory import record
+from tensor_memory.training.scaffold import address_scaffold, check_scaffold, scaffold_weight
 from tensor_memory.tasks import make_task
-from tensor_memory.training import TrainConfig, loss_on, resolve, train, training_loss
+from tensor_memory.training import TrainConfig, resolve, train
+from tensor_memory.training.loop import loss_on, training_loss
 
 LAYER = "backbone.blocks.0.memory"
 

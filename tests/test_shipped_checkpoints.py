@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tensor_memory import load_checkpoint
-from tensor_memory.evaluation import evaluate_checkpoint
+from tensor_memory.training.evaluation import evaluate_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm", "language_modelling", "moving_digits")

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import TASKS, Batch, make_task
 from tensor_memory.tasks.coordinate_binding import CoordinateBindingConfig
 from tensor_memory.tasks.map_building import MapBuildingConfig
@@ -337,7 +337,7 @@ def test_map_bookkeeping_and_oracle():
 def test_encoder_embeddings_start_at_the_scale_of_their_role():
     """Markers (places, rows, columns, flags) start at 0.02 so they do not swamp the content beside them;
     what a token carries for the memory (a binding's value, a counter's token) starts at N(0, 1)."""
-    from tensor_memory.tasks.base import CONTENT_STD, MARKER_STD
+    from tensor_memory.config import CONTENT_STD, MARKER_STD
     roles = {"occlusion": {"place": MARKER_STD}, "map_building": {"row": MARKER_STD, "col": MARKER_STD, "flag": MARKER_STD},
              "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD}, "no_harm": {"embed": CONTENT_STD},
              "language_modelling": {"embed": CONTENT_STD}, "masked_patches": {"place": MARKER_STD, "hidden": MARKER_STD},

@@ -3,7 +3,7 @@
 Fed a trace's recorded addressing, :func:`analysis.measures.teach.mechanism_step` must give the recorded
 read, gates and new state (to the float16 the trace keeps volumes in), and its pieces must agree
 with the mechanism's definitions: the read is the trilinear mix of its corner voxels, the write
-volume is the Gaussian of step 4 (tensor_memory/memory.py), the update follows c ← f⊙c + i⊙g, h ← o⊙tanh(c).
+volume is the Gaussian of step 4 (tensor_memory/memory/), the update follows c ← f⊙c + i⊙g, h ← o⊙tanh(c).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from analysis import capture
 from analysis.figures import teach as teach_figures
 from analysis.measures import teach
-from analysis.measures.grid import voxel_coordinates
+from tensor_memory.memory.geometry import in_voxels
 from tensor_memory import load_checkpoint
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "coordinate_binding-tensor"
@@ -65,7 +65,7 @@ def test_pieces_follow_the_mechanism(setup):
     np.testing.assert_allclose(step.c_new, c_new, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(step.h_new, g["o"] * np.tanh(c_new), rtol=1e-4, atol=1e-5)
     units = teach.voxel_units(step)
-    np.testing.assert_allclose(units["write"], voxel_coordinates(step.mu_write, step.grid))
+    np.testing.assert_allclose(units["write"], in_voxels(step.mu_write, step.grid))
 
 
 def test_hand_set_step_on_an_empty_memory(setup):

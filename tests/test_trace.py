@@ -16,7 +16,7 @@ from analysis.traces.trace import TRACE_VERSION
 from tensor_memory.checkpoint import Checkpoint
 from tensor_memory_cli import main
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.tasks import make_task
 

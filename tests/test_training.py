@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tensor_memory import training
+from tensor_memory.backbone import state_budget
+from tensor_memory.training import TrainConfig, apply_overrides, load_run_config, loop, resolve, train
+from tensor_memory.training.loop import learning_rate
 from tensor_memory_cli import main as cli_main
-from tensor_memory.training import (TrainConfig, apply_overrides, learning_rate, load_run_config, resolve,
-                                    state_budget, train)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def tiny_config(kind: str = "tensor", steps: int = 12, **training_fields) -> dic
 
 def kill_run_at(monkeypatch, config: dict, out: Path, call: int) -> None:
     """Train until the ``call``-th loss computation, where the process 'dies' (KeyboardInterrupt)."""
-    original, calls = training.loss_on, []
+    original, calls = loop.loss_on, []
 
     def dying_loss(model, task, batch):
         calls.append(1)
@@ -39,10 +39,10 @@ def kill_run_at(monkeypatch, config: dict, out: Path, call: int) -> None:
             raise KeyboardInterrupt
         return original(model, task, batch)
 
-    monkeypatch.setattr(training, "loss_on", dying_loss)
+    monkeypatch.setattr(loop, "loss_on", dying_loss)
     with pytest.raises(KeyboardInterrupt):
         train(config, out, progress=False)
-    monkeypatch.setattr(training, "loss_on", original)
+    monkeypatch.setattr(loop, "loss_on", original)
 
 
 def test_learning_rate_warms_up_then_decays_by_cosine():
@@ -121,7 +121,7 @@ def test_training_writes_a_loadable_checkpoint_and_log(tmp_path):
     steps = [entry["step"] for entry in log if "loss" in entry]
     assert steps == list(range(1, 9))
     assert any("val_accuracy" in entry for entry in log)
-    assert not (tmp_path / training.RESUME_FILE).exists()  # finished runs keep only the checkpoint
+    assert not (tmp_path / loop.RESUME_FILE).exists()  # finished runs keep only the checkpoint
     ckpt = load_checkpoint(tmp_path)
     assert ckpt.config["training"]["steps"] == 8 and ckpt.config["model"]["kind"] == "tensor"
 
@@ -140,7 +140,7 @@ def test_resume_after_a_kill_gives_exactly_the_uninterrupted_result(tmp_path, mo
 
     killed = tmp_path / "killed"
     kill_run_at(monkeypatch, config, killed, call=10)  # dies during step 10, after the step-8 checkpoint
-    assert (killed / training.RESUME_FILE).exists() and not (killed / "model.safetensors").exists()
+    assert (killed / loop.RESUME_FILE).exists() and not (killed / "model.safetensors").exists()
     train(config, killed, resume=True, progress=False)
 
     a, b = load_file(straight / "model.safetensors"), load_file(killed / "model.safetensors")
@@ -198,7 +198,7 @@ def test_two_process_ddp_equals_one_process(tmp_path):
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
     # Training moved the weights, so this does not compare two copies of the initialisation.
     _, backbone, _ = resolve(load_run_config(config_path, "tensor"))
-    from tensor_memory.model import TaskModel
+    from tensor_memory.tasks import TaskModel
     from tensor_memory.tasks import make_task
 
     torch.manual_seed(0)
@@ -208,7 +208,7 @@ def test_two_process_ddp_equals_one_process(tmp_path):
 
 def test_frozen_parameters_keep_their_initial_values(tmp_path):
     from tensor_memory import load_checkpoint
-    from tensor_memory.model import TaskModel
+    from tensor_memory.tasks import TaskModel
 
     config = tiny_config(steps=6, frozen=["coord_head"])
     train(config, tmp_path / "run", progress=False)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from tensor_memory.memory import gaussian_write
-from tensor_memory.update import conv_axis, convlstm_scan, depthwise3d, expand_write, tap_rows, write_factors
+from tensor_memory.memory.update import conv_axis, convlstm_scan, depthwise3d, expand_write, tap_rows, write_factors
 
 
 def conv3d_depthwise(x_cf, taps):
@@ -41,7 +41,7 @@ def test_write_factors_equal_the_convolved_gaussian_volume():
     xyz = torch.rand(6, 3, dtype=torch.float64) * 2 - 1
     sigma = torch.rand(6, dtype=torch.float64) * 0.4 + 0.1
     taps = torch.randn(3, 2, 3, dtype=torch.float64)
-    from tensor_memory.memory import gaussian_profiles
+    from tensor_memory.memory.geometry import gaussian_profiles
 
     factors = write_factors(content, gaussian_profiles(xyz, sigma, grid), taps)
     expected = to_last(conv3d_depthwise(gaussian_write(content, xyz, sigma, grid), taps))

@@ -24,7 +24,7 @@ from analysis.measures.occlusion import (belief, belief_of, belief_survival, ide
                                          position_marginal)
 from analysis.traces.trace import Trace
 from tensor_memory import load_checkpoint
-from tensor_memory.evaluation import task_with
+from tensor_memory.training.evaluation import task_with
 from tensor_memory.training import train
 
 from app_helpers import CHECKPOINTS, chart, ok, start, values
@@ -240,7 +240,7 @@ def test_chunk_input_and_events_speak_of_the_digit(trace):
 def check_video_page(at, path: Path) -> None:
     """The Occlusion page of the moving-digits checkpoint ``path`` (already open in ``at``) shows the video view."""
     ok(at.switch_page("views/occlusion.py").run())
-    params = dict(at.session_state["context"].params)  # the sidebar's sample settings (the checkpoint's own)
+    params = at.session_state["context"].sample.params  # the sidebar's sample settings (the checkpoint's own)
     sample = capture(path, seed=0, progress=False, **params)
     b = belief(sample)
     film = chart(at, "the clip")

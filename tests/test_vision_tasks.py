@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from skimage.metrics import structural_similarity
 
-from tensor_memory import images as I
+from tensor_memory.tasks.data import images as I
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 from tensor_memory.tasks import masked_patches as MP
 from tensor_memory.tasks.patches import patchify, unpatchify

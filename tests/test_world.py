@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from analysis.traces.capture import capture
-from analysis.measures.world import (apply_linear, decoded_map, decoded_map_figure, fit_linear, map_probe, r_squared,
-                            write_position_figure, write_position_fit)
+from analysis.figures.world import decoded_map_figure, write_position_figure
+from analysis.measures.world import apply_linear, decoded_map, fit_linear, map_probe, r_squared, write_position_fit
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"

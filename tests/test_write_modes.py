@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from tensor_memory import MemoryConfig, TensorMemory, gaussian_write
-from tensor_memory.local_update import local_scan, update_regions
-from tensor_memory.memory import gaussian_profiles, voxel_centres, write_box
-from tensor_memory.reference import ReferenceMemory
-from tensor_memory.update import convlstm_scan, write_factors
+from tensor_memory.memory.local_update import local_scan, update_regions
+from tensor_memory.memory.geometry import gaussian_profiles, voxel_centres, write_box
+from tensor_memory.memory.reference import ReferenceMemory
+from tensor_memory.memory.update import convlstm_scan, write_factors
 
 
 def test_windowed_write_equals_dense_inside_the_box_and_is_zero_outside():

@@ -1,4 +1,4 @@
-"""Plotly figures of Tensor Memory traces: volumes, slices, addressing, gates and occlusion belief.
+"""Every figure of the explorer: Plotly (and, in ``render``, PyVista) pictures of traces and measures.
 
 ``base`` holds what every figure shares, ``state`` the volumes, ``addressing`` the trajectories,
 σ and gates, ``timeline`` predictions and frames; the other modules draw one view each.
@@ -8,25 +8,25 @@ Every function here is pure: it reads numpy arrays (or a :class:`~analysis.trace
 ``plotly.graph_objects.Figure`` (no Streamlit, no external resources, the same figure for the
 same inputs). Wrong shapes raise ``ValueError`` naming the argument and the shape expected.
 
-Conventions, as in the mechanism (``tensor_memory/memory.py``):
+Conventions, as in the mechanism (``tensor_memory/memory/``):
 
-* a state volume is ``(C, D, H, W)``; :func:`volume_values` reduces it to ``(D, H, W)``;
+* a state volume is ``(C, D, H, W)``; ``analysis.measures.volumes.volume_values`` reduces it to ``(D, H, W)``;
 * 3D axes are voxel indices: x along W, y along H, z along D;
 * coordinates ``mu`` are ``(x, y, z)`` in ``[-1, 1]`` with voxel centres at ``linspace(-1, 1, n)``,
-  so a coordinate sits at voxel ``(mu + 1)(n - 1)/2`` (:func:`voxel_coordinates`) and a spread σ
-  covers ``σ(n - 1)/2`` voxel spacings;
+  so a coordinate sits at voxel ``(mu + 1)(n - 1)/2`` (``tensor_memory.memory.geometry.in_voxels``) and a
+  spread σ covers ``σ(n - 1)/2`` voxel spacings;
 * time plots have the chunk index on x and mark the current chunk with a dashed vertical line.
 """
 
 from analysis.figures.addressing import GATE_LINES, gates_figure, sigma_figure, trajectory_figure
 from analysis.figures.base import (AXIS_TITLES, COLORSCALE, CURRENT_COLOUR, MARGIN, PREDICTION_COLOUR, READ_COLOUR,
-                                   TEMPLATE, TRUTH_COLOUR, VOLUME_MODES, WRITE_COLOUR, check_array, check_index,
-                                   colour_range, finish, flag_runs, mark_current, rgb, voxel_scene)
-from analysis.figures.state import pca_basis, slices_figure, volume_figure, volume_values
+                                   TEMPLATE, TRUTH_COLOUR, WRITE_COLOUR, finish, flag_runs, mark_current, rgb,
+                                   voxel_scene)
+from analysis.figures.state import slices_figure, volume_figure
 from analysis.figures.timeline import belief_figure, frame_figure, timeline_figure
 
 __all__ = ["TEMPLATE", "MARGIN", "COLORSCALE", "READ_COLOUR", "WRITE_COLOUR", "CURRENT_COLOUR", "TRUTH_COLOUR",
-           "PREDICTION_COLOUR", "AXIS_TITLES", "VOLUME_MODES", "GATE_LINES", "colour_range", "finish", "rgb",
-           "flag_runs", "check_array", "check_index", "voxel_scene", "mark_current", "pca_basis", "volume_values",
+           "PREDICTION_COLOUR", "AXIS_TITLES", "GATE_LINES", "finish", "rgb", "flag_runs", "voxel_scene",
+           "mark_current",
            "volume_figure", "slices_figure", "trajectory_figure", "sigma_figure", "gates_figure", "timeline_figure",
            "belief_figure", "frame_figure"]

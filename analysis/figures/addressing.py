@@ -7,10 +7,11 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.figures.base import (CURRENT_COLOUR, READ_COLOUR, WRITE_COLOUR, check_array, check_index, finish,
-                                   mark_current, rgb, voxel_scene)
-from analysis.measures.grid import grid_sizes, sigma_in_voxels, voxel_coordinates
+from analysis.figures.base import CURRENT_COLOUR, READ_COLOUR, WRITE_COLOUR, finish, mark_current, rgb, voxel_scene
+from analysis.measures.checks import check_array, check_index
+from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_in_voxels
 from analysis.traces.trace import LayerTrace
+
 
 def _box_trace(grid: Sequence[int]) -> go.Scatter3d:
     """The 12 edges of the box spanned by the voxel centres, as one line with gaps."""
@@ -82,8 +83,8 @@ def trajectory_figure(layer: LayerTrace, upto: int, tail: int = 8) -> go.Figure:
     fig = go.Figure(_box_trace(grid))
     for name, mu, colour in (("read", layer.mu_read, READ_COLOUR), ("write", layer.mu_write, WRITE_COLOUR)):
         mu = check_array(mu, 2, f"mu_{name}", "(K, 3)")
-        fig.add_trace(_path_trace(name, voxel_coordinates(mu[:upto + 1], grid), colour, tail))
-    centre = voxel_coordinates(layer.mu_write[upto], grid)
+        fig.add_trace(_path_trace(name, in_voxels(mu[:upto + 1], grid), colour, tail))
+    centre = in_voxels(layer.mu_write[upto], grid)
     radii = sigma_in_voxels(layer.sigma[upto], grid)
     for level, opacity in ((1, 0.5), (2, 0.18)):
         hover = (f"{level}σ of chunk {upto}'s write: σ = {float(layer.sigma[upto]):.3f} normalised, "
@@ -112,11 +113,11 @@ def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int]) -> go.Fig
     chunks = np.arange(len(values))
     for n, axes in axes_by_size.items():
         name = "σ" if len(axes_by_size) == 1 else f"σ along {', '.join(axes)}"
-        in_voxels = values * (n - 1) / 2.0
-        fig.add_trace(go.Scatter(x=chunks, y=in_voxels, customdata=values, mode="lines+markers", name=name,
+        spread = values * (n - 1) / 2.0  # σ in voxel spacings along these axes
+        fig.add_trace(go.Scatter(x=chunks, y=spread, customdata=values, mode="lines+markers", name=name,
                                  hovertemplate="chunk %{x}<br>σ = %{y:.3f} voxel spacings<br>"
                                                "%{customdata:.4f} normalised<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[current], y=[in_voxels[current]], mode="markers", name="current",
+        fig.add_trace(go.Scatter(x=[current], y=[spread[current]], mode="markers", name="current",
                                  marker=dict(size=11, color=CURRENT_COLOUR, symbol="circle-open", line=dict(width=2)),
                                  showlegend=False, hoverinfo="skip"))
     mark_current(fig, current)

@@ -1,12 +1,9 @@
-"""What every figure shares: colours, the compact layout, validation of inputs, the current-chunk marker."""
+"""What every figure shares: colours, the compact layout, the current-chunk marker."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
-
 import numpy as np
 import plotly.graph_objects as go
-from numpy.typing import ArrayLike
 
 TEMPLATE = "plotly_white"
 MARGIN = dict(l=10, r=10, t=40, b=10)
@@ -17,41 +14,6 @@ CURRENT_COLOUR = "#444444"
 TRUTH_COLOUR = "#2ca02c"
 PREDICTION_COLOUR = "#ff7f0e"
 AXIS_TITLES = {"x": "x (W)", "y": "y (H)", "z": "z (D)"}
-VOLUME_MODES = ("norm", "channel", "pca")
-
-
-# ---------------------------------------------------------------------------------------
-# Validation and shared layout
-# ---------------------------------------------------------------------------------------
-
-def check_array(value: ArrayLike, ndim: int, name: str, expected: str) -> np.ndarray:
-    """``value`` as an array with ``ndim`` dimensions, or a ValueError naming the expected shape."""
-    array = np.asarray(value)
-    if array.ndim != ndim:
-        raise ValueError(f"{name} must have shape {expected}, got shape {tuple(array.shape)}")
-    return array
-
-
-def check_index(value: int, size: int, name: str) -> int:
-    """``value`` as an index into ``size`` items, or a ValueError giving the valid range."""
-    index = int(value)
-    if not 0 <= index < size:
-        raise ValueError(f"{name} must be in 0..{size - 1}, got {value}")
-    return index
-
-
-def colour_range(values: np.ndarray, value_range: Optional[Sequence[float]] = None) -> tuple[float, float]:
-    """(low, high) for colours: ``value_range`` when given (high > low), else the data's range.
-
-    Constant data gets (value, value + 1), so it shows as the low end rather than an arbitrary colour.
-    """
-    if value_range is not None:
-        low, high = (float(v) for v in value_range)
-        if not high > low:
-            raise ValueError(f"value_range must be (low, high) with high > low, got {tuple(value_range)}")
-        return low, high
-    low, high = float(values.min()), float(values.max())
-    return (low, high) if high > low else (low, low + 1.0)
 
 
 def finish(fig: go.Figure, title: str, **layout) -> go.Figure:

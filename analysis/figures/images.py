@@ -13,8 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.figures.base import (COLORSCALE, CURRENT_COLOUR, PREDICTION_COLOUR, TRUTH_COLOUR, WRITE_COLOUR,
-                                   check_array, colour_range, finish, rgb)
+from analysis.figures.base import (COLORSCALE, CURRENT_COLOUR, PREDICTION_COLOUR, TRUTH_COLOUR, WRITE_COLOUR, finish,
+                                   rgb)
+from analysis.measures.checks import check_array
+from analysis.measures.volumes import colour_range
 from analysis.measures.images import Reconstruction
 
 GREY = [[0.0, "black"], [1.0, "white"]]

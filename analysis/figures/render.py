@@ -22,8 +22,8 @@ from typing import Optional, Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 import pyvista as pv  # noqa: E402
 
-from analysis.figures import colour_range  # noqa: E402
-from analysis.measures.grid import sigma_in_voxels, voxel_coordinates  # noqa: E402
+from analysis.measures.volumes import colour_range  # noqa: E402
+from tensor_memory.memory.geometry import in_voxels, sigma_in_voxels  # noqa: E402
 from analysis.traces.trace import LayerTrace  # noqa: E402
 
 WINDOW_SIZE = (480, 400)
@@ -110,13 +110,13 @@ def footprint_plotter(layer: LayerTrace, upto: int, tail: int = 8,
     plotter = _plotter(f"chunk {upto}: read (blue), write (red), 1 and 2 sigma", window_size)
     plotter.add_mesh(pv.Box(bounds=box).outline(), color="grey", line_width=1)
     for mu, colour in ((layer.mu_read, READ_COLOUR), (layer.mu_write, WRITE_COLOUR)):
-        points = voxel_coordinates(mu[:upto + 1], layer.grid)
+        points = in_voxels(mu[:upto + 1], layer.grid)
         path, recent_path, dots = _trajectory_meshes(points, tail)
         plotter.add_mesh(path, color=colour, opacity=0.3, line_width=1)
         plotter.add_mesh(recent_path, color=colour, line_width=4)
         plotter.add_mesh(dots, color=colour, point_size=6, render_points_as_spheres=True)
         plotter.add_mesh(pv.Sphere(radius=0.08 * max(W, H, D) ** 0.5, center=points[-1]), color=colour)
-    centre = voxel_coordinates(layer.mu_write[upto], layer.grid)
+    centre = in_voxels(layer.mu_write[upto], layer.grid)
     radii = sigma_in_voxels(layer.sigma[upto], layer.grid)
     for level, opacity in ((1, 0.55), (2, 0.2)):
         ellipsoid = pv.Sphere(radius=1.0, theta_resolution=32, phi_resolution=16).scale(level * radii)

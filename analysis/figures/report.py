@@ -17,13 +17,15 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from tensor_memory.files import atomic_write_text
+from tensor_memory.memory.hookpoints import GATE_POINTS
 
 from analysis import figures
+from analysis.figures.occlusion_views import energy_figure
 from analysis.measures.addressing import addressing_report
 from analysis.measures.images import chunk_errors
 from analysis.measures.occlusion import belief, occlusion_memory
-from analysis.figures.occlusion_views import energy_figure
-from analysis.traces.trace import GATE_FIELDS, Trace, TraceError
+from analysis.measures.volumes import volume_values
+from analysis.traces.trace import Trace, TraceError
 
 
 def gate_numbers(trace: Trace) -> dict[str, Any]:
@@ -32,7 +34,7 @@ def gate_numbers(trace: Trace) -> dict[str, Any]:
     for name, layer in trace.layers.items():
         entry: dict[str, Any] = {"gate_scale": layer.gate_scale}
         if layer.has_gates:
-            for field in GATE_FIELDS:
+            for field in GATE_POINTS:
                 values = getattr(layer, field).astype(np.float32)
                 entry[f"{field}_mean"] = values.mean(axis=(1, 2, 3, 4)).tolist()
         out[name] = entry
@@ -146,7 +148,7 @@ def report_html(trace: Trace, numbers: Optional[dict[str, Any]] = None) -> str:
                                                   f"{predictions['visible_accuracy']}")]
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
 
-    values = figures.volume_values(layer.h[key].astype(np.float32), "norm")
+    values = volume_values(layer.h[key].astype(np.float32), "norm")
     sections = [
         _section("Sample", f"<table>{table}</table>"),
         _section("Addressing", _verdict_html(numbers["addressing"])),

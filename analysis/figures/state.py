@@ -1,4 +1,5 @@
-"""State volumes as pictures: a volume reduced to one value per voxel, drawn in 3D or as three slices."""
+"""State volumes as pictures: one value per voxel (``analysis.measures.volumes`` reduces a volume to it),
+drawn in 3D or as three slices."""
 
 from __future__ import annotations
 
@@ -8,69 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.figures.base import (AXIS_TITLES, COLORSCALE, VOLUME_MODES, check_array, check_index, colour_range,
-                                   finish, voxel_scene)
-
-def _state_volume(volume: np.ndarray) -> np.ndarray:
-    return check_array(volume, 4, "volume", "(C, D, H, W)")
-
-
-def _sign_fixed(components: np.ndarray) -> np.ndarray:
-    """Rows flipped so that each row's largest-|loading| entry is positive (a deterministic sign)."""
-    largest = components[np.arange(len(components)), np.abs(components).argmax(axis=1)]
-    return components * np.where(largest < 0, -1.0, 1.0)[:, None]
-
-
-def pca_basis(volumes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Principal components over channels of (N, C, D, H, W) or (C, D, H, W) volumes.
-
-    Every voxel of every volume is a sample of C channels, centred per channel. Returns
-    ``components`` (C, C) float64, row ``k`` the k-th principal direction (largest variance
-    first, its largest-|loading| entry positive), and ``explained_ratio`` (C,), each component's
-    share of the variance (all zero for constant volumes). Pass ``components`` as ``basis`` to
-    :func:`volume_values` to keep one basis across chunks.
-    """
-    array = np.asarray(volumes)
-    if array.ndim == 4:
-        array = array[None]
-    if array.ndim != 5:
-        raise ValueError(f"volumes must have shape (N, C, D, H, W) or (C, D, H, W), got {tuple(np.shape(volumes))}")
-    channels = array.shape[1]
-    samples = np.moveaxis(array, 1, -1).reshape(-1, channels).astype(np.float64)
-    samples -= samples.mean(axis=0)
-    variances, vectors = np.linalg.eigh(samples.T @ samples)
-    order = np.argsort(-variances, kind="stable")
-    variances = np.clip(variances[order], 0.0, None)
-    components = _sign_fixed(vectors[:, order].T)
-    total = variances.sum()
-    explained = variances / total if total > 0 else np.zeros(channels)
-    return components, explained
-
-
-def volume_values(volume: np.ndarray, mode: str = "norm", channel: int = 0, component: int = 0,
-                  basis: Optional[np.ndarray] = None) -> np.ndarray:
-    """(D, H, W) float32 values to draw from a (C, D, H, W) state volume.
-
-    ``mode``: ``"norm"`` the L2 norm over channels; ``"channel"`` channel ``channel``; ``"pca"`` the
-    projection of each voxel, centred per channel over this volume's voxels, on principal component
-    ``component`` — of this volume, or row ``component`` of ``basis`` (k, C) from :func:`pca_basis`.
-    """
-    array = _state_volume(volume)
-    channels = array.shape[0]
-    if mode == "norm":
-        return np.sqrt(np.square(array.astype(np.float32)).sum(axis=0))
-    if mode == "channel":
-        return array[check_index(channel, channels, "channel")].astype(np.float32)
-    if mode != "pca":
-        raise ValueError(f"mode must be one of {', '.join(map(repr, VOLUME_MODES))}, got {mode!r}")
-    components = pca_basis(array)[0] if basis is None else check_array(basis, 2, "basis", f"(k, {channels})")
-    if components.shape[1] != channels:
-        raise ValueError(f"basis must have shape (k, {channels}) for a volume of {channels} channels, "
-                         f"got {tuple(components.shape)}")
-    direction = components[check_index(component, len(components), "component")]
-    samples = np.moveaxis(array, 0, -1).astype(np.float64)  # (D, H, W, C)
-    centred = samples - samples.reshape(-1, channels).mean(axis=0)
-    return (centred @ direction).astype(np.float32)
+from analysis.figures.base import AXIS_TITLES, COLORSCALE, finish, voxel_scene
+from analysis.measures.checks import check_array, check_index
+from analysis.measures.volumes import colour_range
 
 
 def _values(values: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis import figures
+from analysis.measures.volumes import volume_values
 from analysis.measures.teach import MechanismStep
 from analysis.traces.trace import LayerTrace
 
@@ -42,8 +43,8 @@ def gates_bar_figure(step: MechanismStep) -> go.Figure:
 def update_figures(step: MechanismStep, index: tuple[int, int, int]) -> dict[str, go.Figure]:
     """Slices through voxel ``index`` (z, y, x): ``"before"`` and ``"after"`` the update of ‖h‖ (one colour
     scale), and ``"change"``, ‖h after − h before‖. Untitled: the slices' own titles fill the top."""
-    before, after = (figures.volume_values(v, "norm") for v in (step.h_prev, step.h_new))
-    change = figures.volume_values(step.h_new - step.h_prev, "norm")
+    before, after = (volume_values(v, "norm") for v in (step.h_prev, step.h_new))
+    change = volume_values(step.h_new - step.h_prev, "norm")
     high = max(float(before.max()), float(after.max()), 1e-6)
     return {"before": figures.slices_figure(before, index, "", (0.0, high)),
             "after": figures.slices_figure(after, index, "", (0.0, high)),

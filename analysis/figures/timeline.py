@@ -8,10 +8,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, check_array, check_index, finish,
-                                   flag_runs, mark_current)
+from analysis.figures.base import COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, finish, flag_runs, mark_current
+from analysis.measures.checks import check_array, check_index
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
+
 
 def timeline_figure(trace: Trace, current: int) -> go.Figure:
     """The probability given to the target class per chunk, correct/incorrect marks, occlusion shaded.

@@ -15,8 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, check_array, check_index, finish,
-                                   flag_runs, mark_current)
+from analysis.figures.base import COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, finish, flag_runs, mark_current
+from analysis.measures.checks import check_array, check_index
 from analysis.figures.timeline import object_box
 from analysis.measures.occlusion import belief as clip_belief
 from analysis.traces.trace import Trace

@@ -1,1 +1,2 @@
-"""Measures of a memory: addressing, occlusion belief, the world read out of it, interventions, one mechanism step."""
+"""Measures of a memory, pure functions of checkpoints and traces: addressing, occlusion belief, the world read
+out of it, interventions, volumes, one mechanism step, causality, comparisons, images and text."""

@@ -18,12 +18,13 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from tensor_memory.addressing import (BOUNDARY_EPS, boundary_fraction, median, read_write_distances,
-                                      write_spread_voxels)
-from tensor_memory.addressing import sigma_voxels as sigma_in_voxel_spacings
+from tensor_memory.memory.addressing import (BOUNDARY_EPS, boundary_fraction, median, read_write_distances,
+                                             write_spread_voxels)
+from tensor_memory.memory.addressing import sigma_voxels as sigma_in_voxel_spacings
+from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, voxel_spacing
+from tensor_memory.memory.hookpoints import GATE_POINTS
 
-from analysis.measures.grid import voxel_coordinates, voxel_spacing
-from analysis.traces.trace import GATE_FIELDS, LayerTrace, Trace
+from analysis.traces.trace import LayerTrace, Trace
 
 VERDICTS = ("dead memory", "coordinate collapse", "sigma collapse", "sigma explosion", "boundary saturation",
             "gate saturation", "healthy")
@@ -72,19 +73,10 @@ THRESHOLDS = {name: value for name, value in globals().items()
               if name.isupper() and isinstance(value, (int, float)) and name != "VERDICTS"}
 
 
-def _profiles(mu: np.ndarray, sigma: np.ndarray, grid: tuple[int, int, int]) -> list[np.ndarray]:
-    """Gaussian weights along each axis for M writes: [(M, W), (M, H), (M, D)] (x, y, z)."""
-    D, H, W = grid
-    out = []
-    for axis, n in enumerate((W, H, D)):
-        centres = np.linspace(-1.0, 1.0, n)
-        out.append(np.exp(-(centres[None, :] - mu[:, axis:axis + 1]) ** 2 / (2 * sigma[:, None] ** 2)))
-    return out
-
-
 def write_mass(layer: LayerTrace) -> np.ndarray:
     """(K, D, H, W): the Gaussian weight of each chunk's write at every voxel (content left out)."""
-    gx, gy, gz = _profiles(layer.mu_write.astype(np.float64), layer.sigma.astype(np.float64), layer.grid)
+    gz, gy, gx = (g.numpy() for g in gaussian_profiles(torch.from_numpy(layer.mu_write.astype(np.float64)),
+                                                     torch.from_numpy(layer.sigma.astype(np.float64)), layer.grid))
     return gz[:, :, None, None] * gy[:, None, :, None] * gx[:, None, None, :]
 
 
@@ -103,75 +95,86 @@ def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, A
     name, layers = _layers(traces, layer)
     grid = layers[0].grid
     D, H, W = grid
-    spacing = voxel_spacing(grid)  # normalised units per voxel along x, y, z
+    frozen = [part for part in traces[0].info.get("training_frozen", []) if "coord_head" in part]
+    return {"layer": name, "samples": len(layers), "coordinates_frozen": bool(frozen),
+            "chunks": int(sum(len(lay.mu_write) for lay in layers)), "grid": list(grid), "voxels": int(D * H * W),
+            **_where_writes_go(layers, grid), **_reads_against_writes(layers, grid), **_spreads(layers, grid),
+            **_read_path(layers), "gates": _gate_statistics(layers)}
 
-    # Where the write mass goes, pooled over every chunk of every sample.
-    mass = np.concatenate([write_mass(lay) for lay in layers])  # (ΣK, D, H, W)
+
+def _coordinates(layers: Sequence[LayerTrace], field: str) -> list[torch.Tensor]:
+    """Each layer's ``mu_read`` or ``mu_write`` (K, 3) as float64 tensors (what the shared measures take)."""
+    return [torch.from_numpy(getattr(lay, field).astype(np.float64)) for lay in layers]
+
+
+def _where_writes_go(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
+    """How the write mass fills the grid, and how the write coordinates spread over chunks and samples."""
+    mass = np.concatenate([write_mass(lay) for lay in layers])  # (ΣK, D, H, W), pooled over every chunk
     total = mass.sum(0).ravel()
     p = total / max(total.sum(), 1e-30)
     entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
-    ever_active = float((mass.max(0) >= ACTIVE_WEIGHT).mean())
-
-    # Write coordinates in voxels: their spread over all writes, within a sample, and across samples.
-    writes = [voxel_coordinates(lay.mu_write.astype(np.float64), grid) for lay in layers]  # each (K, 3)
-    mu_writes = [torch.from_numpy(lay.mu_write.astype(np.float64)) for lay in layers]
+    mu_writes = _coordinates(layers, "mu_write")
+    writes = [in_voxels(mu.numpy(), grid) for mu in mu_writes]  # each (K, 3) in voxels
     spread_all = write_spread_voxels(torch.cat(mu_writes), grid)
-    spread_chunks = float(np.mean([write_spread_voxels(w, grid) for w in mu_writes]))
     K = min(len(w) for w in writes)
-    spread_samples = float(np.sqrt(np.stack([w[:K] for w in writes]).var(0).sum(-1)).mean()) if len(writes) > 1 else None
+    stacked = np.stack([w[:K] for w in writes])  # (S, K, 3)
+    across = float(np.sqrt(stacked.var(0).sum(-1)).mean()) if len(writes) > 1 else None
     # Input dependence: the share of the coordinates' variance that is not explained by the chunk
     # index alone (1: coordinates follow the input; 0: every sample writes the same path).
+    dependence = None
     if len(writes) > 1 and spread_all > 0:
-        stacked = np.stack([w[:K] for w in writes])  # (S, K, 3)
-        within = stacked.var(0).sum(-1).mean()
-        input_dependence = float(within / max(stacked.reshape(-1, 3).var(0).sum(), 1e-30))
-    else:
-        input_dependence = None
+        dependence = float(stacked.var(0).sum(-1).mean() / max(stacked.reshape(-1, 3).var(0).sum(), 1e-30))
+    return {"write_entropy": entropy, "effective_voxels": float(np.exp(entropy)),
+            "effective_fraction": float(np.exp(entropy) / p.size),
+            "ever_active_fraction": float((mass.max(0) >= ACTIVE_WEIGHT).mean()),
+            "write_spread_voxels": spread_all,
+            "write_spread_within_sample": float(np.mean([write_spread_voxels(w, grid) for w in mu_writes])),
+            "write_spread_across_samples": across, "input_dependence": dependence}
 
-    # Read–write alignment: each read's distance to the nearest earlier write, and the fraction
-    # of reads within 2σ (of that write) of one.
-    mu_reads = [torch.from_numpy(lay.mu_read.astype(np.float64)) for lay in layers]
+
+def _reads_against_writes(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
+    """Each read's distance to the nearest earlier write, the share within 2σ of one, and the pinned coordinates."""
+    mu_reads, mu_writes = _coordinates(layers, "mu_read"), _coordinates(layers, "mu_write")
     distances = torch.cat([read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes)])
+    spacing = np.asarray(voxel_spacing(grid))  # normalised units per voxel along x, y, z
     within_reach = []
-    for lay in layers:
-        r = voxel_coordinates(lay.mu_read.astype(np.float64), grid)
-        w = voxel_coordinates(lay.mu_write.astype(np.float64), grid)
+    for lay, r, w in zip(layers, mu_reads, mu_writes):
+        r, w = in_voxels(r.numpy(), grid), in_voxels(w.numpy(), grid)
         sig = lay.sigma.astype(np.float64)[:, None] / spacing[None, :]  # (K, 3) σ in voxels per axis
         for k in range(1, min(len(r), len(w) + 1)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
             within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))
-    pinned = boundary_fraction(*mu_reads, *mu_writes, grid=grid)
-
-    sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
-    sigma_voxels = sigma_in_voxel_spacings(torch.from_numpy(sigma), grid)
-    sigma_extent = float(np.median(sigma) / 2.0)  # fraction of the grid's extent (2 in normalised units)
-
-    reads = np.concatenate([lay.read for lay in layers]).astype(np.float64)
-    gate_scale = float(np.mean([lay.gate_scale for lay in layers]))
-    read_variation = float(reads.std(0).mean())
-    state_peak = float(max(np.abs(lay.h.astype(np.float32)).max() for lay in layers))
-
-    gates: dict[str, Any] = {}
-    if all(lay.has_gates for lay in layers):
-        for field in GATE_FIELDS[:3]:  # i, f, o are sigmoids; g is tanh
-            values = np.concatenate([getattr(lay, field).astype(np.float32).ravel() for lay in layers])
-            gates[field] = {"mean": float(values.mean()),
-                            "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean())}
-
-    frozen = [part for part in traces[0].info.get("training_frozen", []) if "coord_head" in part]
-    return {"layer": name, "samples": len(layers), "coordinates_frozen": bool(frozen), "chunks": int(sum(len(w) for w in writes)),
-            "grid": list(grid), "voxels": int(D * H * W),
-            "write_entropy": entropy, "effective_voxels": float(np.exp(entropy)),
-            "effective_fraction": float(np.exp(entropy) / (D * H * W)),
-            "ever_active_fraction": ever_active,
-            "write_spread_voxels": spread_all, "write_spread_within_sample": spread_chunks,
-            "write_spread_across_samples": spread_samples, "input_dependence": input_dependence,
-            "read_write_distance_voxels": median(distances) if len(distances) else None,
+    return {"read_write_distance_voxels": median(distances) if len(distances) else None,
             "reads_within_2sigma": float(np.mean(within_reach)) if within_reach else None,
-            "boundary_fraction": pinned,
-            "sigma_median": float(np.median(sigma)), "sigma_voxels": sigma_voxels, "sigma_extent": sigma_extent,
-            "gate_scale": gate_scale, "read_variation": read_variation, "state_peak": state_peak,
-            "gates": gates}
+            "boundary_fraction": boundary_fraction(*mu_reads, *mu_writes, grid=grid)}
+
+
+def _spreads(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
+    """The writes' σ: its median in normalised units, in voxels and as a share of the grid's extent."""
+    sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
+    return {"sigma_median": float(np.median(sigma)),
+            "sigma_voxels": sigma_in_voxel_spacings(torch.from_numpy(sigma), grid),
+            "sigma_extent": float(np.median(sigma) / 2.0)}  # the grid's extent is 2 in normalised units
+
+
+def _read_path(layers: Sequence[LayerTrace]) -> dict[str, Any]:
+    """What the read carries: σ(γ), how much the read vectors vary, the largest |h|."""
+    reads = np.concatenate([lay.read for lay in layers]).astype(np.float64)
+    return {"gate_scale": float(np.mean([lay.gate_scale for lay in layers])),
+            "read_variation": float(reads.std(0).mean()),
+            "state_peak": float(max(np.abs(lay.h.astype(np.float32)).max() for lay in layers))}
+
+
+def _gate_statistics(layers: Sequence[LayerTrace]) -> dict[str, Any]:
+    """Mean and saturated share of the i, f and o gates (sigmoids; g is a tanh), when the traces hold them."""
+    if not all(lay.has_gates for lay in layers):
+        return {}
+    gates = {}
+    for field in GATE_POINTS[:3]:
+        values = np.concatenate([getattr(lay, field).astype(np.float32).ravel() for lay in layers])
+        gates[field] = {"mean": float(values.mean()),
+                        "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean())}
+    return gates
 
 
 def _findings(m: dict[str, Any]) -> list[tuple[str, str]]:

@@ -2,8 +2,8 @@
 
 :func:`checkpoint_summary` measures one checkpoint over ``samples`` sequences of stream ``seed``:
 its task metrics, and for a Tensor Memory checkpoint the addressing report over the same samples
-(other backbones have no memory to report on). :func:`comparison_rows` and
-:func:`comparison_figure` put two summaries next to each other. Checkpoints of different tasks
+(other backbones have no memory to report on). :func:`comparison_rows` puts two summaries next to
+each other (``analysis/figures/compare.py`` draws them). Checkpoints of different tasks
 can be compared for their addressing; their accuracies measure different things, which
 :func:`comparison_note` says.
 """
@@ -12,19 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-import plotly.graph_objects as go
 import torch
 
+from tensor_memory import memory_layers
 from tensor_memory.checkpoint import Checkpoint
-from tensor_memory.evaluation import format_metric, metric_unit
+from tensor_memory.training.evaluation import format_metric
 
-from analysis import figures
 from analysis.measures.addressing import addressing_report
 from analysis.traces.capture import capture_many, sample_batch
-from analysis.measures.interventions import memory_layers
-
-COLOURS = ("#1f77b4", "#ff7f0e")
 
 
 def sample_metrics(ckpt: Checkpoint, seed: int = 0, samples: int = 32, **task_params: Any) -> dict[str, Optional[float]]:
@@ -103,22 +98,4 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]
     return rows
 
 
-def comparison_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
-    """Grouped bars of the two checkpoints' metrics (chance left out) on one axis: the accuracies on 0–100%, or,
-    for a task scored in decibels (masked patches), its PSNRs."""
-    everything = [m for m in dict.fromkeys([*a["metrics"], *b["metrics"]]) if m != "chance"]
-    unit = "dB" if any(metric_unit(m) == "dB" for m in everything) else "%"
-    metrics = [m for m in everything if metric_unit(m) == unit]
-    fig = go.Figure()
-    for summary, colour in zip((a, b), COLOURS):
-        values = [summary["metrics"].get(m) for m in metrics]
-        fig.add_trace(go.Bar(x=[m.replace("_", " ") for m in metrics],
-                             y=[np.nan if v is None else v for v in values], name=summary["name"], marker_color=colour,
-                             text=[format_metric(m, v, percent_digits=1) for m, v in zip(metrics, values)],
-                             textposition="outside", hovertemplate=f"{summary['name']}<br>%{{x}}: %{{text}}<extra></extra>"))
-    axis = dict(yaxis_range=[0, 1.15], yaxis_tickformat=".0%") if unit == "%" else dict(yaxis_title="dB")
-    return figures.finish(fig, "metrics on the same samples", barmode="group", height=320,
-                          legend=dict(orientation="h", y=-0.2), **axis)
-
-
-__all__ = ["sample_metrics", "checkpoint_summary", "comparison_note", "comparison_rows", "comparison_figure"]
+__all__ = ["sample_metrics", "checkpoint_summary", "comparison_note", "comparison_rows"]

@@ -21,7 +21,7 @@ import torch
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.tasks.masked_patches import hidden_pixels, image_metrics
 
-from analysis.measures.grid import voxel_coordinates
+from tensor_memory.memory.geometry import in_voxels
 from analysis.traces.capture import sample_batch
 from analysis.traces.trace import Trace
 
@@ -142,8 +142,8 @@ def write_places(trace: Trace, layer: Optional[str] = None) -> dict[str, np.ndar
     lay = trace.layer(layer)
     K = trace.num_chunks
     patch = patch_places(trace)
-    patch_voxels = voxel_coordinates(np.concatenate([patch, np.zeros((K, 1))], axis=-1), lay.grid)[:, :2]
-    write_voxels = voxel_coordinates(lay.mu_write[:K].astype(np.float64), lay.grid)[:, :2]
+    patch_voxels = in_voxels(np.concatenate([patch, np.zeros((K, 1))], axis=-1), lay.grid)[:, :2]
+    write_voxels = in_voxels(lay.mu_write[:K].astype(np.float64), lay.grid)[:, :2]
     chunk_size = int(trace.info.get("chunk_size", 1))
     hidden = np.asarray(trace.meta["masked"], dtype=bool)[:K * chunk_size].reshape(K, chunk_size).any(axis=1)
     return {"patch": patch_voxels, "write": write_voxels, "hidden": hidden}

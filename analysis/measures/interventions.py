@@ -18,11 +18,10 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from tensor_memory import hooks
+from tensor_memory import TensorMemory, hooks, memory_layers
 from tensor_memory.backbone import BackboneState
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.hookpoints import Hook
-from tensor_memory.memory import TensorMemory
+from tensor_memory.memory.hookpoints import Hook
 
 from analysis.traces.capture import memory_chunk_size, per_chunk, sample_batch
 
@@ -31,13 +30,7 @@ KINDS = ("zero", "zero_region", "gate_off", "move_write", "set_sigma")
 Region = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]  # ((z0, z1), (y0, y1), (x0, x1)), ends excluded
 
 
-def memory_layers(model: torch.nn.Module) -> dict[str, tuple[int, TensorMemory]]:
-    """{module path: (block index, memory)} for every Tensor Memory layer of a task model."""
-    return {f"backbone.blocks.{i}.memory": (i, block.memory) for i, block in enumerate(model.backbone.blocks)
-            if isinstance(block.memory, TensorMemory)}
-
-
-def _chosen(model: torch.nn.Module, layer: Optional[str]) -> dict[str, tuple[int, TensorMemory]]:
+def _chosen(model: torch.nn.Module, layer: Optional[str]) -> dict[str, TensorMemory]:
     layers = memory_layers(model)
     if layer is None:
         return layers
@@ -94,7 +87,7 @@ def _check_setting(kind: str, chosen: dict, region: Optional[Region], to, sigma)
     if kind == "zero_region":
         if region is None:
             raise ValueError("intervention 'zero_region' needs region=((z0, z1), (y0, y1), (x0, x1))")
-        for _, memory in chosen.values():
+        for memory in chosen.values():
             _check_region(region, memory.config.grid)
     if kind == "move_write":
         point = np.asarray(to if to is not None else [np.nan], dtype=np.float64)
@@ -197,4 +190,4 @@ def intervene(checkpoint: Union[str, Path, Checkpoint], kind: str = "zero", chun
                               rows(base), rows(changed), {k: v[0].numpy() for k, v in batch.meta.items()})
 
 
-__all__ = ["intervene", "run_intervened", "intervention_hooks", "InterventionResult", "memory_layers", "KINDS"]
+__all__ = ["intervene", "run_intervened", "intervention_hooks", "InterventionResult", "KINDS"]

@@ -18,8 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tensor_memory import TensorMemory, hooks
+from tensor_memory import hooks, memory_layers
 from tensor_memory.checkpoint import Checkpoint
+
+from analysis.measures.interventions import intervention_hooks
 
 TOP = 5
 
@@ -53,16 +55,15 @@ def token_losses(ckpt: Checkpoint, seed: int = 0, index: int = 0) -> TokenLosses
     if not hasattr(task, "decode"):
         raise ValueError(f"{ckpt.path}: a {task.name!r} checkpoint; the text view needs a language_modelling one")
     batch = task.draw("trace", 1, seed, index)
-    memories = [name for name, m in model.named_modules() if isinstance(m, TensorMemory)]
+    memories = memory_layers(model)
     with torch.no_grad():
         loss, probs = _losses(model, batch.inputs, batch.targets)
         without = None
         if memories:
-            closed = {f"{name}.gate_scale": torch.zeros_like for name in memories}
-            with hooks(model, closed):
+            with hooks(model, intervention_hooks("gate_off", list(memories))):
                 without = _losses(model, batch.inputs, batch.targets)[0].numpy()
     top = probs.topk(TOP, dim=-1)
-    chunk = next((m.config.chunk_size for m in model.modules() if isinstance(m, TensorMemory)), 1)
+    chunk = next((m.config.chunk_size for m in memories.values()), 1)
     return TokenLosses(tokens=task.decode(batch.inputs["tokens"][0]), next_tokens=task.decode(batch.targets[0]),
                        loss=loss.numpy(), loss_without_memory=without,
                        top_tokens=[task.decode(row) for row in top.indices], top_probs=top.values.numpy(),

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.evaluation import task_with
+from tensor_memory.training.evaluation import task_with
 
-from analysis.measures.grid import voxel_coordinates, voxel_spacing
+from tensor_memory.memory.geometry import in_voxels, voxel_spacing
 from analysis.traces.trace import LayerTrace, Trace
 
 
@@ -169,10 +169,10 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
         return {"last_visible": None, "occluded_chunks": hidden.tolist()}
     last = int(hidden[0] - 1)
     D, H, W = lay.grid
-    spacing = voxel_spacing(lay.grid)
-    write = voxel_coordinates(lay.mu_write[last].astype(np.float64), lay.grid)
+    spacing = np.asarray(voxel_spacing(lay.grid))
+    write = in_voxels(lay.mu_write[last].astype(np.float64), lay.grid)
     sigma_voxels = float(lay.sigma[last] / spacing.mean())
-    reads = voxel_coordinates(lay.mu_read[hidden].astype(np.float64), lay.grid)
+    reads = in_voxels(lay.mu_read[hidden].astype(np.float64), lay.grid)
     distance = np.sqrt(((reads - write) ** 2).sum(-1))
     in_sigmas = np.sqrt((((reads - write) * spacing / lay.sigma[last]) ** 2).sum(-1))
     x, y, z = np.clip(np.rint(write).astype(int), 0, [W - 1, H - 1, D - 1])

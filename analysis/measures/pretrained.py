@@ -8,8 +8,11 @@ from typing import Any
 
 import torch
 
-from tensor_memory import TensorMemory, hooks
-from tensor_memory.pretrained import RecallModel, recall_batch, word_pieces
+from tensor_memory import hooks, memory_layers
+from tensor_memory.pretrained.minilm import word_pieces
+from tensor_memory.pretrained.recall import RecallModel, recall_batch
+
+from analysis.measures.interventions import intervention_hooks
 
 
 def recall_examples(model: RecallModel, document: int, top: int = 5) -> list[dict[str, Any]]:
@@ -17,10 +20,9 @@ def recall_examples(model: RecallModel, document: int, top: int = 5) -> list[dic
     memory and with every memory's read gate σ(γ) set to 0 (hooks; nothing edits the weights)."""
     data = recall_batch(model.config, "test", [document])
     tokenizer = word_pieces()
-    closed = {f"{name}.gate_scale": torch.zeros_like for name, m in model.named_modules() if isinstance(m, TensorMemory)}
     with torch.no_grad():
         logits, truth = model(data["ids"], data["targets"])
-        with hooks(model, closed):
+        with hooks(model, intervention_hooks("gate_off", list(memory_layers(model)))):
             logits_off, _ = model(data["ids"], data["targets"])
     where = (data["targets"][0] != -100).nonzero().tolist()  # (window, position) of each asked piece
     rows = []

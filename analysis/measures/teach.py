@@ -16,11 +16,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tensor_memory import hooks, record
+from tensor_memory import hooks, memory_layers, record
 from tensor_memory.memory import MemoryState, TensorMemory, gaussian_write
 
-from analysis.measures.grid import sigma_in_voxels, voxel_coordinates
-from analysis.measures.interventions import memory_layers
+from tensor_memory.memory.geometry import in_voxels, sigma_in_voxels
 from analysis.traces.trace import LayerTrace, Trace
 
 GATES = ("i", "f", "o", "g")
@@ -49,18 +48,13 @@ class MechanismStep:
     def grid(self) -> tuple[int, int, int]:
         return tuple(self.h_prev.shape[1:])  # type: ignore[return-value]
 
-    @property
-    def message_norm(self) -> float:
-        """‖out_proj(r)‖, the read's message before the gate (NaN with the gate closed)."""
-        return self.added_norm / self.gate_scale if self.gate_scale > 0 else float("nan")
-
 
 def memory_module(model: torch.nn.Module, layer: str) -> TensorMemory:
     """The Tensor Memory layer at module path ``layer`` (as named in traces) of a task model."""
     layers = memory_layers(model)
     if layer not in layers:
         raise ValueError(f"no memory layer {layer!r}; the model has {', '.join(layers) or 'none'}")
-    return layers[layer][1]
+    return layers[layer]
 
 
 def read_corners(mu_read: np.ndarray, grid: tuple[int, int, int]) -> list[tuple[tuple[int, int, int], float]]:
@@ -69,7 +63,7 @@ def read_corners(mu_read: np.ndarray, grid: tuple[int, int, int]) -> list[tuple[
     Border padding as in the mechanism: coordinates are clamped to the grid.
     """
     axes = []
-    positions = voxel_coordinates(np.clip(np.asarray(mu_read, dtype=np.float64), -1.0, 1.0), grid)  # x, y, z
+    positions = in_voxels(np.clip(np.asarray(mu_read, dtype=np.float64), -1.0, 1.0), grid)  # x, y, z
     for position, n in zip(positions, grid[::-1]):
         left = min(int(np.floor(position)), n - 2)
         frac = position - left
@@ -144,7 +138,7 @@ def walkthrough(trace: Trace, memory: TensorMemory, layer: Optional[str], chunk:
 
 def voxel_units(step: MechanismStep) -> dict[str, np.ndarray]:
     """The read and write coordinates (x, y, z) and σ per axis, in voxels."""
-    return {"read": voxel_coordinates(step.mu_read, step.grid), "write": voxel_coordinates(step.mu_write, step.grid),
+    return {"read": in_voxels(step.mu_read, step.grid), "write": in_voxels(step.mu_write, step.grid),
             "sigma": sigma_in_voxels(step.sigma, step.grid)}
 
 

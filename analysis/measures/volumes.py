@@ -1,23 +1,102 @@
-"""A memory layer's state volumes over a whole trace, reduced for drawing with one colour scale.
+"""State volumes reduced to one value per voxel, and over a whole trace with one colour scale.
 
-Stepping through chunks should change what the volumes show, not how they are coloured, so
-:func:`state_series` reduces every chunk's ``h`` or ``c`` the same way — the norm over channels,
-one channel, or a principal component of a basis fitted over all chunks at once — and gives one
-value range for the whole sequence.
+:func:`volume_values` reduces a (C, D, H, W) volume — the norm over channels, one channel, or a
+principal component (:func:`pca_basis`). Stepping through chunks should change what the volumes
+show, not how they are coloured, so :func:`state_series` reduces every chunk's ``h`` or ``c`` the
+same way, with a basis fitted over all chunks at once, and gives one value range for the whole
+sequence.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Sequence
 
 import numpy as np
 
-from analysis.figures import colour_range, pca_basis, volume_values
-from analysis.measures.grid import voxel_coordinates
+from tensor_memory.memory.geometry import in_voxels
+
+from analysis.measures.checks import check_array, check_index
 from analysis.traces.trace import LayerTrace
 
 FIELDS = {"h": "hidden state h", "c": "cell state c"}
 MODES = {"norm": "norm over channels", "channel": "one channel", "pca": "principal component"}
+
+
+def colour_range(values: np.ndarray, value_range: Optional[Sequence[float]] = None) -> tuple[float, float]:
+    """(low, high) for colours: ``value_range`` when given (high > low), else the data's range.
+
+    Constant data gets (value, value + 1), so it shows as the low end rather than an arbitrary colour.
+    """
+    if value_range is not None:
+        low, high = (float(v) for v in value_range)
+        if not high > low:
+            raise ValueError(f"value_range must be (low, high) with high > low, got {tuple(value_range)}")
+        return low, high
+    low, high = float(values.min()), float(values.max())
+    return (low, high) if high > low else (low, low + 1.0)
+
+
+def _state_volume(volume: np.ndarray) -> np.ndarray:
+    return check_array(volume, 4, "volume", "(C, D, H, W)")
+
+
+def _sign_fixed(components: np.ndarray) -> np.ndarray:
+    """Rows flipped so that each row's largest-|loading| entry is positive (a deterministic sign)."""
+    largest = components[np.arange(len(components)), np.abs(components).argmax(axis=1)]
+    return components * np.where(largest < 0, -1.0, 1.0)[:, None]
+
+
+def pca_basis(volumes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Principal components over channels of (N, C, D, H, W) or (C, D, H, W) volumes.
+
+    Every voxel of every volume is a sample of C channels, centred per channel. Returns
+    ``components`` (C, C) float64, row ``k`` the k-th principal direction (largest variance
+    first, its largest-|loading| entry positive), and ``explained_ratio`` (C,), each component's
+    share of the variance (all zero for constant volumes). Pass ``components`` as ``basis`` to
+    :func:`volume_values` to keep one basis across chunks.
+    """
+    array = np.asarray(volumes)
+    if array.ndim == 4:
+        array = array[None]
+    if array.ndim != 5:
+        raise ValueError(f"volumes must have shape (N, C, D, H, W) or (C, D, H, W), got {tuple(np.shape(volumes))}")
+    channels = array.shape[1]
+    samples = np.moveaxis(array, 1, -1).reshape(-1, channels).astype(np.float64)
+    samples -= samples.mean(axis=0)
+    variances, vectors = np.linalg.eigh(samples.T @ samples)
+    order = np.argsort(-variances, kind="stable")
+    variances = np.clip(variances[order], 0.0, None)
+    components = _sign_fixed(vectors[:, order].T)
+    total = variances.sum()
+    explained = variances / total if total > 0 else np.zeros(channels)
+    return components, explained
+
+
+def volume_values(volume: np.ndarray, mode: str = "norm", channel: int = 0, component: int = 0,
+                  basis: Optional[np.ndarray] = None) -> np.ndarray:
+    """(D, H, W) float32 values to draw from a (C, D, H, W) state volume.
+
+    ``mode``: ``"norm"`` the L2 norm over channels; ``"channel"`` channel ``channel``; ``"pca"`` the
+    projection of each voxel, centred per channel over this volume's voxels, on principal component
+    ``component`` — of this volume, or row ``component`` of ``basis`` (k, C) from :func:`pca_basis`.
+    """
+    array = _state_volume(volume)
+    channels = array.shape[0]
+    if mode == "norm":
+        return np.sqrt(np.square(array.astype(np.float32)).sum(axis=0))
+    if mode == "channel":
+        return array[check_index(channel, channels, "channel")].astype(np.float32)
+    if mode != "pca":
+        raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    components = pca_basis(array)[0] if basis is None else check_array(basis, 2, "basis", f"(k, {channels})")
+    if components.shape[1] != channels:
+        raise ValueError(f"basis must have shape (k, {channels}) for a volume of {channels} channels, "
+                         f"got {tuple(components.shape)}")
+    direction = components[check_index(component, len(components), "component")]
+    samples = np.moveaxis(array, 0, -1).astype(np.float64)  # (D, H, W, C)
+    centred = samples - samples.reshape(-1, channels).mean(axis=0)
+    return (centred @ direction).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +147,9 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
 
 def nearest_voxel(mu: np.ndarray, grid: tuple[int, int, int]) -> tuple[int, int, int]:
     """The voxel (z, y, x) whose centre is nearest the coordinate ``mu`` = (x, y, z) in [-1, 1]."""
-    x, y, z = voxel_coordinates(np.clip(np.asarray(mu, dtype=np.float64), -1.0, 1.0), grid)
+    x, y, z = in_voxels(np.clip(np.asarray(mu, dtype=np.float64), -1.0, 1.0), grid)
     return int(round(z)), int(round(y)), int(round(x))
 
 
-__all__ = ["VolumeSeries", "state_series", "nearest_voxel", "FIELDS", "MODES"]
+__all__ = ["VolumeSeries", "state_series", "nearest_voxel", "colour_range", "pca_basis", "volume_values", "FIELDS",
+           "MODES"]

@@ -10,8 +10,8 @@
   The probe is fitted on the observed cells of one seed's samples and scored on other seeds';
   :func:`decoded_map` applies it to one sample, beside the true map.
 
-Fitting and scoring samples never overlap (different seeds of the trace stream). Figures for
-both are in :func:`write_position_figure` and :func:`decoded_map_figure`.
+Fitting and scoring samples never overlap (different seeds of the trace stream). Their figures
+are in ``analysis/figures/world.py``.
 """
 
 from __future__ import annotations
@@ -19,16 +19,15 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import plotly.graph_objects as go
 import torch
-from plotly.subplots import make_subplots
 
 from tensor_memory.checkpoint import Checkpoint
 
 from analysis.traces.capture import capture_many, memory_chunk_size, run_recorded, sample_batch
-from analysis.figures import TRUTH_COLOUR, WRITE_COLOUR, finish, rgb
 
 RIDGE = 1e-3  # a small ridge on the least-squares fits: features that never vary do not blow up
+SAMPLES, FIT_SEED, EVAL_SEEDS = 64, 0, (1, 2, 3)  # a read-out is fitted on one seed's samples, scored on three others'
+READOUT_SAMPLES = SAMPLES * (1 + len(EVAL_SEEDS))  # the samples a read-out runs through the model
 
 
 def _require(ckpt: Checkpoint, task: str) -> None:
@@ -69,8 +68,8 @@ def _writes_and_positions(ckpt: Checkpoint, seed: int, samples: int, layer: Opti
     return name, mu, positions, occluded
 
 
-def write_position_fit(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = 64, fit_seed: int = 0,
-                       eval_seeds: Sequence[int] = (1, 2, 3)) -> dict[str, Any]:
+def write_position_fit(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = SAMPLES, fit_seed: int = FIT_SEED,
+                       eval_seeds: Sequence[int] = EVAL_SEEDS) -> dict[str, Any]:
     """How well a linear map of μ_write predicts the ball's (y, x): R² on samples not used to fit it.
 
     Returns ``{"layer", "weights" (4, 2), "r2_visible", "r2_hidden", "fit_frames", "eval_frames"}``.
@@ -87,26 +86,6 @@ def write_position_fit(ckpt: Checkpoint, layer: Optional[str] = None, samples: i
         scores[f"r2_{label}"] = r_squared(pos_e[where], apply_linear(weights, mu_e[where])) if where.any() else None
     return {"layer": name, "weights": weights, **scores, "fit_frames": int((~occluded).sum()),
             "eval_frames": int(occ_e.size), "fit_seed": fit_seed, "eval_seeds": list(eval_seeds)}
-
-
-def write_position_figure(fit: dict[str, Any], mu_write: np.ndarray, positions: np.ndarray, occluded: np.ndarray,
-                          size: int = 16) -> go.Figure:
-    """One sample: the ball's path and the position the fitted map reads off each write (hidden frames hollow)."""
-    predicted = apply_linear(fit["weights"], np.asarray(mu_write, dtype=np.float64))  # (K, 2) as (y, x)
-    K = len(predicted)
-    positions, occluded = np.asarray(positions)[:K], np.asarray(occluded)[:K].astype(bool)
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=positions[:, 1], y=positions[:, 0], mode="lines+markers+text", name="ball",
-                             text=[str(k) for k in range(K)], textposition="top center",
-                             line=dict(color=TRUTH_COLOUR), marker=dict(size=9)))
-    fig.add_trace(go.Scatter(x=predicted[:, 1], y=predicted[:, 0], mode="lines+markers", name="read off μ_write",
-                             line=dict(color=rgb(WRITE_COLOUR), dash="dot"),
-                             marker=dict(size=9, symbol=np.where(occluded, "circle-open", "circle"))))
-    r2 = fit.get("r2_visible")
-    fig.update_xaxes(title_text="x (column)", range=[-1, size])
-    fig.update_yaxes(title_text="y (row)", range=[size, -1], scaleanchor="x")
-    return finish(fig, f"Do the writes follow the ball? R² = {r2:.2f} on visible frames of unseen samples"
-                   if r2 is not None else "Do the writes follow the ball?", height=360)
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,8 +115,8 @@ def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: Opti
     return name, reads, truth, observed
 
 
-def map_probe(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = 64, fit_seed: int = 0,
-              eval_seeds: Sequence[int] = (1, 2, 3)) -> dict[str, Any]:
+def map_probe(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = SAMPLES, fit_seed: int = FIT_SEED,
+              eval_seeds: Sequence[int] = EVAL_SEEDS) -> dict[str, Any]:
     """A linear probe from a cell's memory read to its occupancy, scored on unseen samples.
 
     Returns ``{"layer", "weights" (C + 1, 1), "accuracy_observed", "accuracy_all", "cells_observed"}``:
@@ -169,19 +148,5 @@ def decoded_map(ckpt: Checkpoint, probe: dict[str, Any], seed: int = 0, index: i
             "decoded": estimate.reshape(size, size)}
 
 
-def decoded_map_figure(decoded: dict[str, np.ndarray]) -> go.Figure:
-    """The true map (unobserved cells dimmed), the map decoded from the memory, and where they differ."""
-    truth, observed, estimate = decoded["map"], decoded["observed"].astype(bool), decoded["decoded"]
-    wrong = ((estimate > 0.5) != truth.astype(bool)) & observed
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("true map (unobserved dimmed)", "decoded from memory",
-                                                        f"wrong on observed cells: {int(wrong.sum())}"))
-    shown = np.where(observed, truth.astype(float), 0.5 * truth + 0.25)
-    for column, values in enumerate((shown, estimate, wrong.astype(float)), start=1):
-        fig.add_trace(go.Heatmap(z=values, zmin=0, zmax=1, colorscale="Greys", showscale=False), row=1, col=column)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{column if column > 1 else ''}", row=1, col=column)
-    accuracy = 1.0 - wrong.sum() / max(observed.sum(), 1)
-    return finish(fig, f"Map decoded from the memory: {accuracy:.0%} of observed cells right", height=320)
-
-
-__all__ = ["fit_linear", "apply_linear", "r_squared", "write_position_fit", "write_position_figure", "map_probe",
-           "decoded_map", "decoded_map_figure"]
+__all__ = ["fit_linear", "apply_linear", "r_squared", "write_position_fit", "map_probe", "decoded_map",
+           "READOUT_SAMPLES"]

@@ -1,1 +1,2 @@
-"""Traces and what is read from files: capturing a sample, the trace format, exports, training logs."""
+"""What a run records and the files it lives in: capturing a sample, the trace format, predictions of memoryless
+models, training logs, exports."""

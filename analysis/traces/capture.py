@@ -16,14 +16,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from tensor_memory import memory_layers, record
+from tensor_memory.backbone import check_budget
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.limits import check_budget
-from tensor_memory.evaluation import task_with
-from tensor_memory.recording import record
-from tensor_memory.tasks.base import Batch
+from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
+from tensor_memory.tasks import Batch
+from tensor_memory.training.evaluation import task_with
 
 from analysis.traces.quantized import QuantizedVolumes, quantize
-from analysis.traces.trace import GATE_FIELDS, SCALE_SUFFIX, VOLUME_FIELDS, LayerTrace, Trace, TraceError, check_volume_dtype
+from analysis.traces.trace import SCALE_SUFFIX, LayerTrace, Trace, TraceError, check_volume_dtype
 
 SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
 
@@ -47,16 +48,13 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
 
 def memory_chunk_size(model: torch.nn.Module) -> int:
     """The chunk size shared by the model's memory layers (a trace is indexed by chunk)."""
-    sizes = {m.config.chunk_size for m in model.modules() if hasattr(m, "hook_points")}
+    sizes = {memory.config.chunk_size for memory in memory_layers(model).values()}
     if not sizes:
         raise TraceError("this checkpoint has no memory layers (a backbone other than 'tensor'); "
                          "traces record memory layers: choose a tensor checkpoint")
     if len(sizes) > 1:
         raise TraceError(f"memory layers with different chunk sizes {sorted(sizes)} cannot share one trace")
     return sizes.pop()
-
-
-RECORDED = ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", *GATE_FIELDS)
 
 
 def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int, gates: bool = True,
@@ -84,12 +82,12 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
             logits.append(out)
             for name, layer in rec.layers.items():
                 fields = parts.setdefault(name, {})
-                for field in RECORDED:
+                for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
                     value = getattr(layer, field)
                     if value is None or (field == "c" and not cells):
                         continue
                     # Volumes are cut to float16 or int8 per segment: that bounds memory.
-                    if field not in VOLUME_FIELDS and field not in GATE_FIELDS:
+                    if field not in VOLUME_POINTS and field not in GATE_POINTS:
                         fields.setdefault(field, []).append(value.float().numpy())
                     elif volumes == "int8":
                         codes, scale = quantize(value.float().numpy())  # (B, k, C, D, H, W), (B, k, C)

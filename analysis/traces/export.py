@@ -1,77 +1,23 @@
-"""Files to download: a trace as bytes, figures as one offline HTML page or as PNG images, a zip of files.
+"""Files to download: a trace as the bytes of its file, and a zip of files.
 
-Plotly figures become PNGs by drawing them in headless Chromium (Debian's ``/usr/bin/chromium``
-through Playwright, the browser the tests use) and asking Plotly.js for the image, so 3D scenes
-come out as the browser draws them. Without Chromium, :func:`figure_pngs` raises a RuntimeError
-saying how to install it.
+Figures as files (HTML, PNG) are in ``analysis/figures/export.py``.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Mapping
 
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
-
 from analysis.traces.trace import Trace
-
-CHROMIUM = Path("/usr/bin/chromium")
-PNG_SIZE = (900, 600)  # pixels, before the scale factor
 
 
 def trace_bytes(trace: Trace) -> bytes:
     """The trace as the bytes of the safetensors file :meth:`Trace.save` writes."""
     with tempfile.TemporaryDirectory(prefix="tensor-memory-trace-") as folder:
         return trace.save(Path(folder) / "trace.safetensors").read_bytes()
-
-
-def figures_html(figs: Mapping[str, go.Figure], title: str) -> str:
-    """One self-contained HTML page (Plotly's JavaScript inlined once) with every figure under its name."""
-    parts = [f"<section><h2>{html.escape(name)}</h2>"
-             f"{fig.to_html(full_html=False, include_plotlyjs=False, config={'displaylogo': False})}</section>"
-             for name, fig in figs.items()]
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-            "h2{font-size:1.1em;border-bottom:1px solid #ddd}</style>"
-            f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
-            f"<body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>")
-
-
-def figure_pngs(figs: Mapping[str, go.Figure], scale: float = 2.0, browser: Path = CHROMIUM) -> dict[str, bytes]:
-    """``{name: PNG bytes}`` of each figure, drawn by Plotly.js in headless Chromium at ``scale``× pixels."""
-    if not Path(browser).exists():
-        raise RuntimeError(f"PNG export draws the figures in Chromium, which is not at {browser}; install it with "
-                           "`sudo apt-get install -y chromium`, or use the camera icon above each figure")
-    from playwright.sync_api import sync_playwright
-
-    width, height = PNG_SIZE
-    out: dict[str, bytes] = {}
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(browser), args=["--no-sandbox"])
-        try:
-            page = chromium.new_page()
-            page.set_content(f"<html><head><script>{get_plotlyjs()}</script></head><body><div id='plot'></div>"
-                             "</body></html>")
-            for name, fig in figs.items():
-                url = page.evaluate(
-                    """async ([spec, width, height, scale]) => {
-                        const figure = JSON.parse(spec);
-                        const div = document.getElementById('plot');
-                        await Plotly.newPlot(div, figure.data, figure.layout, {staticPlot: true});
-                        const url = await Plotly.toImage(div, {format: 'png', width, height, scale});
-                        Plotly.purge(div);
-                        return url;
-                    }""", [fig.to_json(), width, height, scale])
-                out[name] = base64.b64decode(url.split(",", 1)[1])
-        finally:
-            chromium.close()
-    return out
 
 
 def zip_bytes(files: Mapping[str, bytes]) -> bytes:
@@ -83,4 +29,4 @@ def zip_bytes(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-__all__ = ["trace_bytes", "figures_html", "figure_pngs", "zip_bytes"]
+__all__ = ["trace_bytes", "zip_bytes"]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.traces.trace import CHUNK_FIELDS, GATE_FIELDS, VECTOR_FIELDS, VOLUME_FIELDS, Trace
+from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
+
+from analysis.traces.trace import CHUNK_FIELDS, Trace
 
 
 def _chunks(array: np.ndarray) -> np.ndarray:
@@ -27,7 +29,7 @@ def nonfinite_fields(trace: Trace) -> list[str]:
     """One line per array with NaN or infinite values, e.g. ``"layer backbone.blocks.1.memory: h at chunks 3, 4"``."""
     found = []
     for name, layer in trace.layers.items():
-        for field in (*VECTOR_FIELDS, *VOLUME_FIELDS, *GATE_FIELDS):
+        for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
             value = getattr(layer, field)
             if value is not None and value.dtype.kind == "f":
                 chunks = _chunks(value)

@@ -36,6 +36,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from tensor_memory.files import FileFormatError, atomic_write_bytes, read_safetensors_layout
+from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 from tensor_memory.tasks import make_task
 
 from analysis.traces.quantized import QuantizedVolumes
@@ -45,9 +46,6 @@ TRACE_VERSION = 1
 MAX_TRACE_BYTES = 2 << 30  # 2 GiB: a 1,000-chunk trace at C = 32 and 16³ is ~0.5 GB in float16
 MAX_INFO_CHARS = 1 << 20  # the JSON header is a few kilobytes
 
-VOLUME_FIELDS = ("h", "c")
-GATE_FIELDS = ("gate_i", "gate_f", "gate_o", "gate_g")
-VECTOR_FIELDS = ("mu_read", "read", "mu_write", "sigma", "content")
 CHUNK_FIELDS = ("prediction", "target", "scored", "probs")
 OUTPUT_KINDS = ("classes", "values")  # info["outputs"]: what a chunk's prediction is (absent: classes)
 VOLUME_DTYPES = ("float16", "int8")  # how h, c and the gate volumes are stored
@@ -63,7 +61,8 @@ Volumes = Union[np.ndarray, QuantizedVolumes]
 
 @dataclasses.dataclass
 class LayerTrace:
-    """One memory layer over K chunks. Volumes are (K, C, D, H, W): float16 arrays, or
+    """One memory layer over K chunks: one field per recorded hook point (``RECORDED_POINTS`` of
+    ``tensor_memory.memory.hookpoints``). Volumes are (K, C, D, H, W): float16 arrays, or
     :class:`~analysis.traces.quantized.QuantizedVolumes` (int8, decoded on access) when captured with
     ``volumes="int8"``."""
 
@@ -128,7 +127,7 @@ class Trace:
         as stored: an int8 volume is its codes under its own name and its scales under ``<field>_scale``."""
         out: dict[str, np.ndarray] = {}
         for path, layer in self.layers.items():
-            for field in (*VECTOR_FIELDS, *VOLUME_FIELDS, *GATE_FIELDS):
+            for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
                 value = getattr(layer, field)
                 if isinstance(value, QuantizedVolumes):
                     out[f"layer/{path}/{field}"] = value.codes
@@ -218,7 +217,7 @@ def _expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[
         pre = f"layer/{name}/"
         out.update({pre + "mu_read": ((K, 3), "f"), pre + "read": ((K, C), "f"), pre + "mu_write": ((K, 3), "f"),
                     pre + "sigma": ((K,), "f"), pre + "content": ((K, C), "f"), pre + "gate_scale": ((1,), "f")})
-        for field in ("h",) + (("c",) if cells else ()) + (GATE_FIELDS if gates else ()):
+        for field in ("h",) + (("c",) if cells else ()) + (GATE_POINTS if gates else ()):
             if volumes == "int8":
                 out[pre + field] = ((K, C, *grid), "int8")
                 out[pre + field + SCALE_SUFFIX] = ((K, C), "f")
@@ -323,8 +322,8 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
     layers = {}
     for name in info["layers"]:
         pre = f"layer/{name}/"
-        fields = {f: arrays.get(pre + f) for f in (*VECTOR_FIELDS, *VOLUME_FIELDS, *GATE_FIELDS)}
-        for field in (*VOLUME_FIELDS, *GATE_FIELDS):
+        fields = {f: arrays.get(pre + f) for f in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS)}
+        for field in (*VOLUME_POINTS, *GATE_POINTS):
             if pre + field + SCALE_SUFFIX in arrays:
                 fields[field] = QuantizedVolumes(arrays[pre + field], arrays[pre + field + SCALE_SUFFIX])
         layers[name] = LayerTrace(gate_scale=float(arrays[pre + "gate_scale"][0]), **fields)  # type: ignore[arg-type]

@@ -1,33 +1,17 @@
 """A checkpoint's training log, read back: how its addressing developed over the training steps.
 
 Training writes, at every evaluation, the validation metrics and each memory layer's addressing
-measures (``tensor_memory.addressing``) into ``train_log.jsonl``. :func:`read_training_log` reads
-that file (refusing a malformed one with the line that is wrong), :func:`addressing_history`
-turns it into one series per measure, and :func:`addressing_history_figure` plots them against
-the step, so a collapse shows when it happened.
+measures (``tensor_memory.memory.addressing``) into ``train_log.jsonl``, which
+``tensor_memory.training.log.read_training_log`` reads with its checks. :func:`addressing_history`
+turns its entries into one series per measure (``analysis/figures/training.py`` plots them against
+the step, so a collapse shows when it happened).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
-
-from tensor_memory.evaluation import metric_unit
-from tensor_memory.training_log import read_training_log
-
-from analysis.figures import finish
-
-# The panels of the figure: (title, measures drawn in it, y-axis title).
-PANELS = (("where writes go", ("write_spread_voxels", "read_write_distance_voxels"), "voxels"),
-          ("write spread σ", ("sigma_voxels",), "voxels"),
-          ("pinned at a face", ("boundary_fraction",), "share"),
-          ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"))
-LABELS = {"write_spread_voxels": "write spread", "read_write_distance_voxels": "read–write distance",
-          "sigma_voxels": "median σ", "boundary_fraction": "coordinates at a face", "gate_scale": "σ(γ)",
-          "gate_i_mean": "mean i", "gate_f_mean": "mean f", "gate_o_mean": "mean o"}
 
 
 def addressing_history(entries: list[dict[str, Any]], metric: str = "accuracy") -> dict[str, Any]:
@@ -64,45 +48,4 @@ def addressing_history(entries: list[dict[str, Any]], metric: str = "accuracy") 
             f"val_{metric}": series(accuracy), "metric": metric}
 
 
-def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = None,
-                              scaffold_steps: int = 0) -> go.Figure:
-    """The addressing measures of ``layer`` (default: the last) against the training step, with the
-    validation accuracy in the last panel. A ValueError when the log holds no addressing.
-
-    ``scaffold_steps`` (the run's ``training.address_scaffold_steps``) shades the steps during which
-    the address scaffold steered training; the measures there are still the model's own addressing.
-    """
-    layers = history["layers"]
-    if not layers:
-        raise ValueError("this training log holds no addressing measures (logs written by training before "
-                         "addressing was recorded, or a model without memory layers)")
-    layer = layer or sorted(layers)[-1]
-    if layer not in layers:
-        raise ValueError(f"no addressing measures for layer {layer!r} in this log; it has {sorted(layers)}")
-    measures = layers[layer]
-    metric = history.get("metric", "accuracy")
-    titles = [title for title, _, _ in PANELS] + [f"validation {metric.replace('_', ' ')}"]
-    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.05)
-    for column, (_, names, unit) in enumerate(PANELS, start=1):
-        for name in names:
-            if name in measures:
-                steps, values = measures[name]
-                fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=LABELS.get(name, name),
-                                         legendgroup=str(column)), row=1, col=column)
-        fig.update_yaxes(title_text=unit, row=1, col=column)
-    steps, values = history[f"val_{metric}"]
-    fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=titles[-1]), row=1, col=len(titles))
-    if metric_unit(metric) == "%":
-        fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
-    else:
-        fig.update_yaxes(title_text=metric_unit(metric) or metric, row=1, col=len(titles))
-    fig.update_xaxes(title_text="training step")
-    if scaffold_steps > 0:
-        for column in range(1, len(titles) + 1):
-            fig.add_vrect(x0=0, x1=scaffold_steps, fillcolor="gray", opacity=0.12, line_width=0, row=1, col=column)
-        fig.add_annotation(text=f"address scaffold, withdrawn by step {scaffold_steps:,}", xref="paper", yref="paper",
-                           x=0, y=1.12, showarrow=False, xanchor="left", font=dict(size=11, color="gray"))
-    return finish(fig, f"Addressing during training · {layer}", legend=dict(orientation="h", y=-0.25))
-
-
-__all__ = ["read_training_log", "addressing_history", "addressing_history_figure"]
+__all__ = ["addressing_history"]

@@ -6,13 +6,14 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from analysis.measures.compare import comparison_figure, comparison_note, comparison_rows
-from analysis.traces.training_log import addressing_history_figure
+from analysis.figures.compare import comparison_figure
+from analysis.figures.training import addressing_history_figure
+from analysis.measures.compare import comparison_note, comparison_rows
 from app import cache, layout, state, world_view
-from app.cache import CheckpointRef
+from app.cache import CheckpointRef, Sample
 from app.sidebar import checkpoint_options
 from tensor_memory.checkpoint import CheckpointError
-from tensor_memory.evaluation import format_metric
+from tensor_memory.training.evaluation import format_metric
 from tensor_memory.tasks import TASKS
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
@@ -33,10 +34,10 @@ def verdict(report: Optional[dict[str, Any]], name: str) -> None:
                                               if len(report["failures"]) > 1 else ""), icon=":material/error:")
 
 
-def measured(ref: CheckpointRef, seed: int, samples: int, params: tuple, layer: Optional[str]) -> dict[str, Any]:
-    """The checkpoint's summary over the samples, or the page stops saying why it cannot be measured."""
+def measured(ref: CheckpointRef, sample: Sample, samples: int, layer: Optional[str]) -> dict[str, Any]:
+    """The checkpoint's summary over ``samples`` samples of the sample's stream, or the page stops saying why not."""
     try:
-        return cache.summary(ref, seed, samples, params, layer)
+        return cache.summary(ref, sample, samples, layer)
     except EXPECTED_ERRORS as error:  # TraceError is a ValueError
         st.error(f"Could not measure {ref.label} on these samples: {describe(error)}")
         st.stop()
@@ -54,7 +55,7 @@ layout.header(context, "Diagnose", "Is the memory using its grid? The addressing
                                    "verdict and reasons, and any two checkpoints side by side.")
 samples = layout.remembered(st.select_slider, "Samples to measure over", "diagnose.samples", 32,
                             options=SAMPLE_COUNTS, help="More samples: steadier numbers, longer to compute.")
-mine = measured(context.ref, context.seed, samples, context.params, context.layer)
+mine = measured(context.ref, context.sample, samples, context.layer)
 
 st.markdown("##### Addressing report")
 report = mine["addressing"]
@@ -90,7 +91,7 @@ def training_section(ref: CheckpointRef, layer: Optional[str], scaffold_steps: i
         return
     layout.chart(figure, "training_history", height=320)
     st.caption("Logged by `tensor-memory train` at every evaluation, on 16 validation samples"
-               + (f", with the model's own addressing also while the address scaffold (shaded) steered training"
+               + (", with the model's own addressing also while the address scaffold (shaded) steered training"
                   if scaffold_steps else "") + ".")
 
 
@@ -116,7 +117,7 @@ except CheckpointError as error:
     st.error(f"Could not load {other_label} to compare: {error}")
     st.stop()
 same_task = other_loaded.checkpoint.task.name == context.task
-theirs = measured(other_ref, context.seed, samples, context.params if same_task else (), None)
+theirs = measured(other_ref, context.sample if same_task else context.sample.with_task_defaults(), samples, None)
 note = comparison_note(mine, theirs)
 if note:
     st.warning(note, icon=":material/warning:")

@@ -7,6 +7,7 @@ import streamlit as st
 from analysis.figures.chunk_input import chunk_outcome
 from analysis.figures.views import SLICE_ANCHORS
 from analysis.measures.volumes import FIELDS, MODES
+from analysis.measures.world import READOUT_SAMPLES
 from app import cache, layout, state, stepper, world_view
 from app.figure_cache import figure_cache
 
@@ -65,7 +66,7 @@ series, view = None, layout.VolumeView()
 if context.has_memory_views:
     lay = trace.layer(context.layer)
     view = volume_controls(lay.channels, [f for f in FIELDS if getattr(lay, f) is not None])
-    series = cache.volume_series(context.ref, context.seed, context.params, context.layer, view.field, view.mode,
+    series = cache.volume_series(context.ref, context.sample, context.layer, view.field, view.mode,
                                  view.index)
 
 
@@ -137,7 +138,7 @@ if world_view.supported(context):
     st.markdown("##### Does the memory's space follow the world?")
     question = ("the ball's position read off each write" if context.task == "occlusion"
                 else "the map decoded from what the memory returns for each cell")
-    if layout.remembered(st.toggle, f"Show {question} (fits a linear read-out over 256 samples once)",
+    if layout.remembered(st.toggle, f"Show {question} (fits a linear read-out over {READOUT_SAMPLES} samples once)",
                          "explore.world", False):
         world_view.readout_figure(context)
 build_ahead()

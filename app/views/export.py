@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.traces.export import figure_pngs, figures_html, zip_bytes
+from analysis.figures.export import figure_pngs, figures_html
+from analysis.traces.export import zip_bytes
 from analysis.figures.render import footprint_plotter, plotter_html
 from analysis.figures.report import report_html
 from app import cache, layout, state, stepper
@@ -15,7 +16,7 @@ stepper.stepped_page(context, "Export",
                      "Take the sample away: its trace, the figures of the current chunk, the offline report.")
 trace, chunk = context.trace, context.chunk
 view = layout.volume_view()
-series = (cache.volume_series(context.ref, context.seed, context.params, context.layer, view.field, view.mode,
+series = (cache.volume_series(context.ref, context.sample, context.layer, view.field, view.mode,
                               view.index) if context.has_memory_views else None)
 figures = figure_cache().get(*cache.chunk_figures_job(trace, context.sample_key, context.layer, series, view.kind,
                                                       view.anchor, chunk))
@@ -35,7 +36,7 @@ with trace_col, st.container(border=True):
     st.markdown("**Trace**")
     st.caption("Every recorded array of the sample (safetensors with a JSON header; `analysis.load_trace` reads "
                "it back and validates it).")
-    st.download_button("Trace (.safetensors)", cache.trace_file(context.ref, context.seed, context.params),
+    st.download_button("Trace (.safetensors)", cache.trace_file(context.ref, context.sample),
                        file_name=f"{name}.trace.safetensors", mime="application/octet-stream",
                        icon=":material/database:", key="download_trace")
 with figures_col, st.container(border=True):

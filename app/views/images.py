@@ -19,7 +19,7 @@ if context.task != "masked_patches":
 stepper.stepped_page(context, "Images", "A held-out photograph with some patches hidden, as the model sees it one "
                                         "patch (one memory chunk) at a time in raster order: what it puts back, "
                                         "where it is wrong, and what its memory holds over the image.")
-rec = cache.reconstruction(context.ref, context.seed, context.params)
+rec = cache.reconstruction(context.ref, context.sample)
 chunk_size = int(context.trace.info.get("chunk_size", 1))
 patch_index = min(context.chunk * chunk_size + chunk_size - 1, rec.masked.size - 1)  # the chunk's last patch
 layout.chart(reconstruction_figure(rec, current_patch=patch_index), "reconstruction", height=300)
@@ -42,7 +42,7 @@ overlay_col, places_col = st.columns(2)
 with overlay_col:
     st.markdown(f"**‖h‖ after chunk {context.chunk}, over the image**")
     if grid_aligned(context.trace, context.layer):
-        series = cache.volume_series(context.ref, context.seed, context.params, context.layer, "h", "norm", 0)
+        series = cache.volume_series(context.ref, context.sample, context.layer, "h", "norm", 0)
         values = memory_on_image(context.trace, context.chunk, context.layer)
         high = series.value_range[1]
         layout.chart(memory_overlay_figure(rec.image, values, rec.patch, patch_index, value_range=(0.0, high)),

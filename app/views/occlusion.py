@@ -15,7 +15,7 @@ from analysis.measures.occlusion import TASKS, belief, belief_of, memory_energy,
 from analysis.figures.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
 from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import slice_index
-from analysis.measures.grid import normalised_coordinates
+from tensor_memory.memory.geometry import from_voxels
 from analysis.measures.volumes import nearest_voxel
 from app import cache, layout, state, stepper
 from tensor_memory.errors import EXPECTED_ERRORS, describe
@@ -155,13 +155,13 @@ with st.form("intervention_form", border=True):
                "first, so the change shows from the next chunk on).")
     if st.form_submit_button("Run the intervention", icon=":material/science:", type="primary"):
         region = tuple((lo, hi + 1) for lo, hi in (z_range, y_range, x_range)) if kind == "zero_region" else None
-        to = tuple(float(v) for v in normalised_coordinates(to_voxel, lay.grid)) if kind == "move_write" else None
+        to = tuple(float(v) for v in from_voxels(to_voxel, lay.grid)) if kind == "move_write" else None
         st.session_state[INTERVENTION_KEY] = (sample, (kind, int(at), region, None, to,
                                                        float(new_sigma) if kind == "set_sigma" else None))
 remembered = st.session_state.get(INTERVENTION_KEY)
 asked = remembered[1] if remembered and remembered[0] == sample else ("zero", default_chunk, None, None, None, None)
 try:
-    result = cache.intervention(context.ref, context.seed, context.params, *asked)
+    result = cache.intervention(context.ref, context.sample, *asked)
 except EXPECTED_ERRORS as error:  # a setting this sample cannot take: say so, the rest of the app goes on
     st.error(f"The intervention could not run: {describe(error)}")
     st.stop()

@@ -8,7 +8,8 @@ import streamlit as st
 from analysis.figures import teach as teach_figures
 from analysis.measures import teach
 from analysis.figures.chunk_input import chunk_input_figure
-from analysis.figures import volume_figure, volume_values
+from analysis.figures import volume_figure
+from analysis.measures.volumes import volume_values
 from analysis.measures.volumes import nearest_voxel
 from app import layout, state, stepper
 

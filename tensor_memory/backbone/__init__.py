@@ -1,7 +1,8 @@
 """Backbones: one small pre-norm Transformer, seven ways of giving it context.
 
-The package reads in four parts: ``config`` (settings and streaming state), ``attention``,
-``slots`` (the slot memory) and ``blocks`` (the shared block and the stack).
+The package reads in six parts: ``config`` (settings and streaming state), ``attention``,
+``slots`` (the slot memory), ``blocks`` (the shared block and the stack), ``attach`` (a memory put
+into other Transformers' blocks) and ``budget`` (what a state holds and a batch needs).
 
 Every kind shares the same block,
 
@@ -27,13 +28,16 @@ counted from the start of the stream, never from the start of a call.
 
 from __future__ import annotations
 
+from .attach import attach_memory, detach_memory
 from .attention import Attention, LinearAttention, SoftmaxAttention, XLAttention, sinusoidal_positions, visibility
 from .blocks import MLP, Backbone, Block, apply_memory
 from .config import (KINDS, MEMORY_KINDS, POSITIONS, SLOT_GATE_INIT, BackboneConfig, BackboneState, KVCache,
                      LayerState, LinearState, SlotState, XLCache)
+from .budget import check_budget, estimated_bytes, state_budget
 from .slots import CrossAttention, SlotMemory
 
 __all__ = ["KINDS", "MEMORY_KINDS", "POSITIONS", "SLOT_GATE_INIT", "BackboneConfig", "BackboneState", "LayerState",
            "KVCache", "LinearState", "XLCache", "SlotState", "Attention", "SoftmaxAttention", "LinearAttention",
            "XLAttention", "sinusoidal_positions", "visibility", "CrossAttention", "SlotMemory", "MLP", "Block",
-           "Backbone", "apply_memory"]
+           "Backbone", "apply_memory", "attach_memory", "detach_memory", "check_budget", "estimated_bytes",
+           "state_budget"]

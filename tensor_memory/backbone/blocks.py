@@ -9,11 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import require_int
-from ..memory import TensorMemory
+from ..config import MARKER_STD, require_int
+from ..memory.layer import TensorMemory
 from .attention import ATTENTION, SoftmaxAttention, sinusoidal_positions
 from .config import BackboneConfig, BackboneState, LayerState
 from .slots import SlotMemory
+
 
 class MLP(nn.Module):
     def __init__(self, dim: int, ratio: int) -> None:
@@ -85,7 +86,7 @@ class Backbone(nn.Module):
         self.config = config
         self.registers = None
         if config.kind == "registers":  # learned tokens, no position: they sit before position 0
-            self.registers = nn.Parameter(torch.randn(config.num_registers, config.dim) * 0.02)
+            self.registers = nn.Parameter(torch.randn(config.num_registers, config.dim) * MARKER_STD)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.layers))
         self.norm = nn.LayerNorm(config.dim)
 
@@ -157,8 +158,3 @@ class Backbone(nn.Module):
                     batch = getattr(part, dataclasses.fields(part)[0].name).shape[0]
                     if batch != x.shape[0]:
                         raise ValueError(f"state holds batch size {batch}, x has {x.shape[0]}")
-
-    # -- parameter accounting ---------------------------------------------------------------
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())

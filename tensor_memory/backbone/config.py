@@ -9,7 +9,7 @@ import torch
 
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from ..memory import MemoryConfig, MemoryState
+from ..memory.config import MemoryConfig, MemoryState
 
 KINDS = ("tensor", "base", "xl", "local", "linear", "slots", "registers")
 # What the backbone adds to its input to mark token positions. "sinusoidal" has amplitude 1 per

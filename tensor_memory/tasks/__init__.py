@@ -1,4 +1,7 @@
-"""The diagnostic tasks, by name."""
+"""The tasks, by name, and the model that runs one: its encoder, a backbone, its head (``model.py``).
+
+Each task module generates or reads its samples and scores them; ``base.py`` holds what they share,
+``patches.py`` how pictures become tokens, ``data/`` the real data sets they read."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from .coordinate_binding import CoordinateBinding
 from .language_modelling import LanguageModelling
 from .map_building import MapBuilding
 from .masked_patches import MaskedPatches
+from .model import TaskModel
 from .moving_digits import MovingDigits
 from .no_harm import NoHarm
 from .occlusion import Occlusion
@@ -27,4 +31,4 @@ def make_task(name: str, params: Optional[dict[str, Any]] = None) -> Task:
     return cls(cls.Config.from_dict(params or {}))
 
 
-__all__ = ["Batch", "Task", "TASKS", "make_task", "derive_seed"]
+__all__ = ["Batch", "Task", "TASKS", "TaskModel", "make_task", "derive_seed"]

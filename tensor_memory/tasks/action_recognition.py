@@ -1,7 +1,7 @@
 """Action recognition on UCF-101: name the action of a short clip, read one frame per memory chunk.
 
-The data are UCF-101 at a user path (:mod:`tensor_memory.video`: PyAV-decoded ``.avi`` files or
-frame folders, and the official lists; nothing downloads). Splits of ``fold``: train is the fold's
+The data are UCF-101 at a user path (``data/ucf101.py`` reads the official lists, ``data/video.py``
+the ``.avi`` files or frame folders; nothing downloads). Splits of ``fold``: train is the fold's
 trainlist less validation, validation its clips of the three lowest groups gXX (a group's clips share
 actor and background, so a group goes whole to one side), test the fold's testlist, never trained or
 validated on. Labels are classInd's, 0-based.
@@ -27,9 +27,10 @@ import torch
 from torch import nn
 
 from .. import limits as L
-from .. import video as V
 from ..config import ConfigBase, require_int
 from ..files import FileFormatError
+from .data import ucf101 as U
+from .data import video as V
 from .base import Batch, Counts, FrameTask, derive_seed, generator, masked_accuracy, split_of
 from .occlusion import PatchEncoder
 from .patches import clip_patches
@@ -57,7 +58,7 @@ class ActionRecognitionConfig(ConfigBase):
         if not self.path:
             raise ValueError(f"{owner}.path is required: the UCF-101 folder holding <ClassName>/v_<Class>_gXX_cYY.avi "
                              f"(or frame folders); pass --set task.params.path=FOLDER")
-        if isinstance(self.fold, bool) or not isinstance(self.fold, int) or self.fold not in V.FOLDS:
+        if isinstance(self.fold, bool) or not isinstance(self.fold, int) or self.fold not in U.FOLDS:
             raise ValueError(f"{owner}.fold must be 1, 2 or 3 (trainlist0N / testlist0N), got {self.fold!r}")
         require_int(owner, "classes", self.classes, 2, L.MAX_TASK_ITEMS)
         require_int(owner, "frames", self.frames, 1, L.MAX_TASK_ITEMS)
@@ -91,20 +92,20 @@ class ActionRecognition(FrameTask):
     # -- data ---------------------------------------------------------------------------------
 
     @property
-    def splits(self) -> V.UCFSplits:
+    def splits(self) -> U.UCFSplits:
         """The fold's train, valid and test clips (read once per folder); classInd must match ``classes``."""
         cfg = self.config
-        splits = V.ucf_splits(cfg.path, cfg.lists, cfg.fold)
+        splits = U.ucf_splits(cfg.path, cfg.lists, cfg.fold)
         if len(splits.classes) != cfg.classes:
-            raise FileFormatError(f"{splits.lists / V.CLASS_FILE}: lists {len(splits.classes)} classes but the "
+            raise FileFormatError(f"{splits.lists / U.CLASS_FILE}: lists {len(splits.classes)} classes but the "
                                   f"task's classes is {cfg.classes}; set task.params.classes={len(splits.classes)}")
         return splits
 
-    def clips(self, split: str) -> tuple[V.Clip, ...]:
+    def clips(self, split: str) -> tuple[U.Clip, ...]:
         """The clips of ``split`` (train, valid or test), in list order."""
         return self.splits.split(split)
 
-    def video(self, clip: V.Clip) -> np.ndarray:
+    def video(self, clip: U.Clip) -> np.ndarray:
         """The clip's whole video, (F, size, size, channels) uint8 (cached)."""
         return V.read_video(clip.source, self.config.size, self.config.channels)
 
@@ -169,7 +170,6 @@ class ActionRecognition(FrameTask):
     @property
     def num_classes(self) -> int:
         return self.config.classes
-
 
     def encoder(self, dim: int) -> nn.Module:
         cfg = self.config

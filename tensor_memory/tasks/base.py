@@ -17,19 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ConfigBase
+from ..config import CONTENT_STD, MARKER_STD, ConfigBase
 
 Counts = dict[str, tuple[float, float]]  # metric name → (correct, total)
-
-# Initial spread of the task encoders' learned embeddings, by the role of the table. What a token
-# carries for the memory to keep (a binding's value, a counter's token) starts at PyTorch's N(0, 1).
-# Markers of where a token sits or what kind it is (a patch's place in its frame, a map cell's row
-# and column, the query flag) start at 0.02: at N(0, 1) they are an order of magnitude larger than
-# the features the encoders' Linear maps give the pixels or values beside them, every chunk then
-# looks alike to the memory and its writes collapse to one place. Both measured in
-# docs/trainability.md.
-CONTENT_STD = 1.0
-MARKER_STD = 0.02
 
 # The split of a real data set each stream reads: evaluation, traces and the app's belief-survival measure
 # the test split, the trainer's validation the valid split, everything else (training) the train split.

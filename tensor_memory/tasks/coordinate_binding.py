@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from .. import limits as L
-from ..config import ConfigBase, require_float, require_int
-from .base import CONTENT_STD, Batch, Counts, Task, embedding, generator, masked_accuracy
+from ..config import CONTENT_STD, ConfigBase, require_float, require_int
+from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
 
 @dataclasses.dataclass

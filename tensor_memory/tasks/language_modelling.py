@@ -11,7 +11,7 @@ depends on what it is for (:meth:`LanguageModelling.draw`):
 - traces (``trace``) show random windows of the test split.
 
 Metrics: ``accuracy`` (top-1 next token), ``cross_entropy`` (mean nats per token) and
-``perplexity`` = exp(cross_entropy). The corpus and its tokenizer: :mod:`tensor_memory.corpus`.
+``perplexity`` = exp(cross_entropy). The corpus and its tokenizer: ``data/corpus.py``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import corpus as C
 from .. import limits as L
 from ..config import ConfigBase, require_int
+from .data import corpus as C
 from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy, split_of
 
 TOKENIZER_FILE = "tokenizer.json"  # beside model.safetensors in a checkpoint
@@ -78,7 +78,7 @@ class LanguageModelling(Task):
 
     @property
     def tokenizer(self):
-        return C._parsed(self.tokenizer_text)
+        return C.cached_tokenizer(self.tokenizer_text)
 
     def use_tokenizer(self, text: str, source: str) -> None:
         """Take ``text`` (tokenizers JSON) as this task's tokenizer; its size must be ``vocab_size``."""

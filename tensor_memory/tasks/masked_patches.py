@@ -1,32 +1,20 @@
 """Masked patch reconstruction on real photographs: fill in the patches a mask hides.
 
-A sample is one ``image_size × image_size`` crop of a real photograph (:mod:`tensor_memory.images`:
+A sample is one ``image_size × image_size`` crop of a real photograph (``data/images.py``:
 scikit-image's bundled photographs and ``lfw_subset`` images, or CUB-200-2011 at a user path), cut
-into ``(image_size / patch)²`` patch tokens in raster order — row by row, left to right, the same
-order for every sample and every model (never shuffled). A mask hides ``round(rate · N)`` of them,
-chosen at random; a hidden patch enters the model as zeros with a learned "masked" marker. The model
-predicts every hidden patch's pixels; only hidden patches are scored. The crop, the mask and the
-rate are functions of the seed alone, so every model sees the same ones.
-
-Training mixes the three rates of the sweep (``mask_rate = -1``: each sample draws 25, 50 or 75 %).
-Which split a batch reads depends on its purpose (:func:`~tensor_memory.tasks.base.split_of`):
-training the train split, the trainer's validation the valid split, evaluation and traces the test
-split. One memory chunk per patch, so each write stores one patch.
-
-Metrics (``skimage.metrics``, per image, averaged over images; predictions clipped to [0, 1]):
-
-- ``psnr``: peak signal-to-noise ratio (dB, data range 1) over the hidden pixels alone;
-- ``ssim``: the structural similarity map of the reconstruction — the visible pixels as given, the
-  hidden ones as predicted — against the truth (7×7 windows), averaged over the hidden pixels;
-- ``psnr_mean_fill`` / ``ssim_mean_fill``: the same for filling every hidden pixel with the mean of
-  the visible ones, a floor that says how hard the masks are (the same for every model);
-- ``mse``: mean squared error per hidden pixel.
+into ``(image_size / patch)²`` patch tokens in raster order, the same for every sample and model. A
+mask hides ``round(rate · N)`` of them; a hidden patch enters as zeros with a learned "masked"
+marker, and only hidden patches are scored. Crop, mask and rate are functions of the seed alone;
+training mixes the sweep's three rates (``mask_rate = -1``). One memory chunk per patch.
 
 Each image is standardised with the mean and spread of its *visible* pixels (per channel): the model
-reads visible patches as ``(pixel − mean) / spread`` and predicts hidden ones in the same units, which
-:meth:`MaskedPatches.to_pixels` turns back into pixels with those same visible statistics. Nothing is
-ever de-normalised with statistics of the hidden patches (the paper's public code does, which leaks
-the answer); a prediction of 0 is the visible mean, the ``mean_fill`` floor.
+reads visible patches and predicts hidden ones in those units, and :meth:`MaskedPatches.to_pixels`
+turns predictions back into pixels with the same visible statistics, never the hidden ones.
+
+Metrics (``skimage.metrics``, per image, averaged; predictions clipped to [0, 1]): ``psnr`` over the
+hidden pixels (dB, data range 1); ``ssim``, the SSIM map of the reconstruction (visible pixels as
+given) against the truth, averaged over the hidden pixels; ``psnr_mean_fill`` / ``ssim_mean_fill``,
+the same for every hidden pixel filled with the visible mean (a floor); ``mse`` per hidden pixel.
 """
 
 from __future__ import annotations
@@ -38,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import images as I
 from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
+from .data import images as I
 from .base import Batch, Counts, Task, derive_seed, embedding, generator, split_of
 from .map_building import PLANE_Z
 from .patches import patchify, unpatchify

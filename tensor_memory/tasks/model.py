@@ -7,8 +7,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .backbone import Backbone, BackboneConfig, BackboneState
-from .tasks import Task
+from ..backbone import Backbone, BackboneConfig, BackboneState
+from .base import Task
 
 
 class TaskModel(nn.Module):

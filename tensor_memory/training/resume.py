@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as save_safetensors
 
-from .files import FLOAT_DTYPES, FileFormatError, atomic_write_bytes, read_safetensors_layout
+from ..files import FLOAT_DTYPES, FileFormatError, atomic_write_bytes, read_safetensors_layout
 
 MAX_RESUME_BYTES = 2 << 30  # weights and two moments of the largest model the budget allows at most
 MOMENTS = ("exp_avg", "exp_avg_sq", "step")  # AdamW's state per parameter

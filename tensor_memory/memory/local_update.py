@@ -27,7 +27,7 @@ from .update import depthwise3d, expand_write, gate_inputs, gate_values
 
 
 def update_regions(box) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Where each write reaches, from its box (``memory.write_box``).
+    """Where each write reaches, from its box (``geometry.write_box``).
 
     box: (K, B, D), (K, B, H), (K, B, W) booleans, the write box along each axis.
     Returns lo, hi (K, B, 3) in (z, y, x) order: the inclusive voxel bounds of the box dilated

@@ -6,7 +6,7 @@
     metrics.json        the test-document figures it was shipped with
 
 Loading checks the installed base model against the reference (a different MiniLM would make the
-memory's weights meaningless), validates the weights file as :mod:`tensor_memory.checkpoint` does
+memory's weights meaningless), validates the weights file as ``tensor_memory/checkpoint.py`` does
 (never unpickled), and rebuilds the model around the installed MiniLM.
 """
 
@@ -18,9 +18,10 @@ from typing import Any, Optional
 
 import torch
 
-from .checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, _check_against_model
-from .files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
-from .pretrained import PACKAGE, RecallConfig, RecallModel, weights_digest
+from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
+from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
+from .minilm import PACKAGE, weights_digest
+from .recall import RecallConfig, RecallModel
 
 KIND = "pretrained_memory"
 SCHEMA_VERSION = 1
@@ -78,7 +79,7 @@ def load_minilm_checkpoint(path: Path) -> tuple[RecallModel, dict[str, Any], Opt
     expected = model.trained_state()
     weights = directory / "model.safetensors"
     header, _ = read_safetensors_layout(weights, MAX_WEIGHTS_BYTES)
-    _check_against_model(weights, header, expected)
+    check_against_model(weights, header, expected)
     with safe_open(str(weights), framework="pt", device="cpu") as handle:
         tensors = {name: handle.get_tensor(name).to(value.dtype) for name, value in expected.items()}
     if not all(bool(torch.isfinite(t).all()) for t in tensors.values()):

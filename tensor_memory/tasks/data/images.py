@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from .files import FileFormatError
+from ...files import FileFormatError
 
 SPLITS = ("train", "valid", "test")
 SOURCES = ("skimage", "cub")

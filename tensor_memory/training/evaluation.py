@@ -15,12 +15,12 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from . import limits as L
-from .backbone import SLOT_GATE_INIT, SlotMemory
-from .checkpoint import Checkpoint
-from .config import require_int
-from .memory import TensorMemory
-from .tasks import Task, make_task
+from .. import limits as L
+from ..backbone import SLOT_GATE_INIT, SlotMemory, check_budget
+from ..checkpoint import Checkpoint
+from ..config import require_int
+from ..memory import TensorMemory
+from ..tasks import Task, make_task
 
 
 def gate_drift(model: nn.Module) -> Optional[float]:
@@ -66,7 +66,7 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     require_int("evaluate", "batch_size", batch_size, 1, L.MAX_BATCH)
     backbone = getattr(getattr(model, "backbone", None), "config", None)
     if backbone is not None:
-        L.check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate")
+        check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate")
     if progress is None:
         progress = sys.stderr.isatty()
     try:

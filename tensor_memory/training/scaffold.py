@@ -1,17 +1,14 @@
 """Address scaffold: the task's true places steer a memory's addressing early in training, then go.
 
-Learned from scratch, a memory whose reads must find what earlier tokens wrote somewhere else in
-the grid — map building's query finding the patch that covers its cell — rarely finds a layout:
-the coordinates collapse or σ spreads over the grid first (docs/trainability.md, table M). Given
-the places, the same memory learns the task to its ceiling. The scaffold joins the two: for the
-first ``steps`` training steps each memory layer's read and write coordinates are blended with
-the places the task knows (:meth:`Task.true_places`),
+For the first ``steps`` training steps each memory layer's read and write coordinates are blended
+with the places the task knows (:meth:`Task.true_places`),
 
     mu ← w · place + (1 − w) · mu,    w = 1 − step / steps   (0 from ``steps`` on),
 
 through the layers' hook points (no weight is touched), so the coordinate head trains, with
 (1 − w) of the gradient, in a memory that already holds the layout, and takes the addressing
-over as w falls. From ``steps`` on, and in every evaluation, the model addresses on its own.
+over as w falls. From ``steps`` on, and in every evaluation, the model addresses on its own. Why a
+memory needs it, and when: ``docs/trainability.md``.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from .hookpoints import hooks
-from .memory import TensorMemory
+from ..memory import hooks, memory_layers
 
 
 def scaffold_weight(step: int, steps: int) -> float:
@@ -35,7 +31,7 @@ def check_scaffold(model: nn.Module, task, steps: int) -> None:
     """Refuse a scaffold that cannot act: no memory layer, a task without places, chunks of several tokens."""
     if steps <= 0:
         return
-    memories = [m for m in model.modules() if isinstance(m, TensorMemory)]
+    memories = list(memory_layers(model).values())
     where = "training.address_scaffold_steps"
     if not memories:
         raise ValueError(f"{where}={steps}: the model has no memory layer to steer; set it to 0 for this backbone")
@@ -60,8 +56,7 @@ def address_scaffold(model: nn.Module, places: Optional[torch.Tensor], weight: f
     def blend(mu: torch.Tensor) -> torch.Tensor:  # (B, K, 3): the first K tokens' coordinates
         return weight * places[:, :mu.shape[1]].to(mu.dtype) + (1.0 - weight) * mu
 
-    spec = {f"{name}.{point}": blend for name, m in model.named_modules() if isinstance(m, TensorMemory)
-            for point in ("mu_read", "mu_write")}
+    spec = {f"{name}.{point}": blend for name in memory_layers(model) for point in ("mu_read", "mu_write")}
     with hooks(model, spec):
         yield
 

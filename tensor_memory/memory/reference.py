@@ -3,7 +3,7 @@
 Chunk by chunk, exactly as the mechanism is written down: ``grid_sample`` for the read, a
 Gaussian evaluated at every voxel centre for the write, ``nn.Conv3d(groups=…)`` for the
 depthwise convolutions of ``[V ; h]`` and a 1×1×1 ``Conv3d`` for the mix. It shares no code
-with ``memory.py`` beyond the parameter values it copies. The windowed write masks the Gaussian
+with ``layer.py`` beyond the parameter values it copies. The windowed write masks the Gaussian
 with its box; the local update computes the dense step and keeps the old state outside the box
 dilated by one voxel: both options' definitions, written literally.
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .memory import TensorMemory
+from .layer import TensorMemory
 
 
 class ReferenceMemory(nn.Module):

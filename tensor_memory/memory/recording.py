@@ -1,7 +1,7 @@
 """A context that records the memory path's hook points into a typed object.
 
 ``record(model)`` attaches a read-only observer to every hook point of every memory layer
-(:mod:`tensor_memory.hookpoints`) for the duration of a ``with`` block and hands back a
+(:mod:`~tensor_memory.memory.hookpoints`) for the duration of a ``with`` block and hands back a
 :class:`Recording`::
 
     with record(model) as rec:
@@ -22,16 +22,14 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
-from .hookpoints import POINTS, HookPoint, observers
-
-# The quantities a recording keeps: every hook point but the incoming state (the state a call
-# starts from is the previous call's last h and c, or zeros).
-RECORD_FIELDS = {name: doc for name, (doc, _) in POINTS.items() if name not in ("h_in", "c_in")}
+from .hookpoints import GATE_POINTS, RECORDED_POINTS, HookPoint, observers
+from .layer import memory_layers
 
 
 @dataclasses.dataclass
 class MemoryRecord:
-    """Everything one memory layer marked during the recording, concatenated over calls along K."""
+    """Everything one memory layer marked during the recording, concatenated over calls along K: one field
+    per point of :data:`~tensor_memory.memory.hookpoints.RECORDED_POINTS`."""
 
     mu_read: torch.Tensor
     read: torch.Tensor
@@ -65,16 +63,6 @@ class Recording:
         return len(self.layers)
 
 
-def _points(model: nn.Module) -> dict[str, dict[str, HookPoint]]:
-    """Recorded hook points of every memory layer in ``model``: {layer path: {field: point}}."""
-    found: dict[str, dict[str, HookPoint]] = {}
-    for name, module in model.named_modules():
-        points = getattr(module, "hook_points", None)
-        if isinstance(points, nn.ModuleDict):
-            found[name] = {field: points[field] for field in RECORD_FIELDS}  # type: ignore[misc]
-    return found
-
-
 @contextlib.contextmanager
 def record(model: nn.Module, gates: bool = True) -> Iterator[Recording]:
     """Record every memory layer of ``model`` while the block runs.
@@ -82,23 +70,22 @@ def record(model: nn.Module, gates: bool = True) -> Iterator[Recording]:
     ``gates=False`` skips the four gate volumes (the largest records). The returned
     :class:`Recording` is filled in when the block exits.
     """
-    layers = _points(model)
+    layers = memory_layers(model)
     if not layers:
         raise ValueError("record(model): the model has no memory layers to record")
+    kept = [field for field in RECORDED_POINTS if gates or field not in GATE_POINTS]
     collected: dict[str, dict[str, list[torch.Tensor]]] = {name: {} for name in layers}
     sinks: dict[HookPoint, Callable[[torch.Tensor], None]] = {}
-    for name, points in layers.items():
-        for field, point in points.items():
-            if field.startswith("gate_") and field != "gate_scale" and not gates:
-                continue
+    for name, memory in layers.items():
+        for field in kept:
             keep = collected[name].setdefault(field, []).append
-            sinks[point] = lambda value, keep=keep: keep(value.detach().clone())
+            sinks[memory.hook_points[field]] = lambda value, keep=keep: keep(value.detach().clone())
     recording = Recording(layers={})
     with observers(sinks):
         yield recording
     for name, fields in collected.items():
         values: dict[str, Optional[torch.Tensor]] = {}
-        for field in RECORD_FIELDS:
+        for field in RECORDED_POINTS:
             parts = fields.get(field, [])
             if field == "gate_scale":
                 values[field] = parts[-1] if parts else torch.empty(0)

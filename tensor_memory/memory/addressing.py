@@ -17,18 +17,9 @@ from typing import Any, Optional
 
 import torch
 
+from .geometry import in_voxels, spanning_axes, voxel_spacing
+
 BOUNDARY_EPS = 0.98  # |coordinate| above this (of 1) counts as pinned at a face: tanh' < 0.04 there
-
-
-def voxel_spacing(grid: tuple[int, int, int]) -> torch.Tensor:
-    """Normalised units per voxel along x, y, z (grid is (D, H, W)): (3,) float64."""
-    D, H, W = grid
-    return torch.tensor([2.0 / (W - 1), 2.0 / (H - 1), 2.0 / (D - 1)], dtype=torch.float64)
-
-
-def in_voxels(xyz: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
-    """(…, 3) coordinates (x, y, z) in [-1, 1] → voxel indices along x, y, z (float64)."""
-    return (xyz.double() + 1.0) / voxel_spacing(grid)
 
 
 def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> float:
@@ -37,20 +28,9 @@ def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> f
     return float(points.var(0, unbiased=False).sum().sqrt()) if len(points) else 0.0
 
 
-def spanning_axes(grid: tuple[int, int, int]) -> torch.Tensor:
-    """(3,) booleans along x, y, z: the axes with more than two voxels.
-
-    An axis of two voxels has its only centres at its two faces, so a coordinate there sits where
-    reads and writes reach full strength (map building's 2-deep sheet), not stuck at a face, and
-    its spacing (the whole extent) says nothing about how wide a write is next to the voxels.
-    """
-    D, H, W = grid
-    return torch.tensor([W > 2, H > 2, D > 2])
-
-
 def boundary_fraction(*coordinates: torch.Tensor, grid: tuple[int, int, int]) -> float:
     """Share of coordinate triples (…, 3), pooled, with some spanning axis beyond ±BOUNDARY_EPS."""
-    counted = spanning_axes(grid)
+    counted = torch.tensor(spanning_axes(grid))
     pinned = torch.cat([((c.reshape(-1, 3).abs() > BOUNDARY_EPS) & counted).any(-1) for c in coordinates])
     return float(pinned.double().mean()) if len(pinned) else 0.0
 
@@ -62,8 +42,9 @@ def median(values: torch.Tensor) -> float:
 
 def sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
     """Median write spread σ in voxels: the mean spacing of the spanning axes (of all three if none spans)."""
-    spacing, spanning = voxel_spacing(grid), spanning_axes(grid)
-    return median(sigma) / float(spacing[spanning].mean() if spanning.any() else spacing.mean())
+    spacing = voxel_spacing(grid)
+    spanned = [s for s, spans in zip(spacing, spanning_axes(grid)) if spans] or spacing
+    return median(sigma) / (sum(spanned) / len(spanned))
 
 
 def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
@@ -81,7 +62,7 @@ def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tu
 
 
 def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optional[float]]:
-    """The addressing measures of one layer's :class:`~tensor_memory.recording.MemoryRecord`.
+    """The addressing measures of one layer's :class:`~tensor_memory.memory.recording.MemoryRecord`.
 
     ``gate_i``/``gate_f``/``gate_o`` means are included when the recording kept the gates.
     """
@@ -100,5 +81,5 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
     return out
 
 
-__all__ = ["BOUNDARY_EPS", "voxel_spacing", "in_voxels", "spanning_axes", "write_spread_voxels", "boundary_fraction",
-           "sigma_voxels", "read_write_distances", "layer_measures"]
+__all__ = ["BOUNDARY_EPS", "write_spread_voxels", "boundary_fraction", "sigma_voxels", "median", "read_write_distances",
+           "layer_measures"]

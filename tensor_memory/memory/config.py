@@ -1,0 +1,102 @@
+"""A memory layer's settings (:class:`MemoryConfig`) and its recurrent state (:class:`MemoryState`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+
+from .. import limits as L
+from ..config import ConfigBase, require_float, require_int
+
+# Initialisations a config can choose. "random" is PyTorch's default Linear init. The others
+# make a memory trainable where the signal has to find its way in: with "sum" a chunk's summary
+# sees a token wherever it sits in the chunk (a random projection of the concatenation has to
+# learn that per position), and with "centre" reads and writes overlap before any training.
+INIT_CHOICES = {"summary_init": ("random", "sum"), "coord_init": ("random", "centre")}
+
+# How a chunk's write reaches the volume. "dense" is the mechanism as written: the Gaussian
+# touches every voxel and every voxel is updated. "windowed" cuts the Gaussian to a box of
+# ±window_k·σ around μ (exactly zero outside). "local" also updates only the cells of that box
+# plus a one-voxel margin (what the 3-tap convolutions reach); every other cell keeps its
+# state exactly — the paper's suggested remedy for the cost of dense updates.
+WRITE_MODES = ("dense", "windowed", "local")
+
+
+@dataclasses.dataclass
+class MemoryConfig(ConfigBase):
+    token_dim: int = 64  # d, the width of the tokens that read and write
+    channels: int = 16  # C, features per voxel
+    grid: tuple[int, int, int] = (6, 6, 6)  # (D, H, W) voxels
+    chunk_size: int = 1  # tokens per read/write step
+    gate_init: float = -2.0  # γ at init: σ(-2) ≈ 0.12; use ≈ -9 to attach to a pretrained model
+    sigma_init: float = 0.4  # initial write spread, normalised units (one voxel spacing at 6 voxels)
+    sigma_min: float = 0.05  # floor under the learned spread, so a write never becomes a spike
+    forget_bias: float = 4.0  # forget-gate bias at init: σ(4) = 0.98, so a write survives tens of chunks (1 forgot it in ~5)
+    summary_init: str = "random"  # "sum": the write summary starts as the chunk's tokens summed (÷√chunk)
+    summary_norm: bool = True  # layer-normalise s_k (no gain): without it the projection grows and tanh pins writes at a face
+    coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
+    write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
+    window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig"
+        require_int(owner, "token_dim", self.token_dim, 1, L.MAX_DIM)
+        require_int(owner, "channels", self.channels, 1, L.MAX_CHANNELS)
+        require_int(owner, "chunk_size", self.chunk_size, 1, L.MAX_SEQUENCE)
+        grid = tuple(self.grid) if isinstance(self.grid, (list, tuple)) else None
+        if grid is None or len(grid) != 3:
+            raise ValueError(f"{owner}.grid must be three integers (D, H, W), each >= 2, got {self.grid!r}")
+        for axis, n in zip("DHW", grid):
+            require_int(owner, f"grid[{axis}]", n, 2, L.MAX_GRID_SIDE)
+        self.grid = grid  # type: ignore[assignment]
+        require_int(owner, "grid (D·H·W voxels)", math.prod(grid), 8, L.MAX_GRID_CELLS)
+        require_int(owner, "channels × grid (2·C·D·H·W state numbers)", self.state_numel, 1, L.MAX_STATE_NUMBERS)
+        require_float(owner, "gate_init", self.gate_init)
+        require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
+        require_float(owner, "sigma_init", self.sigma_init, self.sigma_min, low_open=True)
+        require_float(owner, "forget_bias", self.forget_bias)
+        if not isinstance(self.summary_norm, bool):
+            raise ValueError(f"{owner}.summary_norm must be True or False, got {self.summary_norm!r}")
+        for name, value, allowed in (("summary_init", self.summary_init, INIT_CHOICES["summary_init"]),
+                                     ("coord_init", self.coord_init, INIT_CHOICES["coord_init"])):
+            if value not in allowed:
+                raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        if self.write_mode not in WRITE_MODES:
+            raise ValueError(f"{owner}.write_mode must be one of {', '.join(map(repr, WRITE_MODES))}, "
+                             f"got {self.write_mode!r}")
+        require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
+
+    @property
+    def write_window(self) -> Optional[float]:
+        """k of the ±kσ write box, or None for the dense write."""
+        return None if self.write_mode == "dense" else float(self.window_k)
+
+    @property
+    def state_numel(self) -> int:
+        """Numbers held per sequence by one layer's state (h and c)."""
+        D, H, W = self.grid
+        return 2 * self.channels * D * H * W
+
+
+@dataclasses.dataclass
+class MemoryState:
+    """One memory layer's recurrent state.
+
+    h, c: (B, C, D, H, W). pending: (B, P, d), the normalised tokens of a chunk that is not
+    complete yet (P < chunk_size): it is read already but written once its last token arrives,
+    so a stream cut anywhere gives the same outputs as one pass.
+    """
+
+    h: torch.Tensor
+    c: torch.Tensor
+    pending: torch.Tensor
+
+    def detach(self) -> "MemoryState":
+        """Cut the gradient history (truncated back-propagation through a stream)."""
+        return MemoryState(self.h.detach(), self.c.detach(), self.pending.detach())
+
+    def numel(self) -> int:
+        return self.h.numel() + self.c.numel() + self.pending.numel()

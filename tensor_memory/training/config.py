@@ -1,0 +1,135 @@
+"""A training run's settings: :class:`TrainConfig`, TOML run configs (``configs/``) and ``--set`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .. import limits as L
+from ..backbone import BackboneConfig
+from ..checkpoint import MAX_CONFIG_BYTES
+from ..config import ConfigBase, require_float, require_int
+from ..tasks import Task, make_task
+
+
+@dataclasses.dataclass
+class TrainConfig(ConfigBase):
+    steps: int = 2000
+    batch_size: int = 32  # global batch: split across data-parallel ranks
+    lr: float = 1e-3  # peak learning rate, reached after warm-up
+    weight_decay: float = 0.01  # AdamW, on matrices only (not norms, biases, gates)
+    warmup_steps: int = 100  # linear warm-up from 0
+    min_lr_ratio: float = 0.1  # cosine decay ends at lr · min_lr_ratio
+    grad_clip: float = 1.0  # max global gradient norm
+    eval_every: int = 250  # steps between evaluations (and checkpoints)
+    eval_batches: int = 4
+    log_every: int = 10
+    seed: int = 0  # model initialisation and the training data stream
+    frozen: list[str] = dataclasses.field(default_factory=list)  # parameters kept at their initial values:
+    # every parameter whose name contains one of these strings, e.g. ["coord_head"] to train a memory
+    # with its addressing held where coord_init put it
+    address_scaffold_steps: int = 0  # steps over which the task's true places are withdrawn from the memory's
+    # coordinates (scaffold.py): all of them at step 0, none from this step on; 0 = off
+
+    def __post_init__(self) -> None:
+        owner = "TrainConfig"
+        for name, minimum, maximum in (("steps", 1, L.MAX_STEPS), ("batch_size", 1, L.MAX_BATCH),
+                                       ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
+                                       ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
+                                       ("seed", 0, None), ("address_scaffold_steps", 0, L.MAX_STEPS)):
+            require_int(owner, name, getattr(self, name), minimum, maximum)
+        require_float(owner, "lr", self.lr, 0.0, low_open=True)
+        require_float(owner, "weight_decay", self.weight_decay, 0.0)
+        require_float(owner, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
+        if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):
+            raise ValueError(f"{owner}.frozen must be a list of parameter-name parts, got {self.frozen!r}")
+        if self.address_scaffold_steps and self.address_scaffold_steps >= self.steps:
+            raise ValueError(f"{owner}.address_scaffold_steps={self.address_scaffold_steps} must be below steps="
+                             f"{self.steps}: a model has to train on its own addressing once the scaffold is gone; "
+                             f"lower it, raise the steps, or set it to 0")
+
+
+# ---------------------------------------------------------------------------------------
+# Run configuration: TOML files in configs/ plus type-checked overrides
+# ---------------------------------------------------------------------------------------
+
+def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
+    """A config dict {task, model, training} from a TOML file, for one backbone kind.
+
+    The file holds ``[task]`` (name and ``[task.params]``), ``[model]`` settings shared by
+    every backbone, ``[backbone.<kind>]`` settings for one kind (merged over ``[model]``),
+    and ``[training]``, which ``[backbone.<kind>.training]`` extends for that kind alone.
+    """
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_CONFIG_BYTES or not Path(path).is_file():
+            raise ValueError(f"{path}: not a run config (a TOML file of a few kilobytes); pass configs/TASK.toml")
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the config ({error})") from None
+    unknown = sorted(set(data) - {"task", "model", "backbone", "training"})
+    if unknown:
+        raise ValueError(f"{path}: unknown section(s) {unknown}; expected task, model, backbone, training")
+    own = dict(data.get("backbone", {}).get(backbone, {}))
+    own_training = own.pop("training", {})
+    model = {**data.get("model", {}), **own, "kind": backbone}
+    task = data.get("task", {})
+    return {"task": {"name": task.get("name"), "params": dict(task.get("params", {}))},
+            "model": model, "training": {**data.get("training", {}), **own_training}}
+
+
+def _parse_value(text: str, current: Any, key: str) -> Any:
+    """``text`` in TOML syntax (a bare word is a string), checked against the type of ``current``."""
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    if current is None:  # no default to compare with: the config's own validation decides
+        return value
+    if isinstance(current, bool) or isinstance(value, bool):
+        ok = isinstance(current, bool) and isinstance(value, bool)
+    elif isinstance(current, float):
+        ok = isinstance(value, (int, float))
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, type(current))
+    if not ok:
+        raise ValueError(f"--set {key}={text}: expected a {type(current).__name__}, got {type(value).__name__}")
+    return value
+
+
+def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.field=value`` (nested with dots: ``model.memory.channels=8``), type-checked
+    against the field's current or default value."""
+    defaults = {"training": TrainConfig().to_dict(), "model": BackboneConfig(kind="base").to_dict()}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        path = key.split(".")
+        if not sep or len(path) < 2 or path[0] not in ("task", "model", "training"):
+            raise ValueError(f"--set {item!r}: expected section.field=value with section task, model or training")
+        node, default = config, defaults
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            default = default.get(part, {}) if isinstance(default, dict) else {}
+        current = node.get(path[-1], default.get(path[-1]) if isinstance(default, dict) else None)
+        node[path[-1]] = _parse_value(text, current, key)
+    return config
+
+
+def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
+    """Validated (task, backbone config, training config); fills the memory's chunk size from the task."""
+    task = make_task(config["task"]["name"], config["task"].get("params"))
+    model = dict(config["model"])
+    if model.get("kind") == "tensor":
+        memory = dict(model.get("memory") or {})
+        memory.setdefault("token_dim", model.get("dim", 64))
+        memory.setdefault("chunk_size", task.chunk_size)
+        model["memory"] = memory
+    backbone = BackboneConfig.from_dict(model)
+    return task, backbone, TrainConfig.from_dict(config.get("training", {}))
+
+
+__all__ = ["TrainConfig", "load_run_config", "apply_overrides", "resolve"]

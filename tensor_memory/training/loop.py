@@ -1,0 +1,342 @@
+"""Training: one run = a task, a backbone and a schedule, written to a checkpoint directory.
+
+Everything a step sees is a function of (seed, step): the batch for step s is
+``task.draw("train", batch_size, seed, s)``, so a run resumed from its last checkpoint continues
+exactly as if it had never stopped, and data-parallel ranks split the very same global batch.
+
+Run it as ``tensor-memory train`` or, on several processes, ``torchrun --nproc_per_node N -m
+tensor_memory_cli train …`` (PyTorch DDP: gloo on CPU, nccl on GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from ..backbone import check_budget, state_budget
+from ..checkpoint import SCHEMA_VERSION, save_checkpoint
+from ..files import RUN_FILES, atomic_write_text, remove_stale_temp_files
+from ..memory import memory_layers, record
+from ..memory.addressing import layer_measures
+from ..tasks import Batch, Task, TaskModel
+from .config import TrainConfig, resolve
+from .evaluation import evaluate
+from .log import LOG_FILE, read_training_log
+from .resume import load_resume, save_resume
+from .scaffold import address_scaffold, check_scaffold, scaffold_weight
+
+RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
+ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
+
+
+# ---------------------------------------------------------------------------------------
+# Optimisation
+# ---------------------------------------------------------------------------------------
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``lr · min_lr_ratio`` at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def freeze(model: torch.nn.Module, patterns: list[str]) -> None:
+    """Stop training every parameter whose name contains one of ``patterns``; each must match one."""
+    for pattern in patterns:
+        matched = [p for name, p in model.named_parameters() if pattern in name]
+        if not matched:
+            raise ValueError(f"training.frozen: no parameter name contains {pattern!r}")
+        for parameter in matched:
+            parameter.requires_grad_(False)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.dim() >= 2]
+    rest = [p for p in trained if p.dim() < 2]  # norms, biases, the memory gate γ
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
+
+
+def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[str, dict[str, Optional[float]]]:
+    """Each memory layer's addressing measures (``memory/addressing.py``) on a few validation samples.
+
+    Logged at every evaluation, so a collapse shows when it happens: {layer path: {measure: value}}.
+    Empty for a model without memory layers.
+    """
+    grids = {name: memory.config.grid for name, memory in memory_layers(model).items()}
+    if not grids:
+        return {}
+    batch = task.draw("val-addressing", ADDRESSING_SAMPLES, seed, 0)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), record(model) as recording:
+            model(batch.inputs)
+    finally:
+        model.train(was_training)
+    return {name: layer_measures(layer, grids[name]) for name, layer in recording.layers.items()}
+
+
+def loss_on(model: torch.nn.Module, task: Task, batch: Batch) -> torch.Tensor:
+    """The task's loss over the scored positions: cross-entropy, or a values task's own (a squared error)."""
+    outputs, _ = model(batch.inputs)
+    return task.loss(outputs, batch)
+
+
+def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig) -> torch.Tensor:
+    """``loss_on`` at training step ``step``, with the address scaffold's places blended in while it lasts."""
+    weight = scaffold_weight(step, cfg.address_scaffold_steps)
+    places = task.true_places(batch.inputs) if weight else None
+    with address_scaffold(model, places, weight):
+        return loss_on(model, task, batch)
+
+
+# ---------------------------------------------------------------------------------------
+# Data parallelism
+# ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Distributed:
+    """This process's place among data-parallel ranks (a single process: rank 0 of 1)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> Distributed:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); otherwise a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Distributed()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return Distributed(dist.get_rank(), dist.get_world_size())
+
+
+# ---------------------------------------------------------------------------------------
+# The run's folder
+# ---------------------------------------------------------------------------------------
+
+def check_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if found and not (resume or overwrite):
+        raise ValueError(f"--out {out}: already holds a run ({', '.join(found)}); continue it with --resume, "
+                         f"replace it with --overwrite, or choose another --out")
+    if not out.exists():
+        parent = next((p for p in out.parents if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"--out {out}: cannot create the folder there ({parent} is not a writable folder)")
+    elif not os.access(out, os.W_OK):
+        raise ValueError(f"--out {out}: the folder is not writable")
+
+
+def _trim_log(path: Path, step: int) -> None:
+    """Keep the log entries of steps a resumed run will not redo."""
+    if path.exists():
+        kept = [entry for entry in read_training_log(path, allow_cut_last_line=True) if entry["step"] <= step]
+        atomic_write_text(path, "".join(json.dumps(entry) + "\n" for entry in kept))
+
+
+# ---------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Run:
+    """What one training run works with, set up once by :func:`train`."""
+
+    task: Task
+    cfg: TrainConfig
+    config: dict[str, Any]  # what config.json records
+    model: TaskModel
+    optimizer: torch.optim.AdamW
+    world: Distributed
+    out: Path
+
+    @property
+    def log_path(self) -> Path:
+        return self.out / LOG_FILE
+
+    @property
+    def resume_path(self) -> Path:
+        return self.out / RESUME_FILE
+
+
+def train(config: dict[str, Any], out: Path, resume: bool = False, progress: bool = True,
+          overwrite: bool = False) -> dict[str, Any]:
+    """Train one run into ``out``; returns the final evaluation metrics.
+
+    ``config``: {task: {name, params}, model: BackboneConfig fields, training: TrainConfig
+    fields}. With ``resume``, continue from ``out/resume.safetensors`` if present. An ``out`` holding
+    an earlier run is refused unless ``resume`` or ``overwrite`` (which replaces that run) is given.
+    """
+    run = _set_up(config, Path(out), resume, overwrite)
+    start = _restore(run, resume)
+    if run.world.main:
+        _prepare_out(run, start)
+    writer = _tensorboard(run.out) if run.world.main else None
+    _steps(run, start, writer, progress)
+    metrics = _finish(run, writer) if run.world.main else {}
+    if run.world.world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return metrics
+
+
+def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) -> Run:
+    """Validate everything and build the model and optimizer, before anything is written."""
+    task, backbone, cfg = resolve(config)
+    check_budget(backbone, task.tokens, cfg.batch_size, training=True, where="the training config")
+    full_config = {"schema_version": SCHEMA_VERSION,
+                   "task": {"name": task.name, "params": task.config.to_dict()},
+                   "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}
+    world = init_distributed()
+    if cfg.batch_size % world.world:
+        raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
+    check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = TaskModel(task, backbone)
+    freeze(model, cfg.frozen)
+    check_scaffold(model, task, cfg.address_scaffold_steps)
+    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out)
+
+
+def _restore(run: Run, resume: bool) -> int:
+    """The steps already done: those of the resume file when resuming one, else 0."""
+    if resume and run.resume_path.exists():
+        start = load_resume(run.resume_path, run.model, run.optimizer, run.config)
+        run.task.restore(run.out)  # the files the run began with (a tokenizer), not ones rebuilt now
+        return start
+    if resume and (run.out / "model.safetensors").exists():
+        raise ValueError(f"{run.out}: nothing to resume, training already finished; use another --out to retrain")
+    return 0
+
+
+def _prepare_out(run: Run, start: int) -> None:
+    """The run's folder as the run starts: its config and task files written, its log trimmed or begun."""
+    run.out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(run.out)  # what a save killed mid-write left behind
+    if not start:  # a fresh run (or --overwrite): no resume file of an earlier one may stay
+        run.resume_path.unlink(missing_ok=True)
+    atomic_write_text(run.out / "config.json", json.dumps(run.config, indent=2) + "\n")
+    for name, text in run.task.files_to_save().items():  # a tokenizer: the run's data depend on it
+        atomic_write_text(run.out / name, text)
+    if start:
+        _trim_log(run.log_path, start)
+    elif run.log_path.exists():
+        run.log_path.unlink()
+
+
+def _steps(run: Run, start: int, writer, progress: bool) -> None:
+    """Training steps ``start`` … ``steps − 1``: log every ``log_every``, validate and save every ``eval_every``."""
+    cfg, world = run.cfg, run.world
+    wrapped = run.model if world.world == 1 else torch.nn.parallel.DistributedDataParallel(run.model)
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and world.main),
+               desc=f"{run.task.name}-{run.model.backbone.config.kind}", unit="step", dynamic_ncols=True)
+    last_time, tokens = time.perf_counter(), 0
+    for step in bar:
+        loss, grad_norm, batch_tokens = _step(run, wrapped, step)
+        tokens += batch_tokens
+        done = step + 1
+        if world.main and (done % cfg.log_every == 0 or done == cfg.steps):
+            now = time.perf_counter()
+            entry = {"step": done, "loss": round(loss, 6), "lr": run.optimizer.param_groups[0]["lr"],
+                     "grad_norm": round(grad_norm, 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
+            last_time, tokens = now, 0
+            bar.set_postfix(loss=f"{entry['loss']:.4f}", tok_s=f"{entry['tokens_per_s']:.0f}")
+            _log(run.log_path, writer, entry)
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            if world.main:
+                _validate(run, writer, done)
+            if world.world > 1:
+                dist.barrier()
+
+
+def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[float, float, int]:
+    """One optimisation step on this rank's share of the step's batch: (loss, gradient norm, tokens of all ranks)."""
+    cfg, world = run.cfg, run.world
+    run.model.train()
+    for group in run.optimizer.param_groups:
+        group["lr"] = learning_rate(step, cfg)
+    shard = cfg.batch_size // world.world
+    batch = run.task.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
+    loss = training_loss(wrapped, run.task, batch, step, cfg)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+    run.optimizer.step()
+    return loss.item(), float(grad_norm), batch.mask.numel() * world.world
+
+
+def _validate(run: Run, writer, done: int) -> None:
+    """Validation metrics and addressing into the log, and the resume file, after ``done`` steps."""
+    cfg = run.cfg
+    metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                       purpose="val")
+    addressing = addressing_during_training(run.model, run.task, cfg.seed)
+    _log(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
+                                **({"addressing": addressing} if addressing else {})})
+    save_resume(run.resume_path, run.model, run.optimizer, done, run.config)
+
+
+def _finish(run: Run, writer) -> dict[str, Any]:
+    """Save the checkpoint, evaluate it and drop the resume file: the checkpoint is the result."""
+    cfg = run.cfg
+    save_checkpoint(run.out, run.model, run.config, task=run.task)
+    metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                       purpose="val")
+    run.resume_path.unlink(missing_ok=True)
+    if writer is not None:
+        writer.close()
+    return metrics
+
+
+def _log(path: Path, writer, entry: dict[str, Any]) -> None:
+    with path.open("a") as log:
+        log.write(json.dumps(entry) + "\n")
+    if writer is not None:
+        for key, value in _scalars(entry):
+            writer.add_scalar(key, value, entry["step"])
+
+
+def _scalars(entry: dict[str, Any], prefix: str = ""):
+    """(name, number) of every numeric value in a log entry but the step; nested names joined with '/'."""
+    for key, value in entry.items():
+        if isinstance(value, dict):
+            yield from _scalars(value, f"{prefix}{key}/")
+        elif key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
+
+
+def _tensorboard(out: Path):
+    """A TensorBoard event writer in ``out/tensorboard`` when tensorboard is installed, else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out / "tensorboard"))
+
+
+__all__ = ["train", "loss_on", "training_loss", "learning_rate", "freeze", "make_optimizer",
+           "addressing_during_training", "check_out", "init_distributed", "Distributed", "RESUME_FILE",
+           "ADDRESSING_SAMPLES"]
