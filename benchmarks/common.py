@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
-from typing import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Sequence
 
 import torch
 
@@ -32,6 +37,23 @@ def machine(threads: int) -> str:
     cpu = platform.processor() or platform.machine()
     return (f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs ({cpu}), {threads} torch threads, "
             f"torch {torch.__version__}, Python {platform.python_version()}")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def memory_module_at(commit: str, modules: Sequence[str], folder: Path, package: str) -> ModuleType:
+    """The memory layer's module as it was at ``commit``: the files ``tensor_memory/<module>.py`` it needs, taken
+    from git history into package ``package`` inside ``folder`` (put on ``sys.path``), and its ``memory`` imported."""
+    target = folder / package
+    target.mkdir()
+    (target / "__init__.py").write_text("")
+    for name in modules:
+        source = subprocess.run(["git", "show", f"{commit}:tensor_memory/{name}.py"], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout
+        (target / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    return importlib.import_module(f"{package}.memory")
 
 
 def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:

@@ -13,18 +13,14 @@ and forward+backward alternately and prints the ratios.
 from __future__ import annotations
 
 import argparse
-import importlib
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
-from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, table
+from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, memory_module_at, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 
-ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "caa3de7"  # the last commit before the hook points
 BEFORE_MODULES = ("memory", "recording", "update", "compiled", "local_update", "config")
 
@@ -33,25 +29,12 @@ def parse_args() -> argparse.Namespace:
     return layer_arguments(__doc__.split("\n\n")[0], repeats=30).parse_args()
 
 
-def layer_before(folder: Path):
-    """The TensorMemory class of commit BEFORE, as package ``tm_before`` in ``folder``."""
-    package = folder / "tm_before"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name in BEFORE_MODULES:
-        source = subprocess.run(["git", "show", f"{BEFORE}:tensor_memory/{name}.py"], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout
-        (package / f"{name}.py").write_text(source)
-    sys.path.insert(0, str(folder))
-    return importlib.import_module("tm_before.memory")
-
-
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
-        old = layer_before(Path(folder))
+        old = memory_module_at(BEFORE, BEFORE_MODULES, Path(folder), "tm_before")
         settings = dict(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3, chunk_size=args.chunk_size)
         after = TensorMemory(MemoryConfig(**settings))
         before = old.TensorMemory(old.MemoryConfig(**settings))

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 from common import alternate, machine, median_ms, table
 
-from tensor_memory.model import TaskModel
-from tensor_memory.training import load_run_config, make_optimizer, resolve, training_loss
+from tensor_memory.tasks import TaskModel
+from tensor_memory.training import load_run_config, resolve
+from tensor_memory.training.loop import make_optimizer, training_loss
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "language_modelling.toml"
 

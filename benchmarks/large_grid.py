@@ -2,7 +2,7 @@
 
 Part 1 — d=256, C=32, grid 16³, chunk 16, B=2, N=512, forward+backward: tensor_memory's dense
 layer against the plain implementation of the same maths (grouped ``nn.Conv3d``, one chunk at
-a time, autograd; ``tensor_memory/reference.py``), after checking they agree.
+a time, autograd; ``tensor_memory/memory/reference.py``), after checking they agree.
 
 Part 2 — the write options at grids 16³ and 32³, with the writes' spread set to a given number
 of voxels (the speed of the local update depends on how much of the grid a write reaches):
@@ -23,7 +23,7 @@ import torch
 from common import alternate, fwd_bwd, machine, median_ms, table
 
 from tensor_memory import MemoryConfig, TensorMemory, gaussian_write
-from tensor_memory.reference import ReferenceMemory
+from tensor_memory.memory.reference import ReferenceMemory
 
 
 def parse_args() -> argparse.Namespace:

@@ -1,71 +1,102 @@
-"""Memory layer forward+backward: tensor_memory's implementation against the plain one.
+"""Memory layer forward+backward: tensor_memory's implementation against the plain one (and, with
+``--against COMMIT``, against the layer as it was at that commit).
 
-The plain implementation (tensor_memory/reference.py) is the mechanism written literally:
+The plain implementation (tensor_memory/memory/reference.py) is the mechanism written literally:
 one chunk at a time, grid_sample for the read, the Gaussian evaluated at every voxel, grouped
-nn.Conv3d for the depthwise convolutions and autograd for everything. Both run the same
-weights on the same input in this one process; the script first checks they agree, then
-times them alternately and prints a table and the speed ratio.
+nn.Conv3d for the depthwise convolutions and autograd for everything. ``--against`` loads an
+earlier layer from git history (the files of the flat package it had) beside today's. All run
+the same weights on the same input in this one process; the script first checks they agree, then
+times them alternately and prints a table and the speed ratios.
 
-    .venv/bin/python benchmarks/memory_step.py            # the issue's setting
-    .venv/bin/python benchmarks/memory_step.py --help     # other sizes
+    .venv/bin/python benchmarks/memory_step.py                    # the issue's setting
+    .venv/bin/python benchmarks/memory_step.py --against ede4c79  # the layer before the re-layout, too
+    .venv/bin/python benchmarks/memory_step.py --help             # other sizes
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
 import torch
-from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, table
+from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, memory_module_at, table
 
 from tensor_memory import MemoryConfig, TensorMemory
-from tensor_memory.reference import ReferenceMemory
+from tensor_memory.memory.reference import ReferenceMemory
+
+# What the memory layer imported while tensor_memory was one flat package (before the re-layout of issue 24).
+FLAT_MODULES = ("memory", "limits", "config", "local_update", "hookpoints", "update")
 
 
 def parse_args() -> argparse.Namespace:
-    return layer_arguments(__doc__.split("\n\n")[0], repeats=7).parse_args()
+    parser = layer_arguments(__doc__.split("\n\n")[0], repeats=7)
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="also time the layer of this commit (one with a flat tensor_memory/, e.g. ede4c79)")
+    return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = MemoryConfig(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3,
-                       chunk_size=args.chunk_size)
-    fast = TensorMemory(cfg)
+    settings = dict(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3, chunk_size=args.chunk_size)
+    fast = TensorMemory(MemoryConfig(**settings))
     with torch.no_grad():  # leave the identity initialisation so every weight matters
         fast.depthwise.add_(0.2 * torch.randn_like(fast.depthwise))
         fast.spread.weight.normal_(0, 0.1)
-    plain = ReferenceMemory(fast)
     x = torch.randn(args.batch, args.tokens, args.dim)
-    state = fast.init_state(args.batch)
+    weights = torch.randn(args.batch, args.tokens, args.dim)
+    layers = {"plain (grouped Conv3d, autograd)": ReferenceMemory(fast)}
+    with tempfile.TemporaryDirectory() as folder:
+        if args.against:
+            old = memory_module_at(args.against, FLAT_MODULES, Path(folder), "tm_against")
+            layers[f"tensor_memory at {args.against}"] = old.TensorMemory(old.MemoryConfig(**settings))
+            layers[f"tensor_memory at {args.against}"].load_state_dict(fast.state_dict())
+        layers["tensor_memory"] = fast
+        diffs = {name: differences(fast, layer, x, weights) for name, layer in layers.items() if layer is not fast}
+        state = fast.init_state(args.batch)
+        runs = {name: fwd_bwd(layer, (lambda layer=layer: layer(x, state.h, state.c)[0]) if name.startswith("plain")
+                              else (lambda layer=layer: layer(x, state)[0]), weights)
+                for name, layer in layers.items()}
+        times = alternate(runs, args.repeats)
+    report(args, diffs, times)
 
-    # Same outputs and gradients first.
-    xf, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
+
+def differences(fast: TensorMemory, other: torch.nn.Module, x: torch.Tensor, weights: torch.Tensor) -> dict[str, float]:
+    """The largest differences of output, final h and gradients between ``fast`` and ``other``; each must be < 1e-5."""
+    state = fast.init_state(x.shape[0])
+    xf, xo = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast.zero_grad(set_to_none=True)
     y_fast, s_fast = fast(xf, state)
-    y_plain, (h_plain, _) = plain(xp, state.h, state.c)
-    weights = torch.randn_like(y_fast)
+    if isinstance(other, ReferenceMemory):
+        y_other, (h_other, _) = other(xo, state.h, state.c)
+    else:
+        y_other, s_other = other(xo, state)
+        h_other = s_other.h
     (y_fast * weights).sum().backward()
-    (y_plain * weights).sum().backward()
-    diffs = {"output": (y_fast - y_plain).abs().max().item(),
-             "final h": (s_fast.h - h_plain).abs().max().item(),
-             "input gradient": (xf.grad - xp.grad).abs().max().item(),
-             "mix gradient": (fast.mix.weight.grad - plain.mix.weight.grad.flatten(1)).abs().max().item()}
+    (y_other * weights).sum().backward()
+    diffs = {"output": (y_fast - y_other).abs().max().item(), "final h": (s_fast.h - h_other).abs().max().item(),
+             "input gradient": (xf.grad - xo.grad).abs().max().item(),
+             "mix gradient": (fast.mix.weight.grad - other.mix.weight.grad.flatten(1)).abs().max().item()}
     for name, diff in diffs.items():
         assert diff < 1e-5, f"{name} differs by {diff:.2e}"
+    fast.zero_grad(set_to_none=True)
+    return diffs
 
-    times = alternate({"plain (grouped Conv3d, autograd)": fwd_bwd(plain, lambda: plain(x, state.h, state.c)[0], weights),
-                       "tensor_memory": fwd_bwd(fast, lambda: fast(x, state)[0], weights)}, args.repeats)
 
+def report(args: argparse.Namespace, diffs: dict[str, dict[str, float]], times: dict[str, list[float]]) -> None:
     chunks = -(-args.tokens // args.chunk_size)
     print(f"Memory layer forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
           f"grid={args.grid}^3 chunk={args.chunk_size}; {machine(args.threads)}")
-    print("max |difference| fast vs plain: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    for name, found in diffs.items():
+        print(f"max |difference| tensor_memory vs {name}: " + ", ".join(f"{k} {v:.1e}" for k, v in found.items()))
     medians = {name: median_ms(values) for name, values in times.items()}
     print(table(["implementation", "median ms", "min ms", "ms/chunk"],
                 [[name, medians[name], min(values) * 1e3, f"{medians[name] / chunks:.2f}"]
                  for name, values in times.items()]))
-    plain_ms, fast_ms = medians.values()
-    print(f"speed-up (median plain / median tensor_memory): {plain_ms / fast_ms:.2f}x")
+    for name in diffs:
+        print(f"speed-up (median {name} / median tensor_memory): {medians[name] / medians['tensor_memory']:.2f}x")
 
 
 if __name__ == "__main__":

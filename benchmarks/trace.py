@@ -27,7 +27,7 @@ from analysis import addressing_report, capture, load_trace
 from analysis.traces.capture import capture_many
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory.checkpoint import Checkpoint
-from tensor_memory.model import TaskModel
+from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ Trains one task model from ``configs/<task>.toml`` (plus ``--set`` overrides, as
 ``tensor-memory train`` takes them, and named ``--variant`` changes that no config expresses),
 with the project's own optimiser, schedule and loss, and prints at every evaluation the accuracy
 on a fixed set of probe samples (never a training batch) and each memory layer's addressing
-measures (tensor_memory.addressing). Each row of docs/trainability.md is one such run per seed:
+measures (tensor_memory.memory.addressing). Each row of docs/trainability.md is one such run per seed:
 
     .venv/bin/python benchmarks/trainability.py --task occlusion --seed 0 --steps 1000 \\
         --set model.positions=sinusoidal --record runs/trainability.jsonl --row "sinusoidal positions"
@@ -28,15 +28,15 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tensor_memory.addressing import layer_measures  # noqa: E402
-from tensor_memory.evaluation import evaluate  # noqa: E402
-from tensor_memory.memory import TensorMemory  # noqa: E402
-from tensor_memory.model import TaskModel  # noqa: E402
-from tensor_memory.recording import record  # noqa: E402
-from tensor_memory.scaffold import address_scaffold  # noqa: E402
+from tensor_memory.memory.addressing import layer_measures  # noqa: E402
+from tensor_memory.training.evaluation import evaluate  # noqa: E402
+from tensor_memory.memory import TensorMemory, memory_layers  # noqa: E402
+from tensor_memory.tasks import TaskModel  # noqa: E402
+from tensor_memory.memory import record  # noqa: E402
+from tensor_memory.training.scaffold import address_scaffold  # noqa: E402
 from tensor_memory.tasks.base import derive_seed  # noqa: E402
-from tensor_memory.training import (apply_overrides, learning_rate, load_run_config, make_optimizer,  # noqa: E402
-                                    resolve, training_loss)
+from tensor_memory.training import apply_overrides, load_run_config, resolve  # noqa: E402
+from tensor_memory.training.loop import learning_rate, make_optimizer, training_loss  # noqa: E402
 
 PROBE_SEED, PROBE_BATCHES, PROBE_BATCH_SIZE = 0, 4, 64  # 256 fixed samples, stream "probe"
 
@@ -74,9 +74,8 @@ def map_places_dominant(model: TaskModel, _task) -> TaskModel:
 
 def wide_coordinates(model: TaskModel, _task) -> TaskModel:
     """Every memory's coordinate head at three times its init, so that addresses span the grid from the start."""
-    for module in model.modules():
-        if isinstance(module, TensorMemory):
-            module.coord_head.weight.mul_(3.0)
+    for memory in memory_layers(model).values():
+        memory.coord_head.weight.mul_(3.0)
     return model
 
 
@@ -193,12 +192,11 @@ def attention_init_as_mha(model: TaskModel, _task) -> TaskModel:
 def input_dependent_sigma(model: TaskModel, _task) -> TaskModel:
     """σ's weights at Linear's default init (σ depends on the summary from step 0), as the prototype's
     0.5·softplus(·) + 10⁻³ starts (about 0.35); run with model.memory.sigma_min=0.001."""
-    for module in model.modules():
-        if isinstance(module, TensorMemory):
-            module.spread.reset_parameters()
-            with torch.no_grad():
-                module.spread.weight.mul_(0.5)
-                module.spread.bias.fill_(math.log(math.expm1(0.35 - module.config.sigma_min)))
+    for memory in memory_layers(model).values():
+        memory.spread.reset_parameters()
+        with torch.no_grad():
+            memory.spread.weight.mul_(0.5)
+            memory.spread.bias.fill_(math.log(math.expm1(0.35 - memory.config.sigma_min)))
     return model
 
 
@@ -214,13 +212,13 @@ def probe(model: TaskModel, task) -> dict:
     metrics = evaluate(model, task, seed=PROBE_SEED, batches=PROBE_BATCHES, batch_size=PROBE_BATCH_SIZE,
                        purpose="probe", progress=False)
     out = {k: v for k, v in metrics.items() if v is not None and (k.endswith("accuracy") or k == "gate_drift")}
-    if any(isinstance(m, TensorMemory) for m in model.modules()):
+    if memory_layers(model):
         batch = task.sample(PROBE_BATCH_SIZE, derive_seed("probe", PROBE_SEED, 0))
         model.eval()
         with torch.no_grad(), record(model, gates=False) as rec:
             model(batch.inputs)
         model.train()
-        grids = {name: m.config.grid for name, m in model.named_modules() if isinstance(m, TensorMemory)}
+        grids = {name: memory.config.grid for name, memory in memory_layers(model).items()}
         out["addressing"] = {name: {k: round(v, 3) for k, v in layer_measures(r, grids[name]).items()
                                     if v is not None}
                              for name, r in rec.layers.items()}

@@ -22,8 +22,8 @@ import torch
 from common import alternate, fwd_bwd, machine, median_ms, table
 
 from tensor_memory import Backbone, BackboneConfig, MemoryConfig
-from tensor_memory.memory import _sample
-from tensor_memory.update import convlstm_scan
+from tensor_memory.memory.geometry import sample_channels_last
+from tensor_memory.memory.update import convlstm_scan
 
 VARIANTS = {  # name: (grid, memory layers)
     "memory in 1 layer, 16^3": ((16, 16, 16), [1]),
@@ -76,7 +76,7 @@ def profile(args, model: Backbone, x: torch.Tensor) -> list[list[object]]:
         return hs.sum() + cs.sum()
 
     def read() -> torch.Tensor:
-        return _sample(states.view(K * B, D, H, W, C), xyz).sum()
+        return sample_channels_last(states.view(K * B, D, H, W, C), xyz).sum()
 
     def whole_memory() -> torch.Tensor:
         return memory(x)[0]
