@@ -73,6 +73,7 @@ class Sample:
 
     @classmethod
     def of(cls, seed: int, params: Mapping[str, Any]) -> "Sample":
+        """Stream ``seed`` with the task parameters ``params`` (numbers and flags, as the sidebar sets them)."""
         return cls(int(seed), tuple(sorted(params.items())))
 
     @property
@@ -117,7 +118,7 @@ def volume_series(ref: CheckpointRef, sample: Sample, layer: str, field: str, mo
     return state_series(sample_trace(ref, sample).layer(layer), field, mode, index)
 
 
-def volume_frames_job(sample: Hashable, layer: str, series: VolumeSeries,
+def volume_frames_job(sample_key: Hashable, layer: str, series: VolumeSeries,
                       block: int) -> tuple[Hashable, Callable[[], list[bytes]]]:
     """(key, build) of the PyVista renderings (PNG) of chunks block·FRAME_BLOCK … for :mod:`app.figure_cache`."""
     def build() -> list[bytes]:
@@ -126,20 +127,20 @@ def volume_frames_job(sample: Hashable, layer: str, series: VolumeSeries,
             images = volume_frames(values, series.value_range)
         return [png_bytes(image) for image in images]
 
-    return ("pyvista", sample, layer, series.field, series.mode, series.index, block), build
+    return ("pyvista", sample_key, layer, series.field, series.mode, series.index, block), build
 
 
-def chunk_figures_job(trace: Trace, sample: Hashable, layer: Optional[str], series: Optional[VolumeSeries], kind: str,
-                      anchor: str, chunk: int) -> tuple[Hashable, Callable[[], dict[str, Any]]]:
+def chunk_figures_job(trace: Trace, sample_key: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
+                      kind: str, anchor: str, chunk: int) -> tuple[Hashable, Callable[[], dict[str, Any]]]:
     """(key, build) of every Explore figure of ``chunk`` (see :func:`analysis.figures.views.explore_figures`)."""
     settings = None if series is None else (series.field, series.mode, series.index, kind, anchor)
-    return (("explore", sample, layer, settings, chunk),
+    return (("explore", sample_key, layer, settings, chunk),
             lambda: explore_figures(trace, chunk, layer, series, kind, anchor))
 
 
-def volume_frame(sample: Hashable, layer: str, series: VolumeSeries, chunk: int) -> bytes:
+def volume_frame(sample_key: Hashable, layer: str, series: VolumeSeries, chunk: int) -> bytes:
     """The PyVista volume rendering (PNG) of one chunk; its block's neighbours are rendered with it."""
-    return figure_cache().get(*volume_frames_job(sample, layer, series, chunk // FRAME_BLOCK))[chunk % FRAME_BLOCK]
+    return figure_cache().get(*volume_frames_job(sample_key, layer, series, chunk // FRAME_BLOCK))[chunk % FRAME_BLOCK]
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the checkpoint over many samples…")

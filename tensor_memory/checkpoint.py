@@ -337,5 +337,4 @@ def store_half_precision(path: PathLike) -> Path:
 
 
 __all__ = ["SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
-           "store_half_precision",
-           "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]
+           "check_against_model", "store_half_precision", "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]

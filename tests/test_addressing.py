@@ -116,6 +116,7 @@ def test_voxel_geometry_is_one_definition_for_tensors_and_arrays():
     assert torch.allclose(from_voxels(as_tensor, grid), torch.from_numpy(mu).double())
     assert voxel_spacing(grid) == (0.25, 0.5, 1.0)
     np.testing.assert_allclose(sigma_in_voxels(0.5, grid), [2.0, 1.0, 0.5])
+    np.testing.assert_allclose(sigma_in_voxels(np.array([0.5, 0.25]), grid), [[2.0, 1.0, 0.5], [1.0, 0.5, 0.25]])
     with pytest.raises(ValueError, match=r"shape \(\.\.\., 3\)"):
         in_voxels(np.zeros((2, 2)), grid)
     with pytest.raises(ValueError, match="every size >= 2"):

@@ -30,7 +30,8 @@ from analysis.figures.occlusion_views import energy_figure, intervention_figure,
 from analysis.traces.predictions import prediction_trace
 from analysis.figures.render import screenshot, volume_plotter
 from analysis.figures.views import explore_figures, slice_index
-from analysis.measures.volumes import nearest_voxel, state_series
+from analysis.measures.volumes import state_series
+from tensor_memory.memory.geometry import nearest_voxel
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"

@@ -131,7 +131,7 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from analysis.cli import add_trace_parsers\n    import app.cli\n")
     assert imported_roots(module, tmp_path) == {"analysis", "app"}
-    inner = ROOT / "analysis" / "measures" / "volumes.py"  # absolute, relative and nested imports as full names
+    inner = ROOT / "analysis" / "measures" / "addressing.py"  # absolute, relative and nested imports as full names
     assert {"analysis.traces.trace", "tensor_memory.memory.geometry"} <= imports(inner)
     assert "tensor_memory.memory.config" in imports(ROOT / "tensor_memory" / "backbone" / "config.py")
 

@@ -1,10 +1,12 @@
-"""Every figure of the explorer: Plotly (and, in ``render``, PyVista) pictures of traces and measures.
+"""Every figure of the explorer: Plotly pictures of traces and measures, PyVista renderings, exports.
 
 ``base`` holds what every figure shares, ``state`` the volumes, ``addressing`` the trajectories,
-σ and gates, ``timeline`` predictions and frames; the other modules draw one view each.
+σ and gates, ``timeline`` predictions and frames; the other modules draw one view each, ``render``
+and ``frames`` render volumes with PyVista off-screen, ``report`` writes the offline report and
+``export`` turns figures into HTML and PNG files.
 
-Every function here is pure: it reads numpy arrays (or a :class:`~analysis.traces.trace.LayerTrace` or
-:class:`~analysis.traces.trace.Trace`), never modifies them, and returns a new
+The figure builders are pure: they read numpy arrays (or a :class:`~analysis.traces.trace.LayerTrace`
+or :class:`~analysis.traces.trace.Trace`), never modify them, and return a new
 ``plotly.graph_objects.Figure`` (no Streamlit, no external resources, the same figure for the
 same inputs). Wrong shapes raise ``ValueError`` naming the argument and the shape expected.
 

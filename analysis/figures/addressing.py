@@ -7,9 +7,10 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_in_voxels
+
 from analysis.figures.base import CURRENT_COLOUR, READ_COLOUR, WRITE_COLOUR, finish, mark_current, rgb, voxel_scene
 from analysis.measures.checks import check_array, check_index
-from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_in_voxels
 from analysis.traces.trace import LayerTrace
 
 
@@ -111,9 +112,10 @@ def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int]) -> go.Fig
         raise ValueError(f"σ in voxel spacings needs an axis with more than one voxel, grid is {(D, H, W)}")
     fig = go.Figure()
     chunks = np.arange(len(values))
-    for n, axes in axes_by_size.items():
+    in_voxels_along = sigma_in_voxels(values, (D, H, W))  # (K, 3) along x, y, z
+    for axes in axes_by_size.values():
         name = "σ" if len(axes_by_size) == 1 else f"σ along {', '.join(axes)}"
-        spread = values * (n - 1) / 2.0  # σ in voxel spacings along these axes
+        spread = in_voxels_along[:, "xyz".index(axes[0])]  # σ in voxel spacings along these axes
         fig.add_trace(go.Scatter(x=chunks, y=spread, customdata=values, mode="lines+markers", name=name,
                                  hovertemplate="chunk %{x}<br>σ = %{y:.3f} voxel spacings<br>"
                                                "%{customdata:.4f} normalised<extra></extra>"))

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 from analysis import figures
 from analysis.figures.chunk_input import chunk_input_figure
 from analysis.traces.trace import Trace
-from analysis.measures.volumes import VolumeSeries, nearest_voxel
+from analysis.measures.volumes import VolumeSeries
+from tensor_memory.memory.geometry import nearest_voxel
 
 SLICE_ANCHORS = {"write": "through this chunk's write", "read": "through this chunk's read", "centre": "through the centre"}
 

@@ -21,7 +21,7 @@ import torch
 from tensor_memory.memory.addressing import (BOUNDARY_EPS, boundary_fraction, median, read_write_distances,
                                              write_spread_voxels)
 from tensor_memory.memory.addressing import sigma_voxels as sigma_in_voxel_spacings
-from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, voxel_spacing
+from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, sigma_in_voxels
 from tensor_memory.memory.hookpoints import GATE_POINTS
 
 from analysis.traces.trace import LayerTrace, Trace
@@ -136,11 +136,10 @@ def _reads_against_writes(layers: Sequence[LayerTrace], grid: tuple[int, int, in
     """Each read's distance to the nearest earlier write, the share within 2σ of one, and the pinned coordinates."""
     mu_reads, mu_writes = _coordinates(layers, "mu_read"), _coordinates(layers, "mu_write")
     distances = torch.cat([read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes)])
-    spacing = np.asarray(voxel_spacing(grid))  # normalised units per voxel along x, y, z
     within_reach = []
     for lay, r, w in zip(layers, mu_reads, mu_writes):
         r, w = in_voxels(r.numpy(), grid), in_voxels(w.numpy(), grid)
-        sig = lay.sigma.astype(np.float64)[:, None] / spacing[None, :]  # (K, 3) σ in voxels per axis
+        sig = sigma_in_voxels(lay.sigma, grid)  # (K, 3) σ in voxels per axis
         for k in range(1, min(len(r), len(w) + 1)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
             within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.memory.addressing import sigma_voxels
+from tensor_memory.memory.geometry import in_voxels, nearest_voxel, sigma_in_voxels
 from tensor_memory.training.evaluation import task_with
 
-from tensor_memory.memory.geometry import in_voxels, voxel_spacing
 from analysis.traces.trace import LayerTrace, Trace
 
 
@@ -168,16 +169,14 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
     if not len(hidden) or hidden[0] == 0:
         return {"last_visible": None, "occluded_chunks": hidden.tolist()}
     last = int(hidden[0] - 1)
-    D, H, W = lay.grid
-    spacing = np.asarray(voxel_spacing(lay.grid))
     write = in_voxels(lay.mu_write[last].astype(np.float64), lay.grid)
-    sigma_voxels = float(lay.sigma[last] / spacing.mean())
     reads = in_voxels(lay.mu_read[hidden].astype(np.float64), lay.grid)
     distance = np.sqrt(((reads - write) ** 2).sum(-1))
-    in_sigmas = np.sqrt((((reads - write) * spacing / lay.sigma[last]) ** 2).sum(-1))
-    x, y, z = np.clip(np.rint(write).astype(int), 0, [W - 1, H - 1, D - 1])
+    in_sigmas = np.sqrt((((reads - write) / sigma_in_voxels(lay.sigma[last], lay.grid)) ** 2).sum(-1))
+    z, y, x = nearest_voxel(lay.mu_write[last], lay.grid)
     energy = memory_energy(lay)
-    return {"last_visible": last, "write_voxel": write.tolist(), "sigma_voxels": sigma_voxels,
+    spread = sigma_voxels(torch.from_numpy(lay.sigma[last:last + 1].astype(np.float64)), lay.grid)
+    return {"last_visible": last, "write_voxel": write.tolist(), "sigma_voxels": spread,
             "occluded_chunks": hidden.tolist(), "read_distance_voxels": distance.tolist(),
             "read_within_2sigma": (in_sigmas <= 2.0).tolist(),
             "energy_at_write": energy[hidden, z, y, x].tolist(), "energy_total": energy[hidden].sum((1, 2, 3)).tolist()}

@@ -14,8 +14,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tensor_memory.memory.geometry import in_voxels
-
 from analysis.measures.checks import check_array, check_index
 from analysis.traces.trace import LayerTrace
 
@@ -145,11 +143,5 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
                         label=label, field=field, mode=mode, index=int(index))
 
 
-def nearest_voxel(mu: np.ndarray, grid: tuple[int, int, int]) -> tuple[int, int, int]:
-    """The voxel (z, y, x) whose centre is nearest the coordinate ``mu`` = (x, y, z) in [-1, 1]."""
-    x, y, z = in_voxels(np.clip(np.asarray(mu, dtype=np.float64), -1.0, 1.0), grid)
-    return int(round(z)), int(round(y)), int(round(x))
-
-
-__all__ = ["VolumeSeries", "state_series", "nearest_voxel", "colour_range", "pca_basis", "volume_values", "FIELDS",
+__all__ = ["VolumeSeries", "state_series", "colour_range", "pca_basis", "volume_values", "FIELDS",
            "MODES"]

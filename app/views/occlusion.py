@@ -15,8 +15,7 @@ from analysis.measures.occlusion import TASKS, belief, belief_of, memory_energy,
 from analysis.figures.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
 from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import slice_index
-from tensor_memory.memory.geometry import from_voxels
-from analysis.measures.volumes import nearest_voxel
+from tensor_memory.memory.geometry import from_voxels, nearest_voxel
 from app import cache, layout, state, stepper
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 

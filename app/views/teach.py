@@ -10,7 +10,7 @@ from analysis.measures import teach
 from analysis.figures.chunk_input import chunk_input_figure
 from analysis.figures import volume_figure
 from analysis.measures.volumes import volume_values
-from analysis.measures.volumes import nearest_voxel
+from tensor_memory.memory.geometry import nearest_voxel
 from app import layout, state, stepper
 
 AXES = ("x", "y", "z")

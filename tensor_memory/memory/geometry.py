@@ -3,9 +3,9 @@
 Coordinates are ``(x, y, z)`` in ``[-1, 1]`` — x along W, y along H, z along D, the order
 ``grid_sample`` expects — and voxel centres sit at ``linspace(-1, 1, n)`` per axis
 (``align_corners=True``). So a coordinate lies at voxel ``(μ + 1) / spacing`` with ``spacing =
-2 / (n − 1)``, and a spread σ covers ``σ / spacing`` voxels. The conversions take a torch tensor or
-a numpy array and give back the same kind, in float64: the layer, the measures and the figures
-share this one definition.
+2 / (n − 1)``, and a spread σ covers ``σ / spacing`` voxels. The coordinate conversions take a torch
+tensor or a numpy array and give back the same kind, in float64 (the spreads and the nearest voxel
+come back as numpy and ints): the layer, the measures and the figures share this one definition.
 
 The read and the write both factorise over the three axes, which is what makes them cheap: a
 trilinear weight and a Gaussian are each a product of three 1D profiles.
@@ -77,9 +77,15 @@ def from_voxels(voxels: Coordinates, grid: Sequence[int]) -> Coordinates:
     return voxels * _per_axis(voxels, voxel_spacing(grid)) - 1.0
 
 
-def sigma_in_voxels(sigma: float, grid: Sequence[int]) -> np.ndarray:
-    """(3,) a spread σ in normalised units as voxels along x, y and z."""
-    return float(sigma) / np.asarray(voxel_spacing(grid))
+def sigma_in_voxels(sigma: Union[float, np.ndarray], grid: Sequence[int]) -> np.ndarray:
+    """Spreads σ (…) in normalised units as voxels along x, y and z: (…, 3), a numpy array (float64)."""
+    return np.asarray(sigma, dtype=np.float64)[..., None] / np.asarray(voxel_spacing(grid))
+
+
+def nearest_voxel(mu: Coordinates, grid: Sequence[int]) -> tuple[int, int, int]:
+    """The voxel (z, y, x) whose centre is nearest the coordinate ``mu`` = (x, y, z), clamped to the grid."""
+    x, y, z = in_voxels(np.clip(np.asarray(mu, dtype=np.float64), -1.0, 1.0), grid)
+    return int(round(z)), int(round(y)), int(round(x))
 
 
 # ---------------------------------------------------------------------------------------
@@ -119,7 +125,7 @@ def sample_channels_last(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
 def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     """Sample h at continuous coordinates: h (B, C, D, H, W), xyz (B, 3) as (x, y, z) → (B, C).
 
-    Same values and gradients as ``F.gridsample_channels_last(h, xyz, mode="bilinear",
+    Same values and gradients as ``F.grid_sample(h, xyz, mode="bilinear",
     padding_mode="border", align_corners=True)``. The trilinear weight of a voxel is a product
     of three 1D weights, so no 8-corner gather is needed.
     """

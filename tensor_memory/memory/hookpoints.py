@@ -54,6 +54,7 @@ def points_of(*kinds: str) -> tuple[str, ...]:
 
 # What recordings and traces keep, by kind: every point but the incoming state.
 VECTOR_POINTS = points_of("vector")
+SCALAR_POINTS = points_of("scalar")
 VOLUME_POINTS = points_of("volume")
 GATE_POINTS = points_of("gate")
 RECORDED_POINTS = points_of("vector", "scalar", "volume", "gate")
@@ -130,5 +131,6 @@ def attached(points: Mapping[HookPoint, Hook], observe: bool) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-__all__ = ["HookPoint", "POINTS", "VECTOR_POINTS", "VOLUME_POINTS", "GATE_POINTS", "RECORDED_POINTS", "Hook",
+__all__ = ["HookPoint", "POINTS", "VECTOR_POINTS", "SCALAR_POINTS", "VOLUME_POINTS", "GATE_POINTS", "RECORDED_POINTS",
+           "Hook",
            "observers", "attached", "any_active", "nothing_hooked"]

@@ -44,8 +44,8 @@ class Write(NamedTuple):
 
     content: torch.Tensor  # (n_write, B, C)
     profiles: list[torch.Tensor]  # the Gaussian along D, H, W: (n_write, B, n) each; V = content ⊗ gz ⊗ gy ⊗ gx
-    xyz: torch.Tensor  # (n_write·B, 3) μ_write
-    sigma: torch.Tensor  # (n_write·B,)
+    xyz: torch.Tensor  # (n_write·B, 3) μ_write, flattened as the box of write_mode "local" takes it
+    sigma: torch.Tensor  # (n_write·B,) likewise
 
 
 class TensorMemory(nn.Module):
@@ -54,9 +54,9 @@ class TensorMemory(nn.Module):
     def __init__(self, config: MemoryConfig) -> None:
         super().__init__()
         self.config = config
-        d, C, cs = config.token_dim, config.channels, config.chunk_size
+        d, C, chunk = config.token_dim, config.channels, config.chunk_size
         self.norm = nn.LayerNorm(d)  # LN_m
-        self.summary = nn.Linear(cs * d, d)  # step 1: chunk → write summary
+        self.summary = nn.Linear(chunk * d, d)  # step 1: chunk → write summary
         self.coord_head = nn.Linear(d, 3)  # step 2: shared by reads and writes (before tanh)
         self.out_proj = nn.Linear(C, d)  # step 3: read vector → token width
         self.gate = nn.Parameter(torch.tensor(float(config.gate_init)))  # step 3: γ
@@ -72,8 +72,9 @@ class TensorMemory(nn.Module):
         cfg, C = self.config, self.config.channels
         with torch.no_grad():
             if cfg.summary_init == "sum":  # s_k = Σ tokens / √chunk_size, the same for every position
-                d, cs = cfg.token_dim, cfg.chunk_size
-                self.summary.weight.copy_(torch.eye(d).repeat(1, cs) / math.sqrt(cs))  # (d, cs·d) = [I … I] / √cs
+                d, chunk = cfg.token_dim, cfg.chunk_size
+                identities = torch.eye(d).repeat(1, chunk)  # (d, chunk·d) = [I … I]
+                self.summary.weight.copy_(identities / math.sqrt(chunk))
                 nn.init.zeros_(self.summary.bias)
             if cfg.coord_init == "centre":  # μ = tanh(0) = 0 for every input; the head learns to move them
                 nn.init.zeros_(self.coord_head.weight)
@@ -124,10 +125,10 @@ class TensorMemory(nn.Module):
         tokens, queries, summaries = self._summaries(x, state.pending)  # 1
         mu_read, mu_write = self._address(queries, summaries)  # 2
         write = self._write(summaries, mu_write)  # 4
-        h0, c0, hs, cs = self._update(write, state)  # 5
+        h0, c0, hs, cells = self._update(write, state)  # 5
         y = self._read(x, h0, hs, mu_read, state.pending.shape[1])  # 3
         n_write = summaries.shape[1]
-        h, c = (hs[-1], cs[-1]) if n_write else (h0, c0)
+        h, c = (hs[-1], cells[-1]) if n_write else (h0, c0)
         return y, MemoryState(h=h.permute(TO_PUBLIC), c=c.permute(TO_PUBLIC),
                               pending=tokens[:, n_write * self.config.chunk_size:])
 
@@ -138,11 +139,11 @@ class TensorMemory(nn.Module):
         never depend on how a stream was cut. Returns the normalised tokens (B, P+N, d), the queries
         (B, n_read, d) of every chunk with a token and the summaries (B, n_write, d) of the complete ones.
         """
-        cs, d = self.config.chunk_size, self.config.token_dim
+        chunk, d = self.config.chunk_size, self.config.token_dim
         tokens = torch.cat([pending, self.norm(x)], dim=1)  # (B, P+N, d)
-        B, n_write = tokens.shape[0], tokens.shape[1] // cs
-        queries = tokens[:, ::cs]  # (B, n_read, d) each chunk's first token
-        whole = tokens[:, :n_write * cs].reshape(B, n_write, cs * d)  # (B, n_write, cs·d)
+        B, n_write = tokens.shape[0], tokens.shape[1] // chunk
+        queries = tokens[:, ::chunk]  # (B, n_read, d) each chunk's first token
+        whole = tokens[:, :n_write * chunk].reshape(B, n_write, chunk * d)  # (B, n_write, chunk·d)
         summaries = self.summary(whole)  # (B, n_write, d)
         if self.config.summary_norm:  # the query is a normalised token; the tied coord_head sees both on one scale
             summaries = F.layer_norm(summaries, (d,))
@@ -155,13 +156,13 @@ class TensorMemory(nn.Module):
         return mu_read, mu_write
 
     def _read(self, x: torch.Tensor, h0: torch.Tensor, hs: torch.Tensor, mu_read: torch.Tensor,
-              pending: int) -> torch.Tensor:
+              already_output: int) -> torch.Tensor:
         """3. Read: chunk k reads h before its own write and adds it to each of its tokens through σ(γ).
 
         That is the incoming state h0 for the first chunk and the state after chunk k−1 for the others.
         Every state in hs is sampled (a spare coordinate where no chunk follows the last write), so
-        autograd never has to scatter a slice's gradient into a zero volume. ``pending``: tokens of the
-        first chunk that an earlier call already output.
+        autograd never has to scatter a slice's gradient into a zero volume. ``already_output``: tokens of
+        the first chunk that an earlier call output (a chunk a stream cut in two).
         """
         n_write, B, D, H, W, C = hs.shape
         n_read, N = mu_read.shape[1], x.shape[1]
@@ -171,7 +172,8 @@ class TensorMemory(nn.Module):
         later = later.view(n_write, B, C).transpose(0, 1)[:, :n_read - 1]  # (B, n_read-1, C)
         read = self.hook("read", torch.cat([first[:, None], later], dim=1))  # (B, n_read, C)
         message = self.out_proj(read)  # (B, n_read, d)
-        per_token = message.repeat_interleave(self.config.chunk_size, dim=1)[:, pending:pending + N]  # (B, N, d)
+        per_token = message.repeat_interleave(self.config.chunk_size, dim=1)  # (B, n_read·chunk, d)
+        per_token = per_token[:, already_output:already_output + N]  # (B, N, d): drop tokens already output
         return x + self.hook("gate_scale", self.gate_scale[None]) * per_token  # σ(γ) as (1,)
 
     def _write(self, summaries: torch.Tensor, mu_write: torch.Tensor) -> Write:
@@ -190,12 +192,13 @@ class TensorMemory(nn.Module):
         profiles = [p.view(n_write, B, n) for p, n in zip(profiles, cfg.grid)]  # (n_write, B, n) each
         return Write(content.transpose(0, 1), profiles, xyz, sigma)
 
-    def _update(self, write: Write, state: MemoryState):
+    def _update(self, write: Write, state: MemoryState) -> tuple[torch.Tensor, ...]:
         """5. Recurrent update of every chunk in one scan, channels-last inside (update.py).
 
-        Returns the incoming h0, c0 (B, D, H, W, C) and the states after each chunk, hs and cs
-        (n_write, B, D, H, W, C). The write volume is separable, so its depthwise convolutions act
-        on the three profiles, never on a full volume.
+        Returns the incoming h0, c0 (B, D, H, W, C) and the states after each chunk, hs and cells
+        (n_write, B, D, H, W, C), which it also hands to the read-only hook points when something
+        observes them. The write volume is separable, so its depthwise convolutions act on the three
+        profiles, never on a full volume.
         """
         taps_v, taps_h = self.depthwise.split(self.config.channels, dim=1)  # (3, C, 3) each
         factors = write_factors(write.content, write.profiles, taps_v)  # dw_V(V) = fz ⊗ fy ⊗ fxc
@@ -206,12 +209,12 @@ class TensorMemory(nn.Module):
             n_write, B = write.content.shape[:2]
             box = write_box(write.xyz, write.sigma, self.config.grid, self.config.window_k)
             regions = update_regions([m.view(n_write, B, n) for m, n in zip(box, self.config.grid)])
-            hs, cs = local_scan(factors, regions, h0, c0, taps_h, self.mix.weight, self.mix.bias)
+            hs, cells = local_scan(factors, regions, h0, c0, taps_h, self.mix.weight, self.mix.bias)
         else:
-            hs, cs = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias)
+            hs, cells = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias)
         if any_active(self.hook_points):  # the read-only points: the volumes after each chunk, the gates
-            self._observe_state(hs, cs, factors, h0, taps_h)
-        return h0, c0, hs, cs
+            self._observe_state(hs, cells, factors, h0, taps_h)
+        return h0, c0, hs, cells
 
     # -- checks and the read-only hook points (no effect on the computation) -----------------
 
@@ -232,11 +235,11 @@ class TensorMemory(nn.Module):
                 raise ValueError(f"MemoryState.pending must be (B, P < chunk_size, token_dim), "
                                  f"got {tuple(state.pending.shape)}")
 
-    def _observe_state(self, hs, cs, factors, h0, taps_h) -> None:
+    def _observe_state(self, hs, cells, factors, h0, taps_h) -> None:
         """Hand the read-only points their values, shaped (B, K, C, D, H, W)."""
         by_chunk = (1, 0, 5, 2, 3, 4)  # (K, B, D, H, W, C) → (B, K, C, D, H, W)
         self.hook("h", hs.permute(by_chunk))
-        self.hook("c", cs.permute(by_chunk))
+        self.hook("c", cells.permute(by_chunk))
         # Gates are recomputed only when observed: they are large. With write_mode "local" they are
         # the values at every cell, but act only inside each chunk's update region.
         if self.hook_points["gate_i"].active:
@@ -253,4 +256,4 @@ def memory_layers(model: nn.Module) -> dict[str, TensorMemory]:
     return {name: module for name, module in model.named_modules() if isinstance(module, TensorMemory)}
 
 
-__all__ = ["TensorMemory", "memory_layers", "Write"]
+__all__ = ["TensorMemory", "memory_layers"]

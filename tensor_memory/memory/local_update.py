@@ -11,9 +11,10 @@ update's own).
 
 The arithmetic of a chunk scales with its region, not the grid, once σ is small next to the
 grid; the state itself is still copied whole once per chunk (``index_put`` out of place, which
-autograd needs), so memory traffic keeps a term that grows with the grid. The batch shares one window size per chunk (the largest region in the batch); each sample's
-window sits at its own place, and the cells of the window outside that sample's region are
-kept, so the result does not depend on the rest of the batch. Autograd differentiates it:
+autograd needs), so memory traffic keeps a term that grows with the grid. The batch shares one
+window size per chunk (the largest region in the batch); each sample's window sits at its own
+place, and the cells of the window outside that sample's region are kept, so the result does not
+depend on the rest of the batch. Autograd differentiates it:
 each chunk is a handful of operations on a small window.
 
 Layout as in ``update.py``: channels-last volumes ``(…, D, H, W, C)``.

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
-from .hookpoints import GATE_POINTS, RECORDED_POINTS, HookPoint, observers
+from .hookpoints import GATE_POINTS, RECORDED_POINTS, SCALAR_POINTS, HookPoint, observers
 from .layer import memory_layers
 
 
@@ -87,7 +87,7 @@ def record(model: nn.Module, gates: bool = True) -> Iterator[Recording]:
         values: dict[str, Optional[torch.Tensor]] = {}
         for field in RECORDED_POINTS:
             parts = fields.get(field, [])
-            if field == "gate_scale":
+            if field in SCALAR_POINTS:  # σ(γ) is the layer's, not a chunk's: the last call's value
                 values[field] = parts[-1] if parts else torch.empty(0)
             elif parts:
                 values[field] = torch.cat(parts, dim=1)

@@ -5,16 +5,20 @@ scikit-image's bundled photographs and ``lfw_subset`` images, or CUB-200-2011 at
 into ``(image_size / patch)²`` patch tokens in raster order, the same for every sample and model. A
 mask hides ``round(rate · N)`` of them; a hidden patch enters as zeros with a learned "masked"
 marker, and only hidden patches are scored. Crop, mask and rate are functions of the seed alone;
-training mixes the sweep's three rates (``mask_rate = -1``). One memory chunk per patch.
+training mixes the sweep's three rates, 25, 50 and 75 % (``mask_rate = -1``). Training reads the
+train split, validation the valid split, evaluation and traces the test split (``split_of``). One
+memory chunk per patch.
 
 Each image is standardised with the mean and spread of its *visible* pixels (per channel): the model
 reads visible patches and predicts hidden ones in those units, and :meth:`MaskedPatches.to_pixels`
-turns predictions back into pixels with the same visible statistics, never the hidden ones.
+turns predictions back into pixels with the same visible statistics, never the hidden ones (which
+would leak the answer). A prediction of 0 is the visible mean: the ``mean_fill`` floor.
 
 Metrics (``skimage.metrics``, per image, averaged; predictions clipped to [0, 1]): ``psnr`` over the
-hidden pixels (dB, data range 1); ``ssim``, the SSIM map of the reconstruction (visible pixels as
-given) against the truth, averaged over the hidden pixels; ``psnr_mean_fill`` / ``ssim_mean_fill``,
-the same for every hidden pixel filled with the visible mean (a floor); ``mse`` per hidden pixel.
+hidden pixels (dB, data range 1); ``ssim``, the SSIM map (7×7 windows) of the reconstruction (visible
+pixels as given) against the truth, averaged over the hidden pixels; ``psnr_mean_fill`` /
+``ssim_mean_fill``, the same for every hidden pixel filled with the visible mean; ``mse`` per hidden
+pixel.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Training: one run = a task, a backbone and a schedule, written to a checkpoint directory.
 
 Everything a step sees is a function of (seed, step): the batch for step s is
-``task.draw("train", batch_size, seed, s)``, so a run resumed from its last checkpoint continues
-exactly as if it had never stopped, and data-parallel ranks split the very same global batch.
+``task.draw("train", batch_size, seed, s)`` (the synthetic tasks generate it from
+``derive_seed("train", seed, s)``), so a run resumed from its last checkpoint continues exactly as
+if it had never stopped, and data-parallel ranks split the very same global batch.
 
 Run it as ``tensor-memory train`` or, on several processes, ``torchrun --nproc_per_node N -m
 tensor_memory_cli train …`` (PyTorch DDP: gloo on CPU, nccl on GPU).
@@ -165,7 +166,7 @@ class Run:
 
     task: Task
     cfg: TrainConfig
-    config: dict[str, Any]  # what config.json records
+    saved_config: dict[str, Any]  # what config.json records (cfg is its training section, validated)
     model: TaskModel
     optimizer: torch.optim.AdamW
     world: Distributed
@@ -193,7 +194,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     if run.world.main:
         _prepare_out(run, start)
     writer = _tensorboard(run.out) if run.world.main else None
-    _steps(run, start, writer, progress)
+    _loop(run, start, writer, progress)
     metrics = _finish(run, writer) if run.world.main else {}
     if run.world.world > 1:
         dist.barrier()
@@ -222,7 +223,7 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) ->
 def _restore(run: Run, resume: bool) -> int:
     """The steps already done: those of the resume file when resuming one, else 0."""
     if resume and run.resume_path.exists():
-        start = load_resume(run.resume_path, run.model, run.optimizer, run.config)
+        start = load_resume(run.resume_path, run.model, run.optimizer, run.saved_config)
         run.task.restore(run.out)  # the files the run began with (a tokenizer), not ones rebuilt now
         return start
     if resume and (run.out / "model.safetensors").exists():
@@ -236,7 +237,7 @@ def _prepare_out(run: Run, start: int) -> None:
     remove_stale_temp_files(run.out)  # what a save killed mid-write left behind
     if not start:  # a fresh run (or --overwrite): no resume file of an earlier one may stay
         run.resume_path.unlink(missing_ok=True)
-    atomic_write_text(run.out / "config.json", json.dumps(run.config, indent=2) + "\n")
+    atomic_write_text(run.out / "config.json", json.dumps(run.saved_config, indent=2) + "\n")
     for name, text in run.task.files_to_save().items():  # a tokenizer: the run's data depend on it
         atomic_write_text(run.out / name, text)
     if start:
@@ -245,7 +246,7 @@ def _prepare_out(run: Run, start: int) -> None:
         run.log_path.unlink()
 
 
-def _steps(run: Run, start: int, writer, progress: bool) -> None:
+def _loop(run: Run, start: int, writer, progress: bool) -> None:
     """Training steps ``start`` … ``steps − 1``: log every ``log_every``, validate and save every ``eval_every``."""
     cfg, world = run.cfg, run.world
     wrapped = run.model if world.world == 1 else torch.nn.parallel.DistributedDataParallel(run.model)
@@ -258,8 +259,8 @@ def _steps(run: Run, start: int, writer, progress: bool) -> None:
         done = step + 1
         if world.main and (done % cfg.log_every == 0 or done == cfg.steps):
             now = time.perf_counter()
-            entry = {"step": done, "loss": round(loss, 6), "lr": run.optimizer.param_groups[0]["lr"],
-                     "grad_norm": round(grad_norm, 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
+            entry = {"step": done, "loss": round(loss.item(), 6), "lr": run.optimizer.param_groups[0]["lr"],
+                     "grad_norm": round(float(grad_norm), 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
             last_time, tokens = now, 0
             bar.set_postfix(loss=f"{entry['loss']:.4f}", tok_s=f"{entry['tokens_per_s']:.0f}")
             _log(run.log_path, writer, entry)
@@ -270,8 +271,11 @@ def _steps(run: Run, start: int, writer, progress: bool) -> None:
                 dist.barrier()
 
 
-def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[float, float, int]:
-    """One optimisation step on this rank's share of the step's batch: (loss, gradient norm, tokens of all ranks)."""
+def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One optimisation step on this rank's share of the step's batch: (loss, gradient norm, tokens of all ranks).
+
+    Loss and norm stay tensors: they are read (a device sync) only on the steps that log them.
+    """
     cfg, world = run.cfg, run.world
     run.model.train()
     for group in run.optimizer.param_groups:
@@ -285,7 +289,7 @@ def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[float, float, 
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
     run.optimizer.step()
-    return loss.item(), float(grad_norm), batch.mask.numel() * world.world
+    return loss.detach(), grad_norm, batch.mask.numel() * world.world
 
 
 def _validate(run: Run, writer, done: int) -> None:
@@ -296,13 +300,13 @@ def _validate(run: Run, writer, done: int) -> None:
     addressing = addressing_during_training(run.model, run.task, cfg.seed)
     _log(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
                                 **({"addressing": addressing} if addressing else {})})
-    save_resume(run.resume_path, run.model, run.optimizer, done, run.config)
+    save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config)
 
 
 def _finish(run: Run, writer) -> dict[str, Any]:
     """Save the checkpoint, evaluate it and drop the resume file: the checkpoint is the result."""
     cfg = run.cfg
-    save_checkpoint(run.out, run.model, run.config, task=run.task)
+    save_checkpoint(run.out, run.model, run.saved_config, task=run.task)
     metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
                        purpose="val")
     run.resume_path.unlink(missing_ok=True)
