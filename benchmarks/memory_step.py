@@ -64,7 +64,9 @@ def main() -> None:
 
 
 def differences(fast: TensorMemory, other: torch.nn.Module, x: torch.Tensor, weights: torch.Tensor) -> dict[str, float]:
-    """The largest differences of output, final h and gradients between ``fast`` and ``other``; each must be < 1e-5."""
+    """The largest differences of output, final h and gradients between ``fast`` and ``other``; each must be below
+    1e-5 of the compared values' own scale (at least 1): a gradient summed over many voxels carries larger
+    float32 rounding than an output."""
     state = fast.init_state(x.shape[0])
     xf, xo = x.clone().requires_grad_(), x.clone().requires_grad_()
     fast.zero_grad(set_to_none=True)
@@ -76,11 +78,11 @@ def differences(fast: TensorMemory, other: torch.nn.Module, x: torch.Tensor, wei
         h_other = s_other.h
     (y_fast * weights).sum().backward()
     (y_other * weights).sum().backward()
-    diffs = {"output": (y_fast - y_other).abs().max().item(), "final h": (s_fast.h - h_other).abs().max().item(),
-             "input gradient": (xf.grad - xo.grad).abs().max().item(),
-             "mix gradient": (fast.mix.weight.grad - other.mix.weight.grad.flatten(1)).abs().max().item()}
-    for name, diff in diffs.items():
-        assert diff < 1e-5, f"{name} differs by {diff:.2e}"
+    pairs = {"output": (y_fast, y_other), "final h": (s_fast.h, h_other), "input gradient": (xf.grad, xo.grad),
+             "mix gradient": (fast.mix.weight.grad, other.mix.weight.grad.flatten(1))}
+    diffs = {name: (a - b).abs().max().item() for name, (a, b) in pairs.items()}
+    for name, (a, _) in pairs.items():
+        assert diffs[name] < 1e-5 * max(1.0, a.abs().max().item()), f"{name} differs by {diffs[name]:.2e}"
     fast.zero_grad(set_to_none=True)
     return diffs
 
