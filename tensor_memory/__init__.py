@@ -8,9 +8,9 @@ all-MiniLM-L6-v2 · ``checkpoint.py`` saving and loading safely.
 from .backbone import Backbone, BackboneConfig, BackboneState, attach_memory, detach_memory
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .memory import (MemoryConfig, MemoryRecord, MemoryState, Recording, TensorMemory, gaussian_write, hook_points,
-                     hooks, memory_layers, record, trilinear_read)
+                     hooks, memory_layers, record, streaming, trilinear_read)
 
 __all__ = ["MemoryConfig", "MemoryState", "TensorMemory", "gaussian_write", "trilinear_read", "memory_layers",
            "Backbone", "BackboneConfig", "BackboneState", "attach_memory", "detach_memory",
            "MemoryRecord", "Recording", "record", "hooks", "hook_points", "load_checkpoint", "save_checkpoint",
-           "CheckpointError"]
+           "CheckpointError", "streaming"]

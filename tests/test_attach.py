@@ -89,7 +89,7 @@ def test_attach_refuses_what_it_cannot_do():
         attach_memory(bb, MemoryConfig(token_dim=DIM * 2))
     with pytest.raises(ValueError, match="layers"):
         attach_memory(bb, memory_config(), layers=[3])
-    with pytest.raises(ValueError, match="no supported blocks"):
+    with pytest.raises(ValueError, match="no layers it knows"):
         attach_memory(nn.Sequential(nn.Linear(DIM, DIM)), memory_config())
     attach_memory(bb, memory_config(), layers=[1])
     with pytest.raises(ValueError, match="already"):

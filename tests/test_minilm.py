@@ -7,6 +7,8 @@ import json
 import pytest
 import torch
 
+from tensor_memory import attach_memory, detach_memory, streaming
+from tensor_memory.backbone.attach import AttachedAfter
 from tensor_memory.pretrained import minilm as M
 from tensor_memory.pretrained import recall as P
 from tensor_memory.checkpoint import CheckpointError
@@ -34,13 +36,13 @@ def test_closed_gate_barely_moves_the_embeddings_and_detaching_restores_them(min
     before = M.sentence_embedding(minilm, ids, mask)
     hidden = minilm(input_ids=ids).last_hidden_state
     torch.manual_seed(0)
-    M.attach_after(layers, P.RecallConfig(window=ids.shape[1] - 2).memory(), range(6))
+    attach_memory(minilm, P.RecallConfig(window=ids.shape[1] - 2).memory(), range(6))
     try:
+        assert all(isinstance(layer, AttachedAfter) for layer in layers)  # found as Hugging Face layers
         moved = M.sentence_embedding(minilm, ids, mask)
-        M.new_document(layers)
         attached_hidden = minilm(input_ids=ids).last_hidden_state
     finally:
-        M.detach_after(layers)
+        detach_memory(minilm)
     assert 0 < (moved - before).norm() / before.norm() < 1e-3
     assert 0 < (attached_hidden - hidden).norm() / hidden.norm() < 1e-3
     assert all(a is b for a, b in zip(layers, originals))
@@ -51,24 +53,23 @@ def test_the_memory_carries_one_window_into_the_next(minilm):
     layers = minilm.encoder.layer
     config = P.RecallConfig(window=6, gate_init=0.0)  # an open gate, to see the carry
     torch.manual_seed(0)
-    M.attach_after(layers, config.memory(), [5])
+    attach_memory(minilm, config.memory(), [5])
     try:
         first_a, first_b, second = (encode(t)[0] for t in ("one two three four five", "six seven eight nine ten",
                                                           "a b c d e"))
         run = lambda first: (minilm(input_ids=first), minilm(input_ids=second).last_hidden_state)[1]  # noqa: E731
-        M.new_document(layers)
-        after_a = run(first_a)
-        M.new_document(layers)
-        after_b = run(first_b)
-        M.new_document(layers)
-        alone = minilm(input_ids=second).last_hidden_state
-        M.new_document(layers)
-        assert torch.equal(minilm(input_ids=second).last_hidden_state, alone)  # a new document forgets
+        with streaming(minilm) as stream:
+            after_a = run(first_a)
+            stream.reset()
+            after_b = run(first_b)
+            stream.reset()
+            alone = minilm(input_ids=second).last_hidden_state
+        assert torch.equal(minilm(input_ids=second).last_hidden_state, alone)  # outside the stream: fresh
     finally:
-        M.detach_after(layers)
+        detach_memory(minilm)
     assert (after_a - after_b).abs().max() > 1e-3  # what the earlier window said reaches the later one
-    with pytest.raises(ValueError, match="out of range"):
-        M.attach_after(layers, config.memory(), [6])
+    with pytest.raises(ValueError, match=r"indices in \[0, 5\]"):
+        attach_memory(minilm, config.memory(), [6])
 
 
 def test_recall_asks_only_pieces_an_earlier_window_holds():

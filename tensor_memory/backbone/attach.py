@@ -1,31 +1,34 @@
-"""Attach a Tensor Memory to the blocks of an existing Transformer, and take it off again.
+"""Attach a Tensor Memory to the layers of an existing Transformer, and take it off again.
 
-``attach_memory(model, config, layers)`` replaces each chosen block by a wrapper that runs
-the block's attention half, then the memory (``x = mem(x)``, LN_m inside), then the block's
-MLP half. The block object itself is kept, untouched, inside the wrapper, so
-``detach_memory(model)`` puts the very same objects back and the model computes bit for bit
-what it computed before.
+``attach_memory(model, config, layers)`` replaces each chosen layer by a wrapper that holds the
+layer itself, untouched, and a fresh :class:`TensorMemory`, so ``detach_memory(model)`` puts the
+very same objects back and the model computes bit for bit what it computed before. Two places:
 
-Supported blocks: this project's :class:`~tensor_memory.backbone.Block` and
-``torch.nn.TransformerEncoderLayer`` (any ``norm_first``, any ``batch_first``, with masks),
-wherever they sit in ``model`` — inside an ``nn.TransformerEncoder``, an ``nn.Sequential``,
-or as ``model`` itself (then the wrapper is returned in its place). Blocks are numbered in
-``model.modules()`` order; ``layers`` picks among them (None = all).
+- *Between the halves* of this project's :class:`~tensor_memory.backbone.Block` and of
+  ``torch.nn.TransformerEncoderLayer`` (any ``norm_first``, any ``batch_first``, with masks): the
+  block's attention, then the memory (``x = mem(x)``, LN_m inside), then its MLP.
+- *After* any other layer whose forward returns the hidden states (alone or first in a tuple):
+  ``h ← h + σ(γ)·mem(LN(h))`` on its output. Hugging Face ``transformers`` decoder and encoder
+  layers (GPT-2, BERT, Llama, Mistral, Qwen2, … — every layer class built on its
+  ``GradientCheckpointingLayer``, stacked in an ``nn.ModuleList``) are found by themselves; any
+  other layer is named by its module path, ``layers=["encoder.2"]``.
 
-Attached with a strongly negative ``gate_init`` (e.g. ``MemoryConfig(gate_init=-9.0)``,
-σ(γ) ≈ 1e-4), a pretrained model's outputs barely move and training can open the gate.
+Blocks are numbered in ``model.modules()`` order; ``layers`` picks among them by index (None = all)
+or names modules by path. Attached with a strongly negative ``gate_init`` (e.g.
+``MemoryConfig(gate_init=-9.0)``, σ(γ) ≈ 1e-4), a pretrained model's outputs barely move and
+training can open the gate.
 
-Memory state: in a :class:`~tensor_memory.backbone.Backbone` the attached memory's state
-travels in the :class:`~tensor_memory.backbone.BackboneState` like a built-in memory layer's,
-so streaming still reproduces one pass. ``nn.TransformerEncoderLayer`` carries no state, so
-there the memory starts from zero at every forward call. The memory reads and writes every
-position it is given (padding masks do not reach it); it is causal, so right padding never
-affects real tokens.
+Memory state: in a :class:`~tensor_memory.backbone.Backbone` the attached memory's state travels
+in the :class:`~tensor_memory.backbone.BackboneState` like a built-in memory layer's, so streaming
+still reproduces one pass. Elsewhere each forward call starts the memory from zero, unless the
+calls run inside ``with streaming(model):`` (:mod:`tensor_memory.memory.streaming`), which carries
+every memory's state from one call to the next. The memory reads and writes every position it is
+given (padding masks do not reach it); it is causal, so right padding never affects real tokens.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +38,7 @@ from ..memory import MemoryConfig, TensorMemory
 from .blocks import Block, apply_memory
 from .config import LayerState
 
-__all__ = ["attach_memory", "detach_memory", "AttachedBlock", "AttachedEncoderLayer"]
+__all__ = ["attach_memory", "detach_memory", "AttachedBlock", "AttachedEncoderLayer", "AttachedAfter"]
 
 _SAVED_NESTED = "_tensor_memory_saved_use_nested_tensor"  # on an nn.TransformerEncoder while attached
 
@@ -114,19 +117,47 @@ class AttachedEncoderLayer(_Attached):
         return y if batch_first else y.transpose(0, 1)
 
 
-def _blocks(model: nn.Module) -> list[tuple[Optional[nn.Module], str, nn.Module]]:
-    """Every supported block in ``model.modules()`` order, as (parent, attribute name, block).
+class AttachedAfter(_Attached):
+    """Any layer followed by a Tensor Memory on its output: same call signature and outputs as the layer,
+    with the hidden states (the output, or its first element) replaced by ``h + σ(γ)·mem(LN_m(h))``."""
+
+    def forward(self, *args, **kwargs):
+        out = self.block(*args, **kwargs)
+        hidden = out[0] if isinstance(out, tuple) else out  # (B, N, d)
+        if not isinstance(hidden, torch.Tensor):
+            raise ValueError(f"attach_memory: {type(self.block).__name__} returned {type(hidden).__name__}; "
+                             f"a memory goes after a layer that returns its hidden states (B, N, d)")
+        y, _ = self.memory(hidden)  # fresh, or carried inside `with streaming(model)`
+        return (y, *out[1:]) if isinstance(out, tuple) else y
+
+
+Found = tuple[Optional[nn.Module], str, nn.Module]  # (parent, attribute name, block); parent None: the model
+
+
+def _is_hf_layer(parent: nn.Module, child: nn.Module) -> bool:
+    """A Hugging Face Transformer layer: one of a ModuleList of layers of one class built on
+    ``transformers``' GradientCheckpointingLayer (checked by name: attaching never imports transformers)."""
+    def kind(module: nn.Module) -> type:
+        return type(module.block if isinstance(module, _Attached) else module)
+
+    if not isinstance(parent, nn.ModuleList) or any(kind(m) is not kind(child) for m in parent):
+        return False
+    return any(base.__name__ == "GradientCheckpointingLayer" for base in kind(child).__mro__)
+
+
+def _blocks(model: nn.Module) -> list[Found]:
+    """Every block ``attach_memory`` finds by itself, in ``model.modules()`` order.
 
     Attached wrappers count as the block they wrap (and are not searched inside).
     """
-    found: list[tuple[Optional[nn.Module], str, nn.Module]] = []
     kinds = (Block, nn.TransformerEncoderLayer, _Attached)
     if isinstance(model, kinds):
         return [(None, "", model)]
+    found: list[Found] = []
 
     def walk(parent: nn.Module) -> None:
         for name, child in parent.named_children():
-            if isinstance(child, kinds):
+            if isinstance(child, kinds) or _is_hf_layer(parent, child):
                 found.append((parent, name, child))
             else:
                 walk(child)
@@ -135,52 +166,84 @@ def _blocks(model: nn.Module) -> list[tuple[Optional[nn.Module], str, nn.Module]
     return found
 
 
-def _width(block: nn.Module) -> int:
-    if isinstance(block, Block):
-        return block.attn_norm.normalized_shape[0]
-    return block.self_attn.embed_dim
+def _named(model: nn.Module, paths: list[str]) -> list[Found]:
+    """The modules at ``paths`` (as ``model.named_modules()`` names them), each with its parent."""
+    modules = dict(model.named_modules())
+    found = []
+    for path in paths:
+        if not path or path not in modules:
+            raise ValueError(f"attach_memory: the model has no module {path!r}; name one of model.named_modules()")
+        parent_path, _, name = path.rpartition(".")
+        found.append((modules[parent_path], name, modules[path]))
+    return found
 
 
-def _select(count: int, layers: Optional[Iterable[int]]) -> list[int]:
-    if layers is None:
-        return list(range(count))
-    chosen = list(layers)
+def _choose(model: nn.Module, layers: Union[None, Iterable[int], Iterable[str]]) -> list[Found]:
+    """The blocks ``layers`` picks: indices among the blocks found (None = all) or module paths."""
+    chosen = None if layers is None else list(layers)
+    if chosen and all(isinstance(i, str) for i in chosen):
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"attach_memory: layers names a module twice: {chosen!r}")
+        return _named(model, chosen)
+    blocks = _blocks(model)
+    if not blocks:
+        raise ValueError("attach_memory: the model has no layers it knows (tensor_memory Block, "
+                         "torch.nn.TransformerEncoderLayer, Hugging Face Transformer layers); "
+                         "name the layers to follow by module path, layers=['encoder.2', …]")
+    if chosen is None:
+        return blocks
+    count = len(blocks)
     if not chosen or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in chosen) \
             or len(set(chosen)) != len(chosen):
         raise ValueError(f"attach_memory: layers must be distinct block indices in [0, {count - 1}] "
-                         f"(or None for all), got {layers!r}")
-    return sorted(chosen)
+                         f"(or None for all), or module paths; got {layers!r}")
+    return [blocks[i] for i in sorted(chosen)]
 
 
-def attach_memory(model: nn.Module, config: MemoryConfig, layers: Optional[Iterable[int]] = None) -> nn.Module:
-    """Insert a fresh :class:`TensorMemory` after the attention of the chosen blocks of ``model``.
+def _width(model: nn.Module, block: nn.Module) -> Optional[int]:
+    """The block's token width, where it can be known before a call (else the memory checks it then)."""
+    if isinstance(block, Block):
+        return block.attn_norm.normalized_shape[0]
+    if isinstance(block, nn.TransformerEncoderLayer):
+        return block.self_attn.embed_dim
+    return getattr(getattr(model, "config", None), "hidden_size", None)  # a Hugging Face model's config
 
-    ``layers`` indexes the supported blocks in ``model.modules()`` order; None = all. Each
-    chosen block gets its own memory (its own parameters and state), on the block's device
-    and dtype and in its train/eval mode. Returns ``model`` (or the wrapper, when ``model``
-    is itself a block). Raises ValueError when there is no block, when
-    ``config.token_dim`` differs from a block's width, or when a chosen block already has
-    a memory.
+
+def _wrapper(block: nn.Module) -> type:
+    if isinstance(block, Block):
+        return AttachedBlock
+    return AttachedEncoderLayer if isinstance(block, nn.TransformerEncoderLayer) else AttachedAfter
+
+
+def attach_memory(model: nn.Module, config: MemoryConfig,
+                  layers: Union[None, Iterable[int], Iterable[str]] = None) -> nn.Module:
+    """Insert a fresh :class:`TensorMemory` into (or after) the chosen layers of ``model``.
+
+    ``layers`` indexes the blocks found in ``model.modules()`` order (None = all), or names
+    modules by path (any layer that returns its hidden states). Each chosen block gets its own
+    memory (its own parameters and state), on the block's device and dtype and in its train/eval
+    mode. Returns ``model`` (or the wrapper, when ``model`` is itself a block). Raises ValueError
+    when there is no block, when ``config.token_dim`` differs from a block's width, or when a
+    chosen block already has a memory.
     """
     if not isinstance(config, MemoryConfig):
         raise ValueError(f"attach_memory expects a MemoryConfig, got {type(config).__name__}")
-    blocks = _blocks(model)
-    if not blocks:
-        raise ValueError("attach_memory: the model has no supported blocks "
-                         "(tensor_memory Block or torch.nn.TransformerEncoderLayer)")
-    chosen = _select(len(blocks), layers)
-    for i in chosen:  # check everything before changing anything
-        block = blocks[i][2]
-        if isinstance(block, _Attached) or (isinstance(block, Block) and block.memory is not None):
-            raise ValueError(f"attach_memory: block {i} already has a memory layer")
-        if _width(block) != config.token_dim:
+    chosen = _choose(model, layers)
+    for parent, name, block in chosen:  # check everything before changing anything
+        where = f"block {name!r}" if parent is not None else "the model"
+        if isinstance(block, _Attached) or isinstance(parent, _Attached) \
+                or (isinstance(block, Block) and block.memory is not None):
+            raise ValueError(f"attach_memory: {where} already has a memory layer")
+        width = _width(model, block)
+        if width is not None and width != config.token_dim:
             raise ValueError(f"attach_memory: MemoryConfig.token_dim={config.token_dim} does not match "
-                             f"block {i}'s width {_width(block)}")
-    for i in chosen:
-        parent, name, block = blocks[i]
-        ref = next(block.parameters())
-        memory = TensorMemory(config).to(device=ref.device, dtype=ref.dtype).train(block.training)
-        wrapper = (AttachedBlock if isinstance(block, Block) else AttachedEncoderLayer)(block, memory)
+                             f"{where}'s width {width}")
+    for parent, name, block in chosen:
+        ref = next(block.parameters(), None)
+        memory = TensorMemory(config).train(block.training)
+        if ref is not None:
+            memory = memory.to(device=ref.device, dtype=ref.dtype)
+        wrapper = _wrapper(block)(block, memory)
         if parent is None:
             return wrapper
         setattr(parent, name, wrapper)  # works for ModuleList / Sequential children too

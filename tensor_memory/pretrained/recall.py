@@ -10,6 +10,7 @@ carry what earlier windows said. The head scores the 30,522 word pieces against 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import random
@@ -20,9 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ConfigBase, require_int
-from ..memory import MemoryConfig
+from ..backbone.attach import attach_memory
+from ..memory import MemoryConfig, streaming
 from ..tasks.data import corpus as C
-from .minilm import CLOSED_GATE, attach_after, load_minilm, new_document, word_pieces
+from .minilm import CLOSED_GATE, load_minilm, word_pieces
 
 
 @dataclasses.dataclass
@@ -94,8 +96,9 @@ class RecallModel(nn.Module):
         super().__init__()
         self.config = config
         self.encoder = load_minilm()
-        layers = self.encoder.encoder.layer
-        self.memories = nn.ModuleList(m.memory for m in attach_after(layers, config.memory(), config.layers)) \
+        if memory:
+            attach_memory(self.encoder, config.memory(), config.layers)
+        self.memories = nn.ModuleList(self.encoder.encoder.layer[i].memory for i in config.layers) \
             if memory else nn.ModuleList()
         self.head = nn.Sequential(nn.Linear(384, 384), nn.GELU(), nn.LayerNorm(384))
         self.bias = nn.Parameter(torch.zeros(self.encoder.config.vocab_size))
@@ -113,9 +116,9 @@ class RecallModel(nn.Module):
     def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """ids (B, windows, L), the windows fed in order with the memory carried → (logits (A, vocab), the A
         asked pieces' targets). Only asked positions are scored: the head costs a 30,522-way product each."""
-        new_document(self.encoder.encoder.layer)
-        hidden = torch.stack([self.encoder(input_ids=ids[:, k]).last_hidden_state  # (B, L, 384) per window
-                              for k in range(ids.shape[1])], dim=1)  # (B, windows, L, 384)
+        with streaming(self.encoder) if len(self.memories) else contextlib.nullcontext():  # one document
+            hidden = torch.stack([self.encoder(input_ids=ids[:, k]).last_hidden_state  # (B, L, 384) per window
+                                  for k in range(ids.shape[1])], dim=1)  # (B, windows, L, 384)
         asked = targets != -100
         embeddings = self.encoder.embeddings.word_embeddings.weight  # (V, 384), frozen
         return self.head(hidden[asked]) @ embeddings.T + self.bias, targets[asked]

@@ -1,0 +1,84 @@
+"""Carry every memory's state from one call of a model to the next.
+
+A :class:`TensorMemory` called without a state starts from zeros, so a model that calls its
+memories as ``mem(x)`` (a Hugging Face model with a memory attached, most people's own code)
+sees a fresh memory at every forward call. Inside ``with streaming(model) as stream:`` each
+memory of ``model`` instead continues from the state its previous call left, including the
+tokens of a chunk a call cut in two, so feeding a sequence in pieces gives the outputs of
+one pass::
+
+    with streaming(model) as stream:
+        for piece in pieces:
+            model(piece)          # each memory reads what earlier pieces wrote
+        stream.reset()            # the next call starts a new sequence
+
+A call that passes its own state (this project's backbones do) uses that state; the stream
+keeps whatever the call returns. Leaving the block removes the carrying: the next call is
+fresh again. The state keeps its autograd graph; ``stream.detach()`` cuts it (truncated
+backpropagation through time).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from torch import nn
+
+from .config import MemoryState
+from .layer import memory_layers
+
+
+class Stream:
+    """The states carried between calls, by memory path; :meth:`reset` starts a new sequence."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.memories = memory_layers(model)
+        if not self.memories:
+            raise ValueError("no TensorMemory layer in this model: streaming carries memory states")
+        self.states: dict[str, MemoryState] = {}
+
+    def reset(self) -> None:
+        """Forget every carried state: the next call of each memory starts from zeros."""
+        self.states.clear()
+
+    def detach(self) -> None:
+        """Keep the carried values but cut their autograd history (truncated backpropagation)."""
+        self.states = {name: MemoryState(*(t.detach() for t in state)) for name, state in self.states.items()}
+
+    def before_call(self, name: str, args: tuple, kwargs: dict[str, Any]):
+        """Forward pre-hook of memory ``name``: give a call without a state the carried one."""
+        given = args[1] if len(args) > 1 else kwargs.get("state")
+        carried = self.states.get(name)
+        if given is not None or carried is None:
+            return None
+        x = args[0] if args else kwargs["x"]
+        if x.shape[0] != carried.h.shape[0]:
+            raise ValueError(f"streaming: memory {name!r} carries a state for a batch of {carried.h.shape[0]}, "
+                             f"this call has {x.shape[0]}; call stream.reset() before a new sequence")
+        if args:
+            return (args[0], carried), kwargs
+        return args, {**kwargs, "state": carried}
+
+    def after_call(self, name: str, output: tuple) -> None:
+        """Forward hook of memory ``name``: keep the state the call returned."""
+        self.states[name] = output[1]
+
+
+@contextmanager
+def streaming(model: nn.Module) -> Iterator[Stream]:
+    """Within the block, every :class:`TensorMemory` in ``model`` continues from its previous call's state."""
+    stream = Stream(model)
+    handles = []
+    for name, memory in stream.memories.items():
+        handles.append(memory.register_forward_pre_hook(
+            lambda _m, args, kwargs, name=name: stream.before_call(name, args, kwargs), with_kwargs=True))
+        handles.append(memory.register_forward_hook(lambda _m, _args, output, name=name: stream.after_call(name, output)))
+    try:
+        yield stream
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+__all__ = ["Stream", "streaming"]
