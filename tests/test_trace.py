@@ -184,7 +184,7 @@ def test_trace_cli_writes_a_loadable_trace_and_fails_cleanly(tmp_path, capsys):
     assert load_trace(out).info["seed"] == 0  # replaced, as asked
     fresh = tmp_path / "fresh.safetensors"
     assert main(["trace", "--checkpoint", str(ROOT / "checkpoints" / "occlusion-base"), "--out", str(fresh)]) == 2
-    assert "no memory layers" in capsys.readouterr().err
+    assert "no TensorMemory layer" in capsys.readouterr().err
     assert main(["trace", "--checkpoint", str(tmp_path / "missing"), "--out", str(fresh)]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
 

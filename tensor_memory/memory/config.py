@@ -24,6 +24,15 @@ INIT_CHOICES = {"summary_init": ("random", "sum"), "coord_init": ("random", "cen
 # state exactly — the paper's suggested remedy for the cost of dense updates.
 WRITE_MODES = ("dense", "windowed", "local")
 
+# What the layer returns. "residual": y = x + σ(γ)·m, the token stream with the read added (LN_m and the
+# gate inside, as DESIGN.md places them). "message": y = m, the projected read alone, with no γ: the paper's
+# public TensorMemoryInterface, whose blocks add their own norm and gate (public_code.py imports it).
+OUTPUTS = ("residual", "message")
+# A last incomplete chunk. "pending": read now, written once its tokens are complete (a stream cut anywhere
+# gives the outputs of one pass). "pad": zero-padded to a whole chunk and written at once, as the public
+# code does; nothing is carried, so a stream cut inside a chunk differs from one pass.
+PARTIAL_CHUNKS = ("pending", "pad")
+
 
 @dataclasses.dataclass
 class MemoryConfig(ConfigBase):
@@ -40,6 +49,13 @@ class MemoryConfig(ConfigBase):
     coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
     write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
     window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
+    # Options for the paper's public code (public_code.py sets them all); the defaults are this mechanism.
+    input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
+    output: str = "residual"  # "residual" | "message", see OUTPUTS
+    partial_chunk: str = "pending"  # "pending" | "pad", see PARTIAL_CHUNKS
+    depthwise_bias: bool = False  # a learned bias after each depthwise convolution, (3 axes, 2C)
+    write_eps: float = 0.0  # added to 2σ² in the Gaussian write: exp(-‖p − μ‖² / (2σ² + write_eps))
+    sigma_scale: float = 1.0  # σ = sigma_scale · (softplus(·) + sigma_min)
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
@@ -56,17 +72,18 @@ class MemoryConfig(ConfigBase):
         require_int(owner, "channels × grid (2·C·D·H·W state numbers)", self.state_numel, 1, L.MAX_STATE_NUMBERS)
         require_float(owner, "gate_init", self.gate_init)
         require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
-        require_float(owner, "sigma_init", self.sigma_init, self.sigma_min, low_open=True)
+        require_float(owner, "sigma_scale", self.sigma_scale, 0.0, low_open=True)
+        require_float(owner, "sigma_init", self.sigma_init, self.sigma_min * self.sigma_scale, low_open=True)
+        require_float(owner, "write_eps", self.write_eps, 0.0)
         require_float(owner, "forget_bias", self.forget_bias)
-        if not isinstance(self.summary_norm, bool):
-            raise ValueError(f"{owner}.summary_norm must be True or False, got {self.summary_norm!r}")
-        for name, value, allowed in (("summary_init", self.summary_init, INIT_CHOICES["summary_init"]),
-                                     ("coord_init", self.coord_init, INIT_CHOICES["coord_init"])):
-            if value not in allowed:
+        for name in ("summary_norm", "input_norm", "depthwise_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
+        choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS}
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:
                 raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-        if self.write_mode not in WRITE_MODES:
-            raise ValueError(f"{owner}.write_mode must be one of {', '.join(map(repr, WRITE_MODES))}, "
-                             f"got {self.write_mode!r}")
         require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
 
     @property

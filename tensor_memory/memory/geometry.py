@@ -153,13 +153,16 @@ def write_box(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int]
 
 
 def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int],
-                      window: Optional[float] = None):
+                      window: Optional[float] = None, eps: float = 0.0):
     """The Gaussian around xyz (M, 3) of width sigma (M,) along each axis: (gz (M, D), gy (M, H), gx (M, W)).
 
     With ``window`` = k, each profile is cut to the :func:`write_box` (exactly zero outside), so
-    their product is the Gaussian inside the box of ±kσ around μ and zero everywhere else.
+    their product is the Gaussian inside the box of ±kσ around μ and zero everywhere else. ``eps``
+    is added to 2σ² (``MemoryConfig.write_eps``); the box stays ±kσ.
     """
     two_var = 2.0 * sigma.reshape(-1, 1) ** 2  # (M, 1)
+    if eps:  # skipped at 0, so the default computes exactly what it did before the option
+        two_var = two_var + eps
     offsets = _axis_offsets(xyz, grid)
     profiles = [torch.exp(-offset ** 2 / two_var) for offset in offsets]
     if window is not None:  # the box, a hard 0/1 cut

@@ -14,6 +14,10 @@ at the start of a sequence. The tokens are cut into chunks of ``chunk_size``; fo
 5. Recurrent update — ConvLSTM gates from ``[V ; h]`` through factorised depthwise 3-tap
    convolutions and a pointwise mix; ``c ← f⊙c + i⊙g``, ``h ← o⊙tanh(c)``.
 
+The options of :class:`MemoryConfig` for the paper's public code (no LN_m, the message as the output, a
+padded last chunk written at once, depthwise biases, ``write_eps``, ``sigma_scale``) change single lines of
+these steps; :meth:`TensorMemory.from_public_code` imports that code's weights (``public_code.py``).
+
 Voxel centres sit at ``linspace(-1, 1, n)`` per axis (``align_corners=True``, see
 ``geometry.py``). Reads only ever see writes of earlier chunks, so the layer is causal at chunk
 granularity. The class defines one method per step, in this order; ``forward`` calls them.
@@ -33,7 +37,8 @@ from .config import MemoryConfig, MemoryState
 from .geometry import gaussian_profiles, sample_channels_last, write_box
 from .hookpoints import POINTS, HookPoint, any_active, nothing_hooked
 from .local_update import local_scan, update_regions
-from .update import convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
+from .public_code import from_public_code, read_public_code
+from .update import bias_volume, convlstm_scan, depthwise3d, expand_write, gate_inputs, gate_values, write_factors
 
 TO_CHANNELS_LAST = (0, 2, 3, 4, 1)  # (B, C, D, H, W) → (B, D, H, W, C), a view
 TO_PUBLIC = (0, 4, 1, 2, 3)  # (B, D, H, W, C) → (B, C, D, H, W), a view
@@ -49,20 +54,26 @@ class Write(NamedTuple):
 
 
 class TensorMemory(nn.Module):
-    """One memory layer: ``y, state = mem(x, state)`` with ``y = x + σ(γ)·m`` (LN_m inside)."""
+    """One memory layer: ``y, state = mem(x, state)`` with ``y = x + σ(γ)·m`` (LN_m inside).
+
+    With ``output="message"`` the layer has no γ and returns ``m``; with ``input_norm=False`` no LN_m.
+    """
 
     def __init__(self, config: MemoryConfig) -> None:
         super().__init__()
         self.config = config
         d, C, chunk = config.token_dim, config.channels, config.chunk_size
-        self.norm = nn.LayerNorm(d)  # LN_m
+        self.norm = nn.LayerNorm(d) if config.input_norm else nn.Identity()  # LN_m
         self.summary = nn.Linear(chunk * d, d)  # step 1: chunk → write summary
         self.coord_head = nn.Linear(d, 3)  # step 2: shared by reads and writes (before tanh)
         self.out_proj = nn.Linear(C, d)  # step 3: read vector → token width
-        self.gate = nn.Parameter(torch.tensor(float(config.gate_init)))  # step 3: γ
+        residual = config.output == "residual"  # "message" returns m itself: no γ
+        self.gate = nn.Parameter(torch.tensor(float(config.gate_init))) if residual else None  # step 3: γ
         self.content = nn.Linear(d, C)  # step 4: what to write
         self.spread = nn.Linear(d, 1)  # step 4: how widely (σ before softplus)
         self.depthwise = nn.Parameter(torch.zeros(3, 2 * C, 3))  # step 5: (axis D/H/W, [V;h] channel, tap)
+        # step 5, optional: a bias after each depthwise convolution, (axis D/H/W, [V;h] channel)
+        self.depthwise_bias = nn.Parameter(torch.zeros(3, 2 * C)) if config.depthwise_bias else None
         self.mix = nn.Linear(2 * C, 4 * C)  # step 5: pointwise [V;h] → i, f, o, g
         self.hook_points = nn.ModuleDict({name: HookPoint(name) for name in POINTS})  # hookpoints.py
         self.reset_memory_parameters()
@@ -81,12 +92,15 @@ class TensorMemory(nn.Module):
                 nn.init.zeros_(self.coord_head.bias)
             # σ starts at sigma_init for every input; its weights learn from there.
             nn.init.zeros_(self.spread.weight)
-            self.spread.bias.fill_(math.log(math.expm1(cfg.sigma_init - cfg.sigma_min)))
-            # Depthwise convolutions start as the identity: tap weights (0, 1, 0).
+            self.spread.bias.fill_(math.log(math.expm1(cfg.sigma_init / cfg.sigma_scale - cfg.sigma_min)))
+            # Depthwise convolutions start as the identity: tap weights (0, 1, 0), biases 0.
             self.depthwise.zero_()
             self.depthwise[:, :, 1] = 1.0
+            if self.depthwise_bias is not None:
+                self.depthwise_bias.zero_()
             self.mix.bias[C:2 * C].fill_(cfg.forget_bias)
-            self.gate.fill_(cfg.gate_init)
+            if self.gate is not None:
+                self.gate.fill_(cfg.gate_init)
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> MemoryState:
         """Zero state for a new sequence: h, c (batch_size, C, D, H, W), nothing pending."""
@@ -102,10 +116,23 @@ class TensorMemory(nn.Module):
         return MemoryState(h=zeros(), c=zeros(),
                            pending=torch.zeros(batch_size, 0, self.config.token_dim, device=device, dtype=dtype))
 
+    @classmethod
+    def from_public_code(cls, state_dict, *, chunk_size=None, grid=None, sigma_scale: float = 1.0, prefix: str = ""):
+        """The paper's public ``TensorMemoryInterface`` with the weights of ``state_dict``, built on this layer and
+        called like it: ``out, (h, c) = m(x, (h0, c0))``. See ``public_code.from_public_code``."""
+        return from_public_code(state_dict, layer=cls, chunk_size=chunk_size, grid=grid, sigma_scale=sigma_scale,
+                                prefix=prefix)
+
+    @classmethod
+    def load_public_code(cls, path, **options):
+        """:meth:`from_public_code` of a safetensors file (``save_file(interface.state_dict(), path)``), checked
+        before it is read and never unpickled; ``options`` as for :meth:`from_public_code`."""
+        return cls.from_public_code(read_public_code(path), **options)
+
     @property
     def gate_scale(self) -> torch.Tensor:
-        """σ(γ): how strongly the read enters the token stream."""
-        return torch.sigmoid(self.gate)
+        """σ(γ): how strongly the read enters the token stream (1 with output "message": m is the output)."""
+        return torch.sigmoid(self.gate) if self.gate is not None else self.mix.weight.new_ones(())
 
     def hook(self, name: str, value: torch.Tensor) -> torch.Tensor:
         """Pass ``value`` through hook point ``name``: the value itself unless a hook replaces it."""
@@ -137,13 +164,18 @@ class TensorMemory(nn.Module):
 
         Tokens left over from an incomplete chunk of the previous call come first, so chunk boundaries
         never depend on how a stream was cut. Returns the normalised tokens (B, P+N, d), the queries
-        (B, n_read, d) of every chunk with a token and the summaries (B, n_write, d) of the complete ones.
+        (B, n_read, d) of every chunk with a token and the summaries (B, n_write, d) of the complete ones
+        (with partial_chunk "pad", of every chunk: the last one's missing tokens are zeros).
         """
         chunk, d = self.config.chunk_size, self.config.token_dim
         tokens = torch.cat([pending, self.norm(x)], dim=1)  # (B, P+N, d)
         B, n_write = tokens.shape[0], tokens.shape[1] // chunk
         queries = tokens[:, ::chunk]  # (B, n_read, d) each chunk's first token
-        whole = tokens[:, :n_write * chunk].reshape(B, n_write, chunk * d)  # (B, n_write, chunk·d)
+        whole = tokens[:, :n_write * chunk]
+        if self.config.partial_chunk == "pad" and tokens.shape[1] % chunk:
+            n_write += 1
+            whole = F.pad(tokens, (0, 0, 0, n_write * chunk - tokens.shape[1]))  # (B, n_write·chunk, d) zeros after
+        whole = whole.reshape(B, n_write, chunk * d)  # (B, n_write, chunk·d)
         summaries = self.summary(whole)  # (B, n_write, d)
         if self.config.summary_norm:  # the query is a normalised token; the tied coord_head sees both on one scale
             summaries = F.layer_norm(summaries, (d,))
@@ -174,7 +206,8 @@ class TensorMemory(nn.Module):
         message = self.out_proj(read)  # (B, n_read, d)
         per_token = message.repeat_interleave(self.config.chunk_size, dim=1)  # (B, n_read·chunk, d)
         per_token = per_token[:, already_output:already_output + N]  # (B, N, d): drop tokens already output
-        return x + self.hook("gate_scale", self.gate_scale[None]) * per_token  # σ(γ) as (1,)
+        scaled = self.hook("gate_scale", self.gate_scale[None]) * per_token  # σ(γ) as (1,)
+        return x + scaled if self.gate is not None else scaled  # output "message": m alone (scaled by 1)
 
     def _write(self, summaries: torch.Tensor, mu_write: torch.Tensor) -> Write:
         """4. Soft write: each chunk's content, spread as a Gaussian of width σ around μ_write.
@@ -186,9 +219,10 @@ class TensorMemory(nn.Module):
         cfg = self.config
         B, n_write, _ = summaries.shape
         content = self.hook("content", self.content(summaries))  # (B, n_write, C)
-        sigma = self.hook("sigma", F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min)  # (B, n_write)
+        sigma = (F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min) * cfg.sigma_scale  # (B, n_write)
+        sigma = self.hook("sigma", sigma)
         xyz, sigma = mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1)  # chunk-major, (n_write·B, …)
-        profiles = gaussian_profiles(xyz, sigma, cfg.grid, cfg.write_window)
+        profiles = gaussian_profiles(xyz, sigma, cfg.grid, cfg.write_window, cfg.write_eps)
         profiles = [p.view(n_write, B, n) for p, n in zip(profiles, cfg.grid)]  # (n_write, B, n) each
         return Write(content.transpose(0, 1), profiles, xyz, sigma)
 
@@ -202,6 +236,8 @@ class TensorMemory(nn.Module):
         """
         taps_v, taps_h = self.depthwise.split(self.config.channels, dim=1)  # (3, C, 3) each
         factors = write_factors(write.content, write.profiles, taps_v)  # dw_V(V) = fz ⊗ fy ⊗ fxc
+        offset = None if self.depthwise_bias is None else bias_volume(self.depthwise, self.depthwise_bias,
+                                                                      self.config.grid)  # (D, H, W, 2C)
         # The incoming state passes its hook points first (an intervention may replace it).
         h0, c0 = (self.hook(name, v).contiguous(memory_format=torch.channels_last_3d).permute(TO_CHANNELS_LAST)
                   for name, v in (("h_in", state.h), ("c_in", state.c)))  # (B, D, H, W, C) views
@@ -209,11 +245,11 @@ class TensorMemory(nn.Module):
             n_write, B = write.content.shape[:2]
             box = write_box(write.xyz, write.sigma, self.config.grid, self.config.window_k)
             regions = update_regions([m.view(n_write, B, n) for m, n in zip(box, self.config.grid)])
-            hs, cells = local_scan(factors, regions, h0, c0, taps_h, self.mix.weight, self.mix.bias)
+            hs, cells = local_scan(factors, regions, h0, c0, taps_h, self.mix.weight, self.mix.bias, offset)
         else:
-            hs, cells = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias)
+            hs, cells = convlstm_scan(factors, h0, c0, taps_h, self.mix.weight, self.mix.bias, offset)
         if any_active(self.hook_points):  # the read-only points: the volumes after each chunk, the gates
-            self._observe_state(hs, cells, factors, h0, taps_h)
+            self._observe_state(hs, cells, factors, h0, taps_h, offset)
         return h0, c0, hs, cells
 
     # -- checks and the read-only hook points (no effect on the computation) -----------------
@@ -235,7 +271,7 @@ class TensorMemory(nn.Module):
                 raise ValueError(f"MemoryState.pending must be (B, P < chunk_size, token_dim), "
                                  f"got {tuple(state.pending.shape)}")
 
-    def _observe_state(self, hs, cells, factors, h0, taps_h) -> None:
+    def _observe_state(self, hs, cells, factors, h0, taps_h, offset) -> None:
         """Hand the read-only points their values, shaped (B, K, C, D, H, W)."""
         by_chunk = (1, 0, 5, 2, 3, 4)  # (K, B, D, H, W, C) → (B, K, C, D, H, W)
         self.hook("h", hs.permute(by_chunk))
@@ -244,8 +280,8 @@ class TensorMemory(nn.Module):
         # the values at every cell, but act only inside each chunk's update region.
         if self.hook_points["gate_i"].active:
             with torch.no_grad():
-                h_prev = torch.cat([h0[None], hs[:-1]], dim=0)  # (K, B, D, H, W, C) state before each write
-                x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h))  # [dw_V(V) ; dw_h(h) ; 1]
+                h_prev = torch.cat([h0[None], hs[:-1]], dim=0)[:len(hs)]  # (K, B, D, H, W, C) state before each write
+                x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h), offset)  # [dw_V(V) ; dw_h(h) ; 1]
                 weight = torch.cat([self.mix.weight, self.mix.bias[:, None]], dim=1)
                 for name, value in zip(("gate_i", "gate_f", "gate_o", "gate_g"), gate_values(x, weight)):
                     self.hook(name, value.view(hs.shape).permute(by_chunk))

@@ -22,6 +22,8 @@ Layout as in ``update.py``: channels-last volumes ``(…, D, H, W, C)``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .update import depthwise3d, expand_write, gate_inputs, gate_values
@@ -48,12 +50,14 @@ def update_regions(box) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tensor,
-               mix: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+               mix: torch.Tensor, bias: torch.Tensor,
+               offset: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ConvLSTM scan of ``update.convlstm_scan``, updating only each chunk's region.
 
     factors: (fz (K, B, D, C), fy (K, B, H, C), fxc (K, B, W, C)) of the windowed write;
     regions: (lo, hi, present) from :func:`update_regions`; h, c (B, D, H, W, C) the state
-    before the first chunk; taps_h, mix, bias as for ``convlstm_scan``.
+    before the first chunk; taps_h, mix, bias, offset as for ``convlstm_scan`` (the offset volume is
+    the whole grid's, so a window takes its own cells of it).
     Returns hs, cs (K, B, D, H, W, C), the state after every chunk.
     """
     lo, hi, present = regions
@@ -76,7 +80,8 @@ def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch
 
         # The dense update's maths on the window: gates from [dw_V(V) ; dw_h(h) ; 1].
         fz, fy, fxc = (f[k].gather(1, i[:, :, None].expand(-1, -1, C)) for f, i in zip(factors, index))
-        x = gate_inputs(expand_write(fz, fy, fxc), depthwise3d(h_win, taps_h))  # (B·wd·wh·ww, 2C+1)
+        off_win = None if offset is None else offset[cells[1:]]  # (B, wd, wh, ww, 2C)
+        x = gate_inputs(expand_write(fz, fy, fxc), depthwise3d(h_win, taps_h), off_win)  # (B·wd·wh·ww, 2C+1)
         i, f, o, g = gate_values(x, weight)
         c_new = (f * c_win.reshape(-1, C) + i * g).view(h_win.shape)
         h_new = (o * torch.tanh(c_new).reshape(-1, C)).view(h_win.shape)

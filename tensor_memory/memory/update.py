@@ -6,6 +6,9 @@ and W, then a pointwise mix to 4C gate pre-activations:
     i, f, o, g = mix([dw_V(V_k) ; dw_h(h_{k-1})]) + bias
     c_k = σ(f)⊙c_{k-1} + σ(i)⊙tanh(g),   h_k = σ(o)⊙tanh(c_k)
 
+(``MemoryConfig.depthwise_bias`` gives each depthwise convolution a bias; being affine, they then add
+one fixed volume to ``[dw_V(V) ; dw_h(h)]``, :func:`bias_volume`, which the scan takes as ``offset``.)
+
 Three things make it cheap:
 
 * The write volume is separable, ``V = content ⊗ gz ⊗ gy ⊗ gx`` (one Gaussian profile per
@@ -57,12 +60,25 @@ def conv_axis(x: torch.Tensor, rows: torch.Tensor, dim: int, out: Optional[torch
     return out
 
 
-def depthwise3d(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """Depthwise 3-tap convolutions along D, then H, then W. x (…, D, H, W, C); taps (3 axes, C, 3)."""
+def depthwise3d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Depthwise 3-tap convolutions along D, then H, then W. x (…, D, H, W, C); taps (3 axes, C, 3);
+    bias (3 axes, C), added after each axis's convolution, or None."""
     rows = tap_rows(taps)  # (3 axes, 3 taps, C)
     for axis, dim in enumerate(AXES):
         x = conv_axis(x, rows[axis], dim)
+        if bias is not None:
+            x = x + bias[axis]
     return x
+
+
+def bias_volume(taps: torch.Tensor, bias: torch.Tensor, grid) -> torch.Tensor:
+    """What depthwise convolutions with biases add to every input: their output for a zero volume, (D, H, W, C).
+
+    The convolutions are affine, ``A(x) = L(x) + A(0)``, so the scan convolves without the biases and adds
+    this one volume (the same for every sample and chunk). It is not a constant: the zero padding at the
+    faces sees less of the earlier axes' biases. taps (3 axes, C, 3), bias (3 axes, C), grid (D, H, W).
+    """
+    return depthwise3d(taps.new_zeros(*grid, taps.shape[1]), taps, bias)
 
 
 def write_factors(content: torch.Tensor, profiles, taps: torch.Tensor):
@@ -95,10 +111,16 @@ def gate_values(x: torch.Tensor, weight: torch.Tensor):
     return i.sigmoid_(), f.sigmoid_(), o.sigmoid_(), g.tanh_()
 
 
-def gate_inputs(write: torch.Tensor, conv_h: torch.Tensor) -> torch.Tensor:
-    """[dw_V(V) ; dw_h(h) ; 1] for :func:`gate_values`: (…, C) twice → (M, 2C+1)."""
+def gate_inputs(write: torch.Tensor, conv_h: torch.Tensor, offset: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[dw_V(V) ; dw_h(h) ; 1] for :func:`gate_values`: (…, C) twice → (M, 2C+1).
+
+    offset (…, 2C) or None: the depthwise biases' :func:`bias_volume`, added to both halves.
+    """
+    pair = torch.cat([write, conv_h], dim=-1)  # (…, 2C)
+    if offset is not None:
+        pair = pair + offset
     ones = write.new_ones(write.shape[:-1] + (1,))
-    return torch.cat([write, conv_h, ones], dim=-1).view(-1, 2 * write.shape[-1] + 1)
+    return torch.cat([pair, ones], dim=-1).view(-1, 2 * write.shape[-1] + 1)
 
 
 def _conv_axis_backward(grad, x, flipped_rows, dim, grad_taps_acc):
@@ -124,8 +146,9 @@ def _workspace(h: torch.Tensor) -> torch.Tensor:
 _PER_CHUNK = 8  # tensors each chunk keeps for the backward: two conv inputs, x, i, f, o, g, tanh(c)
 
 
-def _scan(factors, h, c, taps_h, mix, bias, saved: Optional[list] = None):
-    """The recurrence. factors as from :func:`write_factors` with a leading K; h, c (B, D, H, W, C).
+def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] = None):
+    """The recurrence. factors as from :func:`write_factors` with a leading K; h, c (B, D, H, W, C);
+    offset (D, H, W, 2C), the depthwise biases' :func:`bias_volume`, or None.
 
     With ``saved`` (a list), each chunk's intermediates are appended for the backward;
     without, one workspace serves every chunk.
@@ -145,6 +168,8 @@ def _scan(factors, h, c, taps_h, mix, bias, saved: Optional[list] = None):
         x_h = conv_axis(h, rows_h[0], AXES[0])
         x_w = conv_axis(x_h, rows_h[1], AXES[1])
         conv_axis(x_w, rows_h[2], AXES[2], out=x[:, C:2 * C].view(vol))  # dw_h(h_{k-1})
+        if offset is not None:  # the same for every sample: broadcast over B
+            x[:, :2 * C].view(vol[0], -1, 2 * C).add_(offset.reshape(-1, 2 * C))  # (B, D·H·W, 2C)
         i, f, o, g = gate_values(x, weight)
         c_k = cs[k].view(M, C)
         torch.mul(f, c.reshape(M, C), out=c_k)
@@ -159,9 +184,10 @@ def _scan(factors, h, c, taps_h, mix, bias, saved: Optional[list] = None):
 
 class _ConvLSTMScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, fz, fy, fxc, h0, c0, taps_h, mix, bias):
+    def forward(ctx, fz, fy, fxc, h0, c0, taps_h, mix, bias, offset):
         saved: list = []
-        hs, cs = _scan((fz, fy, fxc), h0, c0, taps_h, mix, bias, saved)
+        hs, cs = _scan((fz, fy, fxc), h0, c0, taps_h, mix, bias, offset, saved)
+        ctx.has_offset = offset is not None
         ctx.save_for_backward(fz, fy, fxc, h0, c0, taps_h, mix, hs, cs, *saved)
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a zero-filled volume
         return hs, cs
@@ -179,6 +205,7 @@ class _ConvLSTMScan(torch.autograd.Function):
         # Running tap-gradient products, one per (axis, tap), shaped like the slices they multiply.
         acc = [[c0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)])
                 for t in range(3)] for a in range(3)]
+        grad_offset = c0.new_zeros(D * H * W, 2 * C) if ctx.has_offset else None
         dh = c0.new_zeros(M, C)  # gradient reaching h_k from later chunks
         dc = c0.new_zeros(M, C)
         for k in reversed(range(K)):
@@ -199,6 +226,8 @@ class _ConvLSTMScan(torch.autograd.Function):
             # Through the mix: its weights and bias, then the two inputs.
             grad_weight.addmm_(grad_pre.t(), x)
             grad_x = grad_pre @ mix  # (M, 2C)
+            if grad_offset is not None:
+                grad_offset += grad_x.view(B, -1, 2 * C).sum(0)  # (D·H·W, 2C), summed over the batch
             # Into the write factors: write = (fz ⊗ fy) ⊗ fxc.
             grad_write = grad_x[:, :C].reshape(vol)  # (B, D, H, W, C)
             zy = fz[k][:, :, None, :] * fy[k][:, None, :, :]  # (B, D, H, C)
@@ -214,20 +243,24 @@ class _ConvLSTMScan(torch.autograd.Function):
         grad_taps = torch.stack([torch.stack([a.reshape(-1, C).sum(0) for a in per_axis], dim=-1)
                                  for per_axis in acc])  # (3, C, 3)
         grad_mix, grad_bias = grad_weight[:, :-1], grad_weight[:, -1]
-        return grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias
+        if grad_offset is not None:
+            grad_offset = grad_offset.view(D, H, W, 2 * C)
+        return grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias, grad_offset
 
 
 def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tensor, mix: torch.Tensor,
-                  bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  bias: torch.Tensor, offset: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the ConvLSTM update over K chunks, channels-last.
 
     factors: (fz (K, B, D, C), fy (K, B, H, C), fxc (K, B, W, C)), each chunk's convolved write
     volume as from :func:`write_factors`; h, c (B, D, H, W, C): the state before the first
     chunk; taps_h (3, C, 3): h's depthwise taps; mix (4C, 2C) and bias (4C,): the pointwise mix
-    of ``[V ; h]``. Returns hs, cs (K, B, D, H, W, C), the state after every chunk.
+    of ``[V ; h]``; offset (D, H, W, 2C): what depthwise biases add (:func:`bias_volume`), or None.
+    Returns hs, cs (K, B, D, H, W, C), the state after every chunk.
     """
     h, c = h.contiguous(), c.contiguous()
     inputs = (*factors, h, c, taps_h, mix, bias)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and factors[0].shape[0] > 0:
-        return _ConvLSTMScan.apply(*inputs)
-    return _scan(factors, h, c, taps_h, mix, bias)
+    needs_grad = any(t.requires_grad for t in inputs) or (offset is not None and offset.requires_grad)
+    if torch.is_grad_enabled() and needs_grad and factors[0].shape[0] > 0:
+        return _ConvLSTMScan.apply(*inputs, offset)
+    return _scan(factors, h, c, taps_h, mix, bias, offset)
