@@ -9,6 +9,7 @@ checkpoints, recording, hooks and ``memory_layers``; never by editing them.
 from analysis.measures.addressing import addressing_report
 from analysis.measures.causality import causality_audit
 from analysis.traces.capture import capture
+from analysis.traces.model import trace_model
 from analysis.traces.trace import Trace, TraceError, load_trace
 
-__all__ = ["causality_audit", "capture", "load_trace", "addressing_report", "Trace", "TraceError"]
+__all__ = ["causality_audit", "capture", "trace_model", "load_trace", "addressing_report", "Trace", "TraceError"]

@@ -45,7 +45,7 @@ def _trace(args: argparse.Namespace) -> int:
                     **dict(args.param))
     path = trace.save(args.out)
     size = path.stat().st_size
-    print(f"Trace of {trace.info['checkpoint_name']} (task {trace.info['task']}, seed {args.seed}, index "
+    print(f"Trace of {trace.info['checkpoint_name']} (task {trace.info.get('task')}, seed {args.seed}, index "
           f"{args.index}): {trace.num_chunks} chunks, {len(trace.layers)} memory layer(s), "
           f"{size / 1e6:.1f} MB → {path}")
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from pathlib import Path
-from typing import Any, Callable, Hashable, Mapping, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional, Union
 
 import streamlit as st
 
@@ -27,7 +27,8 @@ from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import InterventionResult, intervene
 from analysis.measures.occlusion import belief_survival
 from analysis.traces.predictions import prediction_trace
-from analysis.traces.trace import Trace
+from analysis.measures.addressing import addressing_report
+from analysis.traces.trace import Trace, TraceError, load_trace
 from analysis.traces.training_log import addressing_history
 from analysis.measures.world import READOUT_SAMPLES, decoded_map, map_probe, write_position_fit
 from analysis.figures.views import explore_figures
@@ -59,6 +60,25 @@ class CheckpointRef:
             raise CheckpointError(f"{path}: cannot read the checkpoint ({error.strerror or error}); expected a "
                                   f"folder holding {MODEL_FILE} and {CONFIG_FILE}") from None
         return cls(label=label, path=str(path.resolve()), stamp=stamp)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceRef:
+    """A trace file opened in the app (``tensor-memory app --trace`` or an upload): a recorded sample with no
+    weights to run again. ``stamp`` changes when the file is replaced."""
+
+    label: str
+    path: str
+    stamp: int  # mtime_ns
+
+    @classmethod
+    def of(cls, path: Path, label: str) -> "TraceRef":
+        """The reference to the trace file ``path``; TraceError when it cannot be read."""
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError as error:
+            raise TraceError(f"{path}: cannot read the trace file ({error.strerror or error})") from None
+        return cls(label=label, path=str(path.resolve()), stamp=stamp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,9 +123,18 @@ def load(ref: CheckpointRef) -> Loaded:
     return Loaded(load_checkpoint(ref.path))
 
 
+@st.cache_data(max_entries=8, show_spinner="Opening the trace…")
+def opened_trace(ref: TraceRef) -> Trace:
+    """The trace file, validated by ``load_trace`` (never unpickled); TraceError otherwise."""
+    return load_trace(ref.path)
+
+
 @st.cache_data(max_entries=24, show_spinner="Running the sample through the model…")
-def sample_trace(ref: CheckpointRef, sample: Sample) -> Trace:
-    """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others."""
+def sample_trace(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> Trace:
+    """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others; an
+    opened trace file as it is."""
+    if isinstance(ref, TraceRef):
+        return opened_trace(ref)
     loaded = load(ref)
     if loaded.has_memory:
         return capture(loaded.checkpoint, seed=sample.seed, index=0, progress=False, **sample.params)
@@ -141,6 +170,12 @@ def chunk_figures_job(trace: Trace, sample_key: Hashable, layer: Optional[str], 
 def volume_frame(sample_key: Hashable, layer: str, series: VolumeSeries, chunk: int) -> bytes:
     """The PyVista volume rendering (PNG) of one chunk; its block's neighbours are rendered with it."""
     return figure_cache().get(*volume_frames_job(sample_key, layer, series, chunk // FRAME_BLOCK))[chunk % FRAME_BLOCK]
+
+
+@st.cache_data(max_entries=8, show_spinner="Measuring the addressing of this trace…")
+def trace_addressing(ref: TraceRef, layer: Optional[str]) -> dict[str, Any]:
+    """The addressing report of an opened trace (its one sample)."""
+    return addressing_report(opened_trace(ref), layer)
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the checkpoint over many samples…")
@@ -209,12 +244,12 @@ def reconstruction(ref: CheckpointRef, sample: Sample) -> Reconstruction:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def trace_file(ref: CheckpointRef, sample: Sample) -> bytes:
+def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
     """The sample's trace as a safetensors file."""
     return trace_bytes(sample_trace(ref, sample))
 
 
-__all__ = ["CheckpointRef", "Loaded", "Sample", "load", "sample_trace", "volume_series", "volume_frame",
+__all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "sample_trace", "volume_series", "volume_frame",
            "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
            "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
            "FRAME_BLOCK"]

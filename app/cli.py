@@ -11,12 +11,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
+TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace file the app opens on, instead
 
 DESCRIPTION = (
     "Start the Tensor Memory Explorer, a Streamlit app: load a trained checkpoint, step through a sample chunk by "
     "chunk and watch the memory in 3D, see the occlusion belief and interventions, diagnose addressing, walk "
     "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
-    "--checkpoint names another folder; stop it with Ctrl-C.")
+    "--checkpoint names another folder, or on a trace file with --trace (any model's, written by "
+    "analysis.trace_model or `tensor-memory trace`); stop it with Ctrl-C.")
 
 
 def _port(text: str) -> int:
@@ -34,6 +36,12 @@ def _app(args: argparse.Namespace) -> int:
         folder = Path(args.checkpoint).expanduser().resolve()
         load_checkpoint(folder)  # refuse a bad folder here, with its one-line reason, before starting a server
         env[CHECKPOINT_ENV] = str(folder)
+    if args.trace:
+        from analysis.traces.trace import load_trace
+
+        path = Path(args.trace).expanduser().resolve()
+        load_trace(path)  # likewise: a file that is not a valid trace is refused here
+        env[TRACE_ENV] = str(path)
     command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(args.port)]
     try:
         return subprocess.call(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
@@ -47,8 +55,10 @@ def add_app_parser(subparsers: Any) -> None:
                                 description=DESCRIPTION)
     app.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder to open on (default: the shipped "
                                                          "checkpoints/occlusion-tensor)")
+    app.add_argument("--trace", metavar="FILE", help="trace file to open on (a .safetensors trace of any model, "
+                                                     "from analysis.trace_model or `tensor-memory trace`)")
     app.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
     app.set_defaults(func=_app)
 
 
-__all__ = ["add_app_parser", "CHECKPOINT_ENV"]
+__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV"]

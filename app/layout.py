@@ -42,11 +42,26 @@ def header(context: Context, title: str, subtitle: str) -> None:
     """The page title with what is shown: checkpoint, task, backbone and sample."""
     st.markdown(f"## {title}")
     badges = st.container(horizontal=True, gap="small")
-    badges.badge(context.ref.label, icon=":material/deployed_code:", color="blue")
-    badges.badge(f"task: {context.task}", color="gray")
-    badges.badge(f"backbone: {context.backbone}", color="violet" if context.backbone == "tensor" else "orange")
-    badges.badge(f"seed {context.seed}", color="gray")
+    if context.is_trace_file:
+        badges.badge(context.ref.label, icon=":material/description:", color="blue")
+        badges.badge(f"task: {context.task}" if context.task else f"model: {context.backbone}", color="gray")
+        badges.badge("recorded sample", color="gray")
+    else:
+        badges.badge(context.ref.label, icon=":material/deployed_code:", color="blue")
+        badges.badge(f"task: {context.task}", color="gray")
+        badges.badge(f"backbone: {context.backbone}", color="violet" if context.backbone == "tensor" else "orange")
+        badges.badge(f"seed {context.seed}", color="gray")
     st.caption(subtitle)
+
+
+def require_checkpoint(context: Context, title: str, needs: str) -> None:
+    """Stop a page a trace file cannot show, saying why in one line (``needs``: what the page runs)."""
+    if context.is_trace_file:
+        st.markdown(f"## {title}")
+        st.info(f"{title} is off for the trace file {context.ref.label}: it {needs}, and a trace file holds one "
+                f"recorded sample, no weights. Open a checkpoint in the sidebar for this page.",
+                icon=":material/info:")
+        st.stop()
 
 
 def require_trace(context: Context) -> None:
@@ -90,4 +105,5 @@ def volume_view() -> VolumeView:
                          for f in dataclasses.fields(VolumeView)})
 
 
-__all__ = ["chart", "remembered", "recalled", "header", "require_trace", "memory_notice", "VolumeView", "volume_view"]
+__all__ = ["chart", "remembered", "recalled", "header", "require_trace", "require_checkpoint", "memory_notice", "VolumeView",
+           "volume_view"]

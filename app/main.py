@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 import streamlit as st  # noqa: E402
 
 from app import pretrained_view, sidebar, state  # noqa: E402
+from app.cache import Sample, TraceRef  # noqa: E402
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory  # noqa: E402
 
 st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/deployed_code:", layout="wide",
@@ -24,23 +25,39 @@ st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/dep
                    menu_items={"About": "Tensor Memory Explorer: watch a fixed-size 3D voxel memory work, chunk by "
                                         "chunk, in trained checkpoints."})
 
-PAGES = [
-    st.Page("views/explore.py", title="Explore", icon=":material/view_in_ar:", default=True),
-    st.Page("views/occlusion.py", title="Occlusion", icon=":material/visibility_off:"),
-    st.Page("views/diagnose.py", title="Diagnose", icon=":material/troubleshoot:"),
-    st.Page("views/teach.py", title="Teach", icon=":material/school:"),
-    st.Page("views/images.py", title="Images", icon=":material/image:"),
-    st.Page("views/text.py", title="Text", icon=":material/notes:"),
-    st.Page("views/audit.py", title="Audit", icon=":material/policy:"),
-    st.Page("views/export.py", title="Export", icon=":material/download:"),
-]
-page = st.navigation(PAGES, position="top")
-st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</style>")  # the top bar holds the pages
+PAGES = {
+    "explore": st.Page("views/explore.py", title="Explore", icon=":material/view_in_ar:", default=True),
+    "occlusion": st.Page("views/occlusion.py", title="Occlusion", icon=":material/visibility_off:"),
+    "diagnose": st.Page("views/diagnose.py", title="Diagnose", icon=":material/troubleshoot:"),
+    "teach": st.Page("views/teach.py", title="Teach", icon=":material/school:"),
+    "images": st.Page("views/images.py", title="Images", icon=":material/image:"),
+    "text": st.Page("views/text.py", title="Text", icon=":material/notes:"),
+    "audit": st.Page("views/audit.py", title="Audit", icon=":material/policy:"),
+    "export": st.Page("views/export.py", title="Export", icon=":material/download:"),
+}
+TRACE_PAGES = ("explore", "diagnose", "text", "export")  # the pages that read a trace alone (Text: with its tokens)
+NEED_CHECKPOINT = "Need a checkpoint"  # the navigation's menu of the pages a trace file cannot show
 
 with st.sidebar:
     st.markdown("### :material/deployed_code: Tensor Memory Explorer")
     st.caption("A fixed-size 3D voxel memory that Transformer tokens write to and read from.")
     chosen = sidebar.checkpoint_section()
+if isinstance(chosen, TraceRef):  # a trace file: the pages that read a trace, the others in a menu of their own
+    trace = state.open_trace_file(chosen)
+    applies = [n for n in TRACE_PAGES if n != "text" or trace.tokens is not None]
+    page = st.navigation({"": [PAGES[n] for n in applies],
+                          NEED_CHECKPOINT: [p for n, p in PAGES.items() if n not in applies]}, position="top")
+else:
+    page = st.navigation(list(PAGES.values()), position="top")
+st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</style>")  # the top bar holds the pages
+
+if isinstance(chosen, TraceRef):
+    with st.sidebar:
+        layer = sidebar.layer_section(trace)
+    state.publish(state.Context(ref=chosen, loaded=None, sample=Sample(), trace=trace, problem=None, layer=layer,
+                                memory_note=state.memory_note(chosen, None, trace)))
+    page.run()
+    st.stop()
 if is_pretrained_memory(Path(chosen.path)):  # a memory for frozen MiniLM: its own page
     pretrained_view.render(chosen)
     st.stop()

@@ -1,23 +1,28 @@
-"""The sidebar: the checkpoint (shipped, or uploaded as a .zip), the sample's settings, the memory layer."""
+"""The sidebar: the checkpoint (shipped, or uploaded as a .zip) or a trace file, the sample's settings, the
+memory layer. Checkpoints and trace files share one picker: a trace shows what it recorded, no new samples."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import streamlit as st
 
 from analysis.traces.trace import Trace
 from tensor_memory.checkpoint import Checkpoint, CheckpointError
+from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache
-from .cache import CheckpointRef, Sample
-from .state import shipped_checkpoints, startup_checkpoint
-from .upload import MAX_UPLOAD_BYTES, UploadError, checkpoint_label, discard_upload, unpack_checkpoint
+from .cache import CheckpointRef, Sample, TraceRef
+from .state import shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
+from .upload import (MAX_UPLOAD_BYTES, UploadError, checkpoint_label, discard_trace_upload, discard_upload,
+                     save_trace_upload, unpack_checkpoint)
 
 CHOICE_KEY = "checkpoint_choice"
 UPLOAD_KEY = "checkpoint_upload"
 UPLOADS_KEY = "uploaded_checkpoints"  # {label: folder} of this session's uploads
+TRACE_UPLOAD_KEY = "trace_upload"
+TRACES_KEY = "opened_traces"  # {label: file} of this session's uploaded traces
 OUTCOMES_KEY = "upload_outcomes"  # {file_id: (label or None, message)}: each upload is checked once
 LAYER_KEY = "layer_choice"
 SEED_KEY = "seed"
@@ -27,6 +32,45 @@ def checkpoint_options() -> dict[str, Path]:
     """Every checkpoint this session can pick: the startup one, the shipped ones, its uploads."""
     label, path = startup_checkpoint()
     return {label: path, **shipped_checkpoints(), **st.session_state.setdefault(UPLOADS_KEY, {})}
+
+
+def trace_options() -> dict[str, Path]:
+    """Every trace file this session can pick: the one it started on, its uploads."""
+    startup = startup_trace()
+    return {**dict([startup] if startup else []), **st.session_state.setdefault(TRACES_KEY, {})}
+
+
+def _check_trace_upload(file: Any) -> tuple[Optional[str], str]:
+    """(label, message) for an uploaded trace file: the label is None when it is not a usable trace."""
+    try:
+        path = save_trace_upload(file.getvalue())
+    except UploadError as error:
+        return None, f"Could not use {file.name}: {error}"
+    label = trace_label(f"{file.name} ({path.stem[:8]})")
+    try:
+        trace = cache.opened_trace(TraceRef.of(path, label))
+    except EXPECTED_ERRORS as error:
+        discard_trace_upload(path)  # refused: nothing of it stays on disk
+        return None, f"Could not use {file.name}: {describe(error)}"
+    st.session_state[TRACES_KEY][label] = path
+    return label, f"Opened {label}: {trace.num_chunks} chunks, {len(trace.layers)} memory layer(s)."
+
+
+def _upload_box(label: str, types: list[str], key: str, check, help: str) -> None:
+    """An upload box whose file is checked once; a usable one becomes the shown choice at once."""
+    upload = st.file_uploader(label, type=types, key=key, max_upload_size=MAX_UPLOAD_BYTES >> 20, help=help)
+    if upload is None:
+        return
+    outcomes = st.session_state.setdefault(OUTCOMES_KEY, {})
+    if upload.file_id not in outcomes:
+        outcomes[upload.file_id] = check(upload)
+        if outcomes[upload.file_id][0] is not None:
+            st.session_state[CHOICE_KEY] = outcomes[upload.file_id][0]  # show a new upload at once
+    label, message = outcomes[upload.file_id]
+    if label:
+        st.success(message)
+    else:
+        st.error(f"{message} Still showing {st.session_state.get(CHOICE_KEY, startup_checkpoint()[0])}.")
 
 
 def _check_upload(file: Any) -> tuple[Optional[str], str]:
@@ -46,32 +90,30 @@ def _check_upload(file: Any) -> tuple[Optional[str], str]:
     return label, f"Loaded {label}: task {ckpt.task.name}, backbone {ckpt.model.backbone.config.kind}."
 
 
-def checkpoint_section() -> CheckpointRef:
-    """The checkpoint picker and the upload box; returns the chosen checkpoint (not yet loaded)."""
-    st.subheader("Checkpoint")
+def checkpoint_section() -> Union[CheckpointRef, TraceRef]:
+    """The picker of checkpoints and trace files and the two upload boxes; returns the chosen checkpoint
+    (not yet loaded) or trace file (not yet opened)."""
+    st.subheader("Checkpoint or trace")
     picker = st.container()
-    upload = st.file_uploader("Upload a checkpoint folder as a .zip", type=["zip"], key=UPLOAD_KEY,
-                              max_upload_size=MAX_UPLOAD_BYTES >> 20,
-                              help="Zip the folder holding model.safetensors and config.json. It is checked before "
-                                   "use and never unpickled; pickles are refused.")
-    options = checkpoint_options()
-    if upload is not None:
-        outcomes = st.session_state.setdefault(OUTCOMES_KEY, {})
-        if upload.file_id not in outcomes:
-            outcomes[upload.file_id] = _check_upload(upload)
-            options = checkpoint_options()
-            if outcomes[upload.file_id][0] is not None:
-                st.session_state[CHOICE_KEY] = outcomes[upload.file_id][0]  # show a new upload at once
-        label, message = outcomes[upload.file_id]
-        if label:
-            st.success(message)
-        else:
-            st.error(f"{message} Still showing {st.session_state.get(CHOICE_KEY, startup_checkpoint()[0])}.")
+    _upload_box("Upload a checkpoint folder as a .zip", ["zip"], UPLOAD_KEY, _check_upload,
+                help="Zip the folder holding model.safetensors and config.json. It is checked before use and never "
+                     "unpickled; pickles are refused.")
+    _upload_box("Open a trace (.safetensors)", ["safetensors"], TRACE_UPLOAD_KEY, _check_trace_upload,
+                help="A trace of any model with Tensor Memory layers, written by analysis.trace_model(...).save() "
+                     "or `tensor-memory trace`. Checked before use and never unpickled.")
+    traces, checkpoints = trace_options(), checkpoint_options()
+    options = {**traces, **checkpoints}
     if st.session_state.get(CHOICE_KEY) not in options:
-        st.session_state[CHOICE_KEY] = startup_checkpoint()[0]
+        st.session_state[CHOICE_KEY] = next(iter(traces), startup_checkpoint()[0])  # a --trace file opens first
     with picker:
-        label = st.selectbox("Shown checkpoint", list(options), key=CHOICE_KEY, label_visibility="collapsed",
-                             help="Shipped checkpoints are named task-backbone; tensor ones have a memory to look at.")
+        label = st.selectbox("Shown checkpoint or trace", list(options), key=CHOICE_KEY, label_visibility="collapsed",
+                             help="Shipped checkpoints are named task-backbone; tensor ones have a memory to look at. "
+                                  "Trace files show the sample they recorded.")
+    if label in traces:
+        try:
+            return TraceRef.of(traces[label], label)
+        except EXPECTED_ERRORS:  # removed from disk: opening it says what is wrong
+            return TraceRef(label=label, path=str(traces[label]), stamp=0)
     try:
         return CheckpointRef.of(options[label], label)
     except CheckpointError:  # a shipped folder being rewritten, or an upload removed from disk:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import streamlit as st
 
@@ -23,8 +23,8 @@ from tensor_memory.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache
-from .cache import CheckpointRef, Loaded, Sample
-from .cli import CHECKPOINT_ENV
+from .cache import CheckpointRef, Loaded, Sample, TraceRef
+from .cli import CHECKPOINT_ENV, TRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints"
@@ -51,12 +51,27 @@ def startup_checkpoint() -> tuple[str, Path]:
     return DEFAULT_CHECKPOINT, SHIPPED / DEFAULT_CHECKPOINT
 
 
+def startup_trace() -> Optional[tuple[str, Path]]:
+    """(label, file) of the trace to open on (``$TENSOR_MEMORY_TRACE``, set by ``tensor-memory app --trace``)."""
+    chosen = os.environ.get(TRACE_ENV)
+    if not chosen:
+        return None
+    path = Path(chosen).expanduser().resolve()
+    return trace_label(path.name), path
+
+
+def trace_label(name: str) -> str:
+    """The picker's name for a trace file (traces and checkpoints share one picker)."""
+    return f"trace: {name}"
+
+
 @dataclasses.dataclass
 class Context:
-    """What every page of this session shows."""
+    """What every page of this session shows: a checkpoint and a sample run through it, or an opened trace
+    file (``loaded`` None: no weights, so only the pages that read a trace apply)."""
 
-    ref: CheckpointRef
-    loaded: Loaded
+    ref: Union[CheckpointRef, TraceRef]
+    loaded: Optional[Loaded]
     sample: Sample  # the sample the trace was captured from
     trace: Optional[Trace]  # None when no sample could be run (``problem`` says why)
     problem: Optional[str]
@@ -64,15 +79,27 @@ class Context:
     memory_note: Optional[str]  # why the memory views are off, or None
 
     @property
+    def is_trace_file(self) -> bool:
+        """An opened trace file: no weights to run, no task to draw new samples from."""
+        return self.loaded is None
+
+    @property
     def checkpoint(self) -> Checkpoint:
+        if self.loaded is None:
+            raise ValueError(f"{self.ref.label} is a trace file: it has no checkpoint")
         return self.loaded.checkpoint
 
     @property
-    def task(self) -> str:
+    def task(self) -> Optional[str]:
+        """The task of the checkpoint (or of the checkpoint a trace file recorded); None for another model's trace."""
+        if self.loaded is None:
+            return None if self.trace is None else self.trace.info.get("task")
         return self.checkpoint.task.name
 
     @property
     def backbone(self) -> str:
+        if self.loaded is None:
+            return "?" if self.trace is None else str(self.trace.info.get("backbone", "?"))
         return self.checkpoint.model.backbone.config.kind
 
     @property
@@ -147,9 +174,19 @@ def capture_sample(ref: CheckpointRef, sample: Sample) -> tuple[Optional[Trace],
     return trace, fallback, None
 
 
-def memory_note(ref: CheckpointRef, loaded: Loaded, trace: Optional[Trace]) -> Optional[str]:
+def open_trace_file(ref: TraceRef) -> Trace:
+    """The opened trace file, or the page stops with ``st.error`` saying why it cannot be used."""
+    try:
+        return cache.opened_trace(ref)
+    except EXPECTED_ERRORS as error:  # TraceError is a ValueError
+        st.error(f"Could not open the trace {ref.label}: {describe(error)}")
+        st.stop()  # ends the run
+
+
+def memory_note(ref: Union[CheckpointRef, TraceRef], loaded: Optional[Loaded],
+                trace: Optional[Trace]) -> Optional[str]:
     """Why the memory views cannot be shown for this trace, or None when they can."""
-    if not loaded.has_memory:
+    if loaded is not None and not loaded.has_memory:
         kind = loaded.checkpoint.model.backbone.config.kind
         return (f"{ref.label} is a `{kind}` model: it has no Tensor Memory layers, so there is no memory to show. "
                 f"Its predictions are shown; pick a `tensor` checkpoint (e.g. occlusion-tensor) for the memory views.")
@@ -174,5 +211,6 @@ def current() -> Context:
     return context
 
 
-__all__ = ["Context", "current", "publish", "shipped_checkpoints", "startup_checkpoint",
+__all__ = ["Context", "current", "publish", "shipped_checkpoints", "startup_checkpoint", "startup_trace",
+           "trace_label", "open_trace_file",
            "load_checkpoint_or_previous", "capture_sample", "memory_note", "CHUNK_KEY", "CHECKPOINT_ENV"]

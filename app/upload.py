@@ -6,6 +6,8 @@ bomb stops at the cap), and the folder is then checked by
 :func:`tensor_memory.checkpoint.load_checkpoint`, which reads only safetensors and JSON. Each
 upload is unpacked into its own folder named by the archive's SHA-256, so the same file uploaded
 twice (or by two sessions) shares one folder, and a folder is complete before it becomes visible.
+An uploaded trace file is kept whole under traces/, named by its digest, and checked by
+``analysis.load_trace`` (safetensors and JSON only) before it is shown.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE
+from tensor_memory.files import atomic_write_bytes
 
 MAX_UPLOAD_BYTES = 64 << 20  # the archive; keep in step with server.maxUploadSize in .streamlit/config.toml
 MAX_UNPACKED_BYTES = 600 << 20  # everything unpacked: the weights file alone may be 512 MiB
@@ -149,9 +152,35 @@ def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     return target
 
 
+def save_trace_upload(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
+    """Keep an uploaded trace file under ``root``/traces (named by its digest) and return its path, not yet
+    validated: ``load_trace`` checks it as it checks any trace file. The same size limit as checkpoints."""
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise UploadError(f"the file is {len(data) / 2**20:.1f} MB, over the {MAX_UPLOAD_BYTES >> 20} MB upload limit; "
+                          f"open a larger trace with `tensor-memory app --trace FILE`")
+    if not data:
+        raise UploadError("the file is empty; upload a trace (.safetensors) written by trace.save()")
+    folder = root / "traces"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{hashlib.sha256(data).hexdigest()[:24]}.safetensors"
+    if not target.is_file():
+        atomic_write_bytes(target, data)
+    os.utime(target)
+    kept = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in kept[KEEP_UPLOADS:]:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def discard_trace_upload(path: Path, root: Path = UPLOAD_ROOT) -> None:
+    """Delete an uploaded trace that was refused (only a file in ``root``/traces)."""
+    if path.parent.resolve() == (root / "traces").resolve():
+        path.unlink(missing_ok=True)
+
+
 def checkpoint_label(folder: Path, upload_name: str) -> str:
     """The picker's name for an uploaded checkpoint: the zip's name and a short digest."""
     return f"{Path(upload_name).stem} (upload {folder.name[:8]})"
 
 
-__all__ = ["unpack_checkpoint", "discard_upload", "checkpoint_label", "UploadError", "MAX_UPLOAD_BYTES"]
+__all__ = ["unpack_checkpoint", "discard_upload", "checkpoint_label", "save_trace_upload", "discard_trace_upload", "UploadError", "MAX_UPLOAD_BYTES"]

@@ -52,10 +52,10 @@ def _task_token_events(trace: Trace) -> dict[str, np.ndarray]:
 
 def chunk_events(trace: Trace) -> dict[str, np.ndarray]:
     """Ordered ``{event: (K,) bool}``: the task's events, then ``correct`` and ``wrong`` for scored chunks
-    (a trace of values, masked patches, has no right or wrong: its events alone)."""
+    (a trace of values, masked patches, or without predictions has no right or wrong: its events alone)."""
     K, size = trace.num_chunks, _tokens_per_chunk(trace)
     events = {name: _per_chunk(flags, size, K) for name, flags in _task_token_events(trace).items()}
-    if trace.predicts_values:
+    if trace.predicts_values or not trace.has_predictions:
         return events
     scored = np.asarray(trace.chunks["scored"], dtype=bool)[:K]
     right = np.asarray(trace.chunks["prediction"] == trace.chunks["target"])[:K]
@@ -81,8 +81,8 @@ def annotation_figure(trace: Trace, current: int) -> go.Figure:
     if not 0 <= current < max(K, 1):
         raise ValueError(f"current must be in 0..{K - 1}, got {current}")
     events = chunk_events(trace)
-    rows = [name for name in events if name not in ("correct", "wrong")] + ([] if trace.predicts_values
-                                                                             else ["prediction"])
+    rows = [name for name in events if name not in ("correct", "wrong")] + (
+        [] if trace.predicts_values or not trace.has_predictions else ["prediction"])
     size = float(np.clip(520 / max(K, 1), 4, 14))
     fig = go.Figure(go.Scatter(x=[-10] * len(rows), y=rows, mode="markers", marker=dict(opacity=0),
                                hoverinfo="skip", showlegend=False))  # every row shows, even without marks

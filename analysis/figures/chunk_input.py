@@ -55,6 +55,23 @@ def class_label(trace: Trace, value: int) -> str:
     return str(int(value))
 
 
+def chunk_positions(trace: Trace, chunk: int) -> range:
+    """The sequence positions of a chunk."""
+    size = int(trace.info.get("chunk_size", 1))
+    return range(chunk * size, min((chunk + 1) * size, int(trace.info.get("num_tokens", (chunk + 1) * size))))
+
+
+def model_chunk_event(trace: Trace, chunk: int) -> str:
+    """A chunk of a trace without a task of ours, in words: its positions and, when recorded, its text."""
+    positions = chunk_positions(trace, chunk)
+    where = f"chunk {chunk}, position{'s' if len(positions) > 1 else ''} {positions[0]}" + (
+        f"–{positions[-1]}" if len(positions) > 1 else "")
+    if trace.tokens is None:
+        return where
+    text = "".join(trace.tokens[i] for i in positions).replace("\n", "⏎")
+    return f"{where}: “{text[:80]}{'…' if len(text) > 80 else ''}”"
+
+
 def _frame_index(trace: Trace, chunk: int) -> int:
     params = trace.info["task_params"]
     per_frame = (int(params["size"]) // int(params["patch"])) ** 2
@@ -86,7 +103,7 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
         row, col = divmod(t, int(params["image_size"]) // int(params["patch"]))
         event = f"patch {t} (row {row}, column {col}), " + ("hidden" if bool(meta["masked"][t]) else "visible")
     else:
-        event = f"chunk {k}"
+        event = model_chunk_event(trace, k)
     scored = bool(trace.chunks["scored"][k])
     out: dict[str, Any] = {"event": event, "scored": scored, "prediction": None, "truth": None, "correct": None,
                            "p_truth": None, "p_prediction": None}
@@ -95,9 +112,9 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
                    error=float(chunk_errors(trace)[k]))
     elif scored:
         prediction, target = int(trace.chunks["prediction"][k]), int(trace.chunks["target"][k])
-        probs = trace.chunks["probs"][k]
+        p_truth, p_prediction = (float(p[k]) for p in trace.target_probabilities())
         out.update(prediction=class_label(trace, prediction), truth=class_label(trace, target),
-                   correct=prediction == target, p_truth=float(probs[target]), p_prediction=float(probs[prediction]))
+                   correct=prediction == target, p_truth=p_truth, p_prediction=p_prediction)
     return out
 
 
@@ -204,10 +221,36 @@ BUILDERS = {"occlusion": _occlusion_figure, "moving_digits": _digits_figure, "co
             "map_building": _map_figure, "no_harm": _counter_figure, "masked_patches": _patches_figure}
 
 
+def tokens_figure(trace: Trace, chunk: int, around: int = 2) -> go.Figure:
+    """A trace of someone's model: the chunk's tokens (and ``around`` chunks either side), one row per
+    chunk, coloured by p(target) where the trace has targets; the positions alone without tokens."""
+    rows = [c for c in range(chunk - around, chunk + around + 1) if 0 <= c < trace.num_chunks]
+    p_target = trace.per_token.get("p_target")
+    fig = go.Figure()
+    for c in rows:
+        positions = list(chunk_positions(trace, c))
+        words = [trace.tokens[i] if trace.tokens is not None else str(i) for i in positions]
+        colour = None if p_target is None else [float(p_target[i]) for i in positions]
+        fig.add_trace(go.Scatter(
+            x=np.arange(len(positions)), y=[c] * len(positions), mode="markers+text", text=words,
+            textfont=dict(size=13 if c == chunk else 11, color="#000000" if c == chunk else "#777777"),
+            marker=dict(size=22, symbol="square", color=colour if colour is not None else "#e8eef6",
+                        colorscale="RdYlGn", cmin=0.0, cmax=1.0, showscale=colour is not None and c == chunk,
+                        colorbar=dict(title="p(target)", thickness=10)),
+            customdata=positions, showlegend=False,
+            hovertemplate="position %{customdata}: %{text}" + ("<br>p(target) %{marker.color:.3f}" if colour else "")
+                          + "<extra></extra>"))
+    title = f"chunk {chunk}: its tokens" + ("" if trace.tokens is not None else " (positions; no tokens recorded)")
+    return figures.finish(fig, title, xaxis_visible=False, yaxis=dict(title="chunk", autorange="reversed",
+                                                                        tickvals=rows, dtick=1))
+
+
 def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
     """The chunk's input drawn for its task (a note for tasks without a picture)."""
     k = _check(trace, chunk)
     builder: Optional[Any] = BUILDERS.get(trace.info.get("task"))
+    if trace.is_model_trace:
+        return tokens_figure(trace, k)
     if builder is None:
         fig = go.Figure()
         fig.add_annotation(text=f"no picture of the input for task {trace.info.get('task')!r}", showarrow=False)

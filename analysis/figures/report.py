@@ -45,6 +45,8 @@ def prediction_numbers(trace: Trace) -> dict[str, Any]:
     """Accuracy over the scored chunks, and per chunk whether the prediction was right; for a trace of values
     (masked patches) the RMS pixel error over the scored chunks, and per chunk its error."""
     scored = trace.chunks["scored"]
+    if not trace.has_predictions:
+        return {"accuracy": None, "scored_chunks": 0, "correct": [None] * trace.num_chunks}
     if trace.predicts_values:
         errors = chunk_errors(trace)
         return {"rms_error": float(np.sqrt(np.nanmean(np.square(errors)))) if scored.any() else None,

@@ -23,20 +23,23 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
     """
     if trace.predicts_values:
         return _error_timeline(trace, current)
-    probs = check_array(trace.chunks["probs"], 2, "chunks['probs']", "(K, classes)")
-    count, classes = probs.shape
+    if not trace.has_predictions:
+        return _unscored_timeline(trace, current)
     target = check_array(trace.chunks["target"], 1, "chunks['target']", "(K,)")
     prediction = check_array(trace.chunks["prediction"], 1, "chunks['prediction']", "(K,)")
     scored = check_array(trace.chunks["scored"], 1, "chunks['scored']", "(K,)").astype(bool)
+    count = len(scored)
+    if "probs" in trace.chunks:
+        probs = check_array(trace.chunks["probs"], 2, "chunks['probs']", "(K, classes)")
+        if target.max(initial=-1) >= probs.shape[1]:
+            raise ValueError(f"a target is {int(target.max())}, beyond the {probs.shape[1]} classes of probs")
+        count = probs.shape[0]
     if not len(target) == len(prediction) == len(scored) == count:
         raise ValueError(f"chunks disagree on the number of chunks: probs {count}, target {len(target)}, "
                          f"prediction {len(prediction)}, scored {len(scored)}")
-    if target.max(initial=-1) >= classes:
-        raise ValueError(f"a target is {int(target.max())}, beyond the {classes} classes of probs")
     current = check_index(current, count, "current (a chunk index)")
     valid = scored & (target >= 0)
-    p_target = np.full(count, np.nan)
-    p_target[valid] = probs[valid, target[valid]]
+    p_target = trace.target_probabilities()[0]
     chunks = np.arange(count)
     fig = go.Figure(go.Scatter(x=chunks, y=p_target, mode="lines", name="p(target)", line=dict(color="#555555"),
                                hovertemplate="chunk %{x}<br>p(target) = %{y:.3f}<extra></extra>"))
@@ -53,9 +56,21 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
             fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="grey", opacity=0.2, line_width=0, layer="below",
                           annotation_text="occluded", annotation_position="top left")
     mark_current(fig, current)
-    task = trace.info.get("task", "trace")
+    task = trace.info.get("task") or trace.info.get("checkpoint_name", "trace")
     return finish(fig, f"{task}: probability of the target", xaxis_title="chunk", yaxis_title="p(target)",
                    yaxis_range=[0, 1.05])
+
+
+def _unscored_timeline(trace: Trace, current: int) -> go.Figure:
+    """A trace recorded without targets: the chunks and the current one, and why there is no curve."""
+    current = check_index(current, trace.num_chunks, "current (a chunk index)")
+    fig = go.Figure(go.Scatter(x=np.arange(trace.num_chunks), y=np.zeros(trace.num_chunks), mode="markers",
+                               name="chunk", marker=dict(color="#bbbbbb", size=5), hoverinfo="x"))
+    fig.add_annotation(text="no predictions in this trace (recorded without targets)", showarrow=False,
+                       xref="paper", yref="paper", x=0.5, y=0.6)
+    mark_current(fig, current)
+    return finish(fig, f"{trace.info.get('checkpoint_name', 'trace')}: chunks", xaxis_title="chunk",
+                  yaxis_visible=False)
 
 
 def _error_timeline(trace: Trace, current: int) -> go.Figure:

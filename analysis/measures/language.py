@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from tensor_memory import hooks, memory_layers
 from tensor_memory.checkpoint import Checkpoint
 
+from analysis.measures.checks import check_index
 from analysis.measures.interventions import intervention_hooks
+from analysis.traces.trace import Trace
 
 TOP = 5
 
@@ -83,3 +85,23 @@ def read_overlap(mu_read: np.ndarray, mu_write: np.ndarray, sigma: np.ndarray) -
     distance2 = ((mu_read[:, None, :] - mu_write[None, :, :]) ** 2).sum(-1)  # (K read, K write)
     footprint = np.exp(-distance2 / (2 * sigma[None, :] ** 2))
     return np.tril(footprint, k=-1)  # only earlier writes
+
+
+def chunk_text(trace: Trace, chunk: int, before: int = 48) -> dict[str, Any]:
+    """A trace with tokens: the chunk's text, the ``before`` tokens leading up to it, and one row per position
+    (position, token, and with targets the target and predicted class and p(target))."""
+    if trace.tokens is None:
+        raise ValueError("this trace has no tokens: pass tokens=[...] to trace_model to record them")
+    chunk = check_index(chunk, trace.num_chunks, "chunk")
+    size = int(trace.info.get("chunk_size", 1))
+    start, stop = chunk * size, min((chunk + 1) * size, len(trace.tokens))
+    rows = []
+    for i in range(start, stop):
+        row: dict[str, Any] = {"position": i, "token": trace.tokens[i]}
+        if trace.per_token:
+            target = int(trace.per_token["target"][i])
+            row.update({"target": None if target < 0 else target, "prediction": int(trace.per_token["prediction"][i]),
+                        "p(target)": None if target < 0 else round(float(trace.per_token["p_target"][i]), 4)})
+        rows.append(row)
+    return {"start": start, "stop": stop, "before": "".join(trace.tokens[max(0, start - before):start]),
+            "text": "".join(trace.tokens[start:stop]), "rows": rows}

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tensor_memory import memory_layers, record
+from tensor_memory.memory.recording import Recording
 from tensor_memory.backbone import check_budget
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
@@ -50,8 +51,9 @@ def memory_chunk_size(model: torch.nn.Module) -> int:
     """The chunk size shared by the model's memory layers (a trace is indexed by chunk)."""
     sizes = {memory.config.chunk_size for memory in memory_layers(model).values()}
     if not sizes:
-        raise TraceError("this checkpoint has no memory layers (a backbone other than 'tensor'); "
-                         "traces record memory layers: choose a tensor checkpoint")
+        raise TraceError("no TensorMemory layer in this model (a checkpoint's backbone other than 'tensor'); "
+                         "traces record memory layers: attach one (tensor_memory.attach_memory) or choose a "
+                         "tensor checkpoint")
     if len(sizes) > 1:
         raise TraceError(f"memory layers with different chunk sizes {sorted(sizes)} cannot share one trace")
     return sizes.pop()
@@ -80,25 +82,52 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
             with record(model, gates=gates) as rec:
                 out, state = model(piece, state)
             logits.append(out)
-            for name, layer in rec.layers.items():
-                fields = parts.setdefault(name, {})
-                for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
-                    value = getattr(layer, field)
-                    if value is None or (field == "c" and not cells):
-                        continue
-                    # Volumes are cut to float16 or int8 per segment: that bounds memory.
-                    if field not in VOLUME_POINTS and field not in GATE_POINTS:
-                        fields.setdefault(field, []).append(value.float().numpy())
-                    elif volumes == "int8":
-                        codes, scale = quantize(value.float().numpy())  # (B, k, C, D, H, W), (B, k, C)
-                        fields.setdefault(field, []).append(codes)
-                        fields.setdefault(field + SCALE_SUFFIX, []).append(scale)
-                    else:
-                        fields.setdefault(field, []).append(value.to(torch.float16).numpy())
-                fields["gate_scale"] = [float(layer.gate_scale)]
-    joined = {name: {f: (v[-1] if f == "gate_scale" else np.concatenate(v, axis=1)) for f, v in fields.items()}
-              for name, fields in parts.items()}
-    return torch.cat(logits, dim=1), joined
+            keep_recorded(rec, parts, cells, volumes)
+    return torch.cat(logits, dim=1), joined_fields(parts)
+
+
+def keep_recorded(rec: Recording, parts: dict[str, dict[str, list]], cells: bool, volumes: str) -> None:
+    """Add one segment's recording to ``parts`` (layer → field → list of (B, k, …) arrays), volumes cut to
+    float16 or int8 at once: that bounds what a long capture holds."""
+    for name, layer in rec.layers.items():
+        fields = parts.setdefault(name, {})
+        for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
+            value = getattr(layer, field)
+            if value is None or (field == "c" and not cells):
+                continue
+            if field not in VOLUME_POINTS and field not in GATE_POINTS:
+                fields.setdefault(field, []).append(value.float().numpy())
+            elif volumes == "int8":
+                codes, scale = quantize(value.float().numpy())  # (B, k, C, D, H, W), (B, k, C)
+                fields.setdefault(field, []).append(codes)
+                fields.setdefault(field + SCALE_SUFFIX, []).append(scale)
+            else:
+                fields.setdefault(field, []).append(value.to(torch.float16).numpy())
+        fields["gate_scale"] = [float(layer.gate_scale)]
+
+
+def joined_fields(parts: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarray]]:
+    """The segments of every field joined along the chunk axis; ``gate_scale`` the last segment's float."""
+    return {name: {f: (v[-1] if f == "gate_scale" else np.concatenate(v, axis=1)) for f, v in fields.items()}
+            for name, fields in parts.items()}
+
+
+def layer_traces(layers: dict[str, dict[str, np.ndarray]], row: int, K: int) -> dict[str, LayerTrace]:
+    """Sample ``row``'s first K chunks of every layer's joined fields, int8 codes and scales as one volume."""
+    per_layer = {}
+    for name, f in layers.items():
+        fields = {k: v[row, :K] for k, v in f.items() if k != "gate_scale"}
+        for field in [k for k in fields if k.endswith(SCALE_SUFFIX)]:
+            volume = field[:-len(SCALE_SUFFIX)]
+            fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
+        per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
+    return per_layer
+
+
+def layers_info(layers: dict[str, dict[str, np.ndarray]], volumes: str, chunk_size: int) -> dict[str, Any]:
+    """Each layer's entry in a trace header: channels, grid, what it holds."""
+    return {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]), "gates": "gate_i" in f,
+                   "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size} for name, f in layers.items()}
 
 
 def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, chunk_size: int,
@@ -163,20 +192,11 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
     if not torch.isfinite(logits).all():
         raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
     K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
-    info = trace_info(ckpt, task, seed, chunk_size, K, N,
-                      {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]), "gates": "gate_i" in f,
-                              "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size}
-                       for name, f in layers.items()})
+    info = trace_info(ckpt, task, seed, chunk_size, K, N, layers_info(layers, volumes, chunk_size))
     traces = []
     for row, index in enumerate(indices):
-        per_layer = {}
-        for name, f in layers.items():
-            fields = {k: v[row, :K] for k, v in f.items() if k != "gate_scale"}
-            for field in [k for k in fields if k.endswith(SCALE_SUFFIX)]:  # int8: codes + scales → one volume
-                volume = field[:-len(SCALE_SUFFIX)]
-                fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
-            per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
-        traces.append(Trace(info={**info, "index": int(index)}, layers=per_layer, meta=sample_meta(batch, row),
+        traces.append(Trace(info={**info, "index": int(index)}, layers=layer_traces(layers, row, K),
+                            meta=sample_meta(batch, row),
                             chunks=per_chunk(logits[row], batch.targets[row], batch.mask[row], chunk_size, K,
                                              task.outputs)))
     return traces

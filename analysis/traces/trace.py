@@ -1,9 +1,12 @@
-"""Traces: the record of one sequence through one checkpoint, chunk by chunk.
+"""Traces: the record of one sequence through one model, chunk by chunk.
 
 A :class:`Trace` holds, for every memory layer and chunk, the state after the update (``h``,
 ``c``), the addressing (``mu_read``, ``mu_write``, ``sigma``), the write content, the read vector,
 optionally the gate volumes ``i, f, o, g``, and σ(γ); per chunk the model's prediction, its
 class probabilities at the scored position, the target; and the task's metadata for the sample.
+A trace of someone's own model (``analysis.trace_model``, ``info["source"] = "model"``) has no task:
+its predictions are optional (``outputs`` "none", or "tokens" with p(target) and p(prediction) per
+chunk instead of every class's probability) and it may carry the input's tokens as strings.
 
 File layout (one safetensors file, format version :data:`TRACE_VERSION`)::
 
@@ -17,7 +20,12 @@ File layout (one safetensors file, format version :data:`TRACE_VERSION`)::
                                      probs (K, classes) f32; a values task (info "outputs" =
                                      "values", e.g. masked_patches): prediction, target (K, width)
                                      f32 (the model's outputs and targets at the chunk), scored
+                                     "tokens": prediction, target (K,) i64, scored, p_target,
+                                     p_prediction (K,) f32; "none": scored (K,) bool only
     meta/<name>                      the task's metadata for this sample (frames, keys, …)
+    tokens/utf8, tokens/offsets      optional (info "tokens"): the N tokens' UTF-8 bytes (u8) and
+                                     offsets (N + 1,) i64, token i = utf8[offsets[i]:offsets[i+1]]
+    tokens/target, prediction, p_target   optional (info "position_targets"): per position (N,)
 
 Volumes are float16 (they are what makes a trace large), or int8 with a float32 scale per chunk
 and channel (``volumes="int8"``, half the size; see :mod:`analysis.traces.quantized`); everything else
@@ -37,23 +45,13 @@ import numpy as np
 
 from tensor_memory.files import FileFormatError, atomic_write_bytes, read_safetensors_layout
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
-from tensor_memory.tasks import make_task
 
 from analysis.traces.quantized import QuantizedVolumes
+from analysis.traces.validation import (MAX_TRACE_BYTES, REDO, SCALE_SUFFIX, TRACE_FORMAT, TRACE_VERSION,
+                                        TARGET_ARRAYS, VOLUME_DTYPES, TraceError, check_consistency, check_values, decode_tokens,
+                                        expected_shapes, fail, is_model_trace, parse_header)
 
-TRACE_FORMAT = "tensor-memory-trace"
-TRACE_VERSION = 1
-MAX_TRACE_BYTES = 2 << 30  # 2 GiB: a 1,000-chunk trace at C = 32 and 16³ is ~0.5 GB in float16
-MAX_INFO_CHARS = 1 << 20  # the JSON header is a few kilobytes
-
-CHUNK_FIELDS = ("prediction", "target", "scored", "probs")
-OUTPUT_KINDS = ("classes", "values")  # info["outputs"]: what a chunk's prediction is (absent: classes)
-VOLUME_DTYPES = ("float16", "int8")  # how h, c and the gate volumes are stored
-SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) beside the codes
-
-
-class TraceError(ValueError):
-    """A trace file (or trace) that cannot be used; the message names the file and the problem."""
+CHUNK_FIELDS = ("prediction", "target", "scored", "probs", "p_target", "p_prediction")
 
 
 Volumes = Union[np.ndarray, QuantizedVolumes]
@@ -94,16 +92,44 @@ class LayerTrace:
 
 @dataclasses.dataclass
 class Trace:
-    """One sample through one checkpoint. ``info`` is JSON: task, params, backbone, seed, index, …"""
+    """One sample through one model. ``info`` is JSON: task, params, backbone, seed, index, … (a checkpoint's
+    trace) or source "model", the model's class, chunk size, … (``trace_model``)."""
 
     info: dict[str, Any]
     layers: dict[str, LayerTrace]  # by module path, e.g. "backbone.blocks.1.memory"
     chunks: dict[str, np.ndarray]  # prediction, target, scored, probs — one row per chunk
     meta: dict[str, np.ndarray]  # the task's metadata for this sample
+    tokens: Optional[list[str]] = None  # the input's tokens as text, one per position, when recorded
+    per_token: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # target, prediction, p_target (N,)
 
     @property
     def num_chunks(self) -> int:
-        return int(self.chunks["prediction"].shape[0])
+        return int(self.chunks["scored"].shape[0])
+
+    @property
+    def is_model_trace(self) -> bool:
+        """A trace of someone's own model (``trace_model``): no task of ours, no checkpoint to run again."""
+        return is_model_trace(self.info)
+
+    @property
+    def has_predictions(self) -> bool:
+        return self.info.get("outputs", "classes") != "none"
+
+    def target_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per chunk (p(target), p(prediction)), NaN where the chunk is not scored or has no class target."""
+        K = self.num_chunks
+        p_target, p_prediction = np.full(K, np.nan), np.full(K, np.nan)
+        if not self.has_predictions or self.predicts_values:
+            return p_target, p_prediction
+        target, scored = self.chunks["target"], self.chunks["scored"].astype(bool)
+        valid = scored & (target >= 0)
+        if "probs" in self.chunks:
+            probs = self.chunks["probs"]
+            p_target[valid] = probs[valid, target[valid]]
+            p_prediction[valid] = probs[valid, self.chunks["prediction"][valid]]
+        else:
+            p_target[valid], p_prediction[valid] = self.chunks["p_target"][valid], self.chunks["p_prediction"][valid]
+        return p_target, p_prediction
 
     @property
     def predicts_values(self) -> bool:
@@ -137,6 +163,11 @@ class Trace:
             out[f"layer/{path}/gate_scale"] = np.array([layer.gate_scale], dtype=np.float32)  # (1,)
         out.update({f"chunk/{k}": v for k, v in self.chunks.items()})
         out.update({f"meta/{k}": v for k, v in self.meta.items()})
+        if self.tokens is not None:
+            encoded = [t.encode("utf-8") for t in self.tokens]
+            out["tokens/utf8"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            out["tokens/offsets"] = np.cumsum([0] + [len(t) for t in encoded], dtype=np.int64)  # (N + 1,)
+        out.update({f"tokens/{k}": v for k, v in self.per_token.items()})
         return out
 
     def nbytes(self) -> int:
@@ -154,94 +185,6 @@ class Trace:
         return path
 
 
-# ---------------------------------------------------------------------------------------
-# Loading and validation
-# ---------------------------------------------------------------------------------------
-
-REDO = "capture it again with `tensor-memory trace`"
-
-
-def _fail(path: Path, problem: str) -> TraceError:
-    return TraceError(f"{path}: {problem}; {REDO}")
-
-
-def _parse_header(path: Path, metadata: dict[str, str]) -> dict[str, Any]:
-    text = metadata.get("trace")
-    if text is None:
-        raise _fail(path, "not a trace file (a safetensors file without the trace header; is it a checkpoint's "
-                          "model.safetensors?)")
-    if len(text) > MAX_INFO_CHARS:
-        raise _fail(path, f"the trace header is {len(text)} characters, over the {MAX_INFO_CHARS} limit")
-    try:
-        header = json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
-    except (ValueError, RecursionError) as error:
-        raise _fail(path, f"the trace header is not valid JSON ({error})") from None
-    if not isinstance(header, dict) or header.get("format") != TRACE_FORMAT:
-        raise _fail(path, "the header does not name the trace format")
-    version = header.get("version")
-    if version != TRACE_VERSION:
-        raise TraceError(f"{path}: trace format version {version!r}, this version of tensor-memory reads "
-                         f"version {TRACE_VERSION}; {REDO}")
-    info = header.get("info")
-    if not isinstance(info, dict):
-        raise _fail(path, "the trace header has no info object")
-    return info
-
-
-def _expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """name → (shape, numpy dtype kind) for every array a trace with this ``info`` must hold."""
-    try:
-        K, classes = int(info["num_chunks"]), int(info["num_classes"])
-        layers = info["layers"]
-        outputs = info.get("outputs", "classes")
-        width = int(info.get("output_width", classes))
-        assert isinstance(layers, dict) and K >= 0 and outputs in OUTPUT_KINDS
-        assert (classes >= 1) if outputs == "classes" else (width >= 1)
-    except (KeyError, TypeError, ValueError, AssertionError):
-        raise _fail(path, "the trace header lacks num_chunks, num_classes, layers or a valid outputs kind") from None
-    out: dict[str, tuple[tuple[int, ...], str]] = {
-        "chunk/prediction": ((K,), "i"), "chunk/target": ((K,), "i"), "chunk/scored": ((K,), "b"),
-        "chunk/probs": ((K, classes), "f")}
-    if outputs == "values":
-        out = {"chunk/prediction": ((K, width), "f"), "chunk/target": ((K, width), "f"), "chunk/scored": ((K,), "b")}
-    for name, layer in layers.items():
-        try:
-            C = int(layer["channels"])
-            grid = tuple(int(n) for n in layer["grid"])
-            gates, cells = bool(layer["gates"]), bool(layer.get("cells", True))
-            volumes = layer.get("volumes", "float16")
-            assert C >= 1 and len(grid) == 3 and min(grid) >= 1 and volumes in VOLUME_DTYPES
-        except (KeyError, TypeError, ValueError, AssertionError):
-            raise _fail(path, f"the trace header's entry for layer {name!r} lacks channels, grid or gates, "
-                              f"or names volumes other than {' or '.join(VOLUME_DTYPES)}") from None
-        pre = f"layer/{name}/"
-        out.update({pre + "mu_read": ((K, 3), "f"), pre + "read": ((K, C), "f"), pre + "mu_write": ((K, 3), "f"),
-                    pre + "sigma": ((K,), "f"), pre + "content": ((K, C), "f"), pre + "gate_scale": ((1,), "f")})
-        for field in ("h",) + (("c",) if cells else ()) + (GATE_POINTS if gates else ()):
-            if volumes == "int8":
-                out[pre + field] = ((K, C, *grid), "int8")
-                out[pre + field + SCALE_SUFFIX] = ((K, C), "f")
-            else:
-                out[pre + field] = ((K, C, *grid), "f")
-    return out
-
-
-def _check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
-    """The dtype ``kind`` ("f", "i", "b", or "int8" exactly) and, for floats, finite values."""
-    kinds = dict(f="float", i="integer", b="bool", int8="int8")
-    if kind == "int8":
-        wrong = array.dtype != np.int8
-    else:
-        wrong = array.dtype.kind != kind and not (kind == "i" and array.dtype.kind == "u")
-    if wrong:
-        raise _fail(path, f"array {name!r} is {array.dtype}, expected a{'n' if kind in ('i', 'int8') else ''} "
-                          f"{kinds[kind]} array")
-    if kind == "f" and not np.isfinite(array).all():
-        raise _fail(path, f"array {name!r} contains NaN or infinite values (was the model diverged?)")
-    if name.endswith(SCALE_SUFFIX) and (array < 0).any():
-        raise _fail(path, f"array {name!r} holds negative scales; int8 volumes need scales ≥ 0")
-
-
 def load_trace(path: Union[str, Path]) -> Trace:
     """Read and validate a trace file written by :meth:`Trace.save`.
 
@@ -256,66 +199,27 @@ def load_trace(path: Union[str, Path]) -> Trace:
         tensors, metadata = read_safetensors_layout(path, MAX_TRACE_BYTES, "the trace file", REDO)
     except FileFormatError as error:
         raise TraceError(str(error)) from None
-    info = _parse_header(path, metadata)
-    expected = _expected_shapes(info, path)
-    meta_names = [n for n in tensors if n.startswith("meta/")]
+    info = parse_header(path, metadata)
+    expected = expected_shapes(info, path)
+    meta_names = [n for n in tensors if n.startswith("meta/")]  # a task's metadata: checked against the task
     missing = [n for n in expected if n not in tensors]
     if missing:
-        raise _fail(path, f"missing arrays: {', '.join(missing[:5])}")
+        raise fail(path, f"missing arrays: {', '.join(missing[:5])}")
     unexpected = [n for n in tensors if n not in expected and n not in meta_names]
     if unexpected:
-        raise _fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
+        raise fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
     for name, (shape, _) in expected.items():
         if tensors[name].shape != shape:
-            raise _fail(path, f"array {name!r} has shape {list(tensors[name].shape)}, the header implies "
+            raise fail(path, f"array {name!r} has shape {list(tensors[name].shape)}, the header implies "
                               f"{list(shape)}")
     try:
         arrays = load_file(path)
     except Exception as error:  # the structure was validated above; this is the library's own check
-        raise _fail(path, f"corrupt trace data ({error})") from None
+        raise fail(path, f"corrupt trace data ({error})") from None
     for name, (_, kind) in expected.items():
-        _check_values(path, name, arrays[name], kind)
-    _check_consistency(path, info, arrays)
+        check_values(path, name, arrays[name], kind)
+    check_consistency(path, info, arrays)
     return _from_arrays(info, arrays)
-
-
-# Task metadata the views index with, and the task parameter that bounds it: 0 <= value < params[bound].
-META_BOUNDS = {("occlusion", "positions"): "size", ("moving_digits", "positions"): "size",
-               ("map_building", "query_cells"): "map_size",
-               ("map_building", "obs_positions"): "map_size"}
-
-
-def _check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    """The header agrees with the arrays: chunks, names, classes, and the task's metadata (shapes, bounds)."""
-    K, classes = int(info["num_chunks"]), int(info["num_classes"])
-    if K < 1:
-        raise _fail(path, "the trace holds no chunks (num_chunks is 0)")
-    for key in ("checkpoint_name", "task"):
-        if not isinstance(info.get(key), str) or not info[key]:
-            raise _fail(path, f"the trace header lacks the {key.replace('_', ' ')}")
-    for name in ("chunk/prediction", "chunk/target") if info.get("outputs", "classes") == "classes" else ():
-        values = arrays[name][arrays["chunk/scored"]] if name == "chunk/target" else arrays[name]
-        if len(values) and not (0 <= values.min() and values.max() < classes):
-            raise _fail(path, f"array {name!r} holds classes outside [0, {classes})")
-    try:
-        task = make_task(info["task"], info.get("task_params"))
-    except (ValueError, TypeError) as error:
-        raise _fail(path, f"the trace header names a task it cannot be: {error}") from None
-    if info.get("outputs", "classes") != task.outputs or (task.outputs == "values"
-                                                         and int(info["output_width"]) != task.output_width):
-        raise _fail(path, f"the trace header says its predictions are {info.get('outputs', 'classes')} of width "
-                          f"{info.get('output_width', classes)}; a {info['task']} model predicts {task.outputs} "
-                          f"of width {task.output_width}")
-    sample = {k: v[0].numpy() for k, v in task.sample(1, 0).meta.items()}  # the shapes this task's metadata has
-    for key, like in sample.items():
-        have = arrays.get(f"meta/{key}")
-        if have is None or have.shape != like.shape:
-            got = "missing" if have is None else f"of shape {list(have.shape)}"
-            raise _fail(path, f"the task's metadata {key!r} is {got}, a {info['task']} sample has {list(like.shape)}")
-        bound = META_BOUNDS.get((info["task"], key))
-        if bound is not None and have.size and not (0 <= have.min() and have.max() < task.config.to_dict()[bound]):
-            raise _fail(path, f"the task's metadata {key!r} lies outside [0, {bound} = "
-                              f"{task.config.to_dict()[bound]})")
 
 
 def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
@@ -329,7 +233,9 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         layers[name] = LayerTrace(gate_scale=float(arrays[pre + "gate_scale"][0]), **fields)  # type: ignore[arg-type]
     chunks = {f: arrays[f"chunk/{f}"] for f in CHUNK_FIELDS if f"chunk/{f}" in arrays}
     meta = {n[len("meta/"):]: a for n, a in arrays.items() if n.startswith("meta/")}
-    return Trace(info=info, layers=layers, chunks=chunks, meta=meta)
+    tokens = decode_tokens(Path(), arrays["tokens/utf8"], arrays["tokens/offsets"]) if info.get("tokens") else None
+    per_token = {n[len("tokens/"):]: arrays[n] for n in TARGET_ARRAYS if n in arrays}
+    return Trace(info=info, layers=layers, chunks=chunks, meta=meta, tokens=tokens, per_token=per_token)
 
 
 def check_volume_dtype(volumes: str) -> None:

@@ -8,6 +8,7 @@ from analysis.figures.language import audit_heatmap_figure
 from app import cache, layout, state
 
 context = state.current()
+layout.require_checkpoint(context, "Audit", "perturbs the inputs and runs the model again to test causality")
 layout.header(context, "Audit", "A causal model's output at position t depends on inputs up to t only. The audit "
                                 "replaces the token features after t with noise, for many t, and measures how far "
                                 "every layer's output and the logits at positions ≤ t moved (0 for a causal model).")

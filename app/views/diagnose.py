@@ -53,18 +53,23 @@ def counterpart(label: str, options: list[str]) -> str:
 context = state.current()
 layout.header(context, "Diagnose", "Is the memory using its grid? The addressing report over many samples, with its "
                                    "verdict and reasons, and any two checkpoints side by side.")
-samples = layout.remembered(st.select_slider, "Samples to measure over", "diagnose.samples", 32,
-                            options=SAMPLE_COUNTS, help="More samples: steadier numbers, longer to compute.")
-mine = measured(context.ref, context.sample, samples, context.layer)
+if context.is_trace_file:  # one recorded sample: its report, nothing to run again
+    report = None if not context.has_memory_views else cache.trace_addressing(context.ref, context.layer)
+    where = "the one sample this trace recorded"
+else:
+    samples = layout.remembered(st.select_slider, "Samples to measure over", "diagnose.samples", 32,
+                                options=SAMPLE_COUNTS, help="More samples: steadier numbers, longer to compute.")
+    mine = measured(context.ref, context.sample, samples, context.layer)
+    report = mine["addressing"]
+    where = f"{samples} samples of seed {context.seed}"
 
 st.markdown("##### Addressing report")
-report = mine["addressing"]
 verdict(report, context.ref.label)
 if report is not None:
     reasons_col, measures_col = st.columns([3, 2])
     with reasons_col:
         st.markdown("\n".join(f"- {reason}" for reason in report["reasons"]))
-        st.caption(f"Layer `{report['layer']}`, {samples} samples of seed {context.seed}.")
+        st.caption(f"Layer `{report['layer']}`, {where}.")
     with measures_col:
         columns = st.columns(3)
         for position, (key, label, fmt) in enumerate(MEASURES):
@@ -95,6 +100,10 @@ def training_section(ref: CheckpointRef, layer: Optional[str], scaffold_steps: i
                   if scaffold_steps else "") + ".")
 
 
+if context.is_trace_file:
+    st.info("The training history, the world read-out and the side-by-side comparison run checkpoints: open one "
+            "in the sidebar for them.", icon=":material/info:")
+    st.stop()
 if report is not None:
     training_section(context.ref, report["layer"],
                      context.checkpoint.config["training"].get("address_scaffold_steps", 0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from analysis.figures.export import figure_pngs, figures_html
@@ -20,8 +22,9 @@ series = (cache.volume_series(context.ref, context.sample, context.layer, view.f
                               view.index) if context.has_memory_views else None)
 figures = figure_cache().get(*cache.chunk_figures_job(trace, context.sample_key, context.layer, series, view.kind,
                                                       view.anchor, chunk))
-name = f"{context.ref.label}-seed{context.seed}".replace(" ", "_").replace("(", "").replace(")", "")
-title = f"{context.ref.label}, seed {context.seed}, chunk {chunk}"
+shown = context.ref.label if context.is_trace_file else f"{context.ref.label}-seed{context.seed}"
+name = re.sub(r"[^A-Za-z0-9._-]+", "_", shown.removeprefix("trace: ")).strip("_")
+title = f"{shown}, chunk {chunk}"
 rendered = {} if series is None else {
     f"pyvista_{series.field}.png": cache.volume_frame(context.sample_key, context.layer, series, chunk)}
 

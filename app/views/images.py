@@ -9,6 +9,7 @@ from analysis.measures.images import grid_aligned, memory_on_image, write_alignm
 from app import cache, layout, state, stepper
 
 context = state.current()
+layout.require_checkpoint(context, "Images", "reconstructs images through a masked_patches checkpoint")
 if context.task != "masked_patches":
     layout.header(context, "Images", "Masked patch reconstruction on real photographs.")
     st.info(f"{context.ref.label} is a `{context.task}` checkpoint. The image view shows masked patch "

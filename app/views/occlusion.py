@@ -25,6 +25,7 @@ SURVIVAL_SAMPLES = 64
 INTERVENTION_KEY = "intervention"  # (sample, the last intervention asked for on it as cache arguments)
 
 context = state.current()
+layout.require_checkpoint(context, "Occlusion", "runs the checkpoint again on new occlusions and interventions")
 is_occlusion = context.task in TASKS  # the ball, or a moving digit
 is_digits = context.task == "moving_digits"
 stepper.stepped_page(context, "Occlusion", f"What the model believes while the {'digit' if is_digits else 'ball'} is "

@@ -30,6 +30,7 @@ def step_box(number: int, title: str, text: str):
 
 
 context = state.current()
+layout.require_checkpoint(context, "Teach", "runs one chunk through the live weights, step by step")
 stepper.stepped_page(context, "Teach", "How Tensor Memory handles one chunk, with the checkpoint's own "
                                         "numbers — then try it by hand.")
 if not layout.memory_notice(context, "The walkthrough and the sandbox"):

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import html
+
 import streamlit as st
 
 from analysis.figures.language import contribution_figure, read_overlap_figure, token_loss_figure
 from analysis.figures.addressing import trajectory_figure
-from analysis.measures.language import read_overlap
+from analysis.measures.language import chunk_text, read_overlap
 from app import cache, layout, state, stepper
 
+def recorded_text(context: state.Context) -> None:
+    """A trace file with tokens: the current chunk's text and, per position, what the model predicted."""
+    stepper.stepped_page(context, "Text", "The recorded input, one memory chunk at a time: the chunk's tokens in "
+                                          "their text and, where the trace has targets, each position's prediction.")
+    shown = chunk_text(context.trace, context.chunk)
+    st.markdown(f"##### Chunk {context.chunk}: tokens {shown['start']}–{shown['stop'] - 1}")
+    with st.container(border=True):
+        st.markdown(f"<span style='color:#888'>…{html.escape(shown['before'])}</span>"
+                    f"<b style='background:#fff3bf'>{html.escape(shown['text'])}</b>", unsafe_allow_html=True)
+    st.dataframe(shown["rows"], hide_index=True, width="stretch")
+    if not context.trace.per_token:
+        st.caption("Recorded without targets: trace_model(..., targets=...) adds each position's prediction.")
+
+
 context = state.current()
+if context.is_trace_file:
+    recorded_text(context)
+    st.stop()
 if context.task != "language_modelling":
     layout.header(context, "Text", "A language model's text, token by token.")
     st.info(f"{context.ref.label} is a `{context.task}` checkpoint. The text view shows language models: pick "

@@ -1,0 +1,183 @@
+"""Trace any model: every TensorMemory inside someone's own ``nn.Module``, recorded on one input.
+
+``trace_model(model, inputs)`` needs no task and no checkpoint of ours: a Hugging Face Transformer
+with a memory attached (``tensor_memory.attach_memory``), a model imported from the paper's public
+code, or anyone's own architecture. The memories are found by type, wherever they sit, and
+recorded through their hook points, exactly as :func:`analysis.capture` records a checkpoint::
+
+    trace = trace_model(gpt2, {"input_ids": ids}, tokens=tokenizer.convert_ids_to_tokens(ids[0]),
+                        targets=ids[0, 1:], segment=512)
+    trace.save("gpt2.trace.safetensors")       # tensor-memory app --trace gpt2.trace.safetensors
+
+``inputs`` is what the model's forward takes: a tensor (B = 1, N, …), passed as ``model(inputs)``,
+or a dict of tensors (a Hugging Face model's ``input_ids``, ``attention_mask``, …) passed as
+``model(**inputs)``. ``tokens`` (one string per position) and ``targets`` (one class per position,
+−1 or −100 where there is none, e.g. the next token) are optional annotations: with targets the
+trace records, per chunk, the model's prediction and p(target) at the chunk's last scored position
+(the output's ``logits``, or the output itself when it is a tensor (1, N, classes)).
+
+With ``segment=n`` (a multiple of the chunk size) the input is fed n positions at a time inside ``with streaming(model):``, so
+every memory carries its state from one segment to the next (a model that threads its own state
+and returns it as ``(y, state)``, like this project's backbones, gets it passed back as its second
+argument). A long sequence then never needs one huge forward; what it costs is bounded by the
+segment, and the volumes are cut to float16 (or int8) per segment.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from tensor_memory import record, streaming
+from tensor_memory.backbone import BackboneState
+
+from analysis.traces.capture import joined_fields, keep_recorded, layer_traces, layers_info, memory_chunk_size
+from analysis.traces.trace import Trace, TraceError, check_volume_dtype
+from analysis.traces.validation import MODEL_SOURCE
+
+Inputs = Union[torch.Tensor, dict[str, torch.Tensor]]
+
+
+def sequence_length(inputs: Inputs) -> int:
+    """N, the positions of the one sequence in ``inputs`` (a dict's ``input_ids``, else its first tensor)."""
+    if isinstance(inputs, dict):
+        if not inputs or not all(isinstance(v, torch.Tensor) for v in inputs.values()):
+            raise ValueError("trace_model: inputs must be a tensor or a dict of tensors")
+        first = inputs.get("input_ids", next(iter(inputs.values())))
+    elif isinstance(inputs, torch.Tensor):
+        first = inputs
+    else:
+        raise ValueError(f"trace_model: inputs must be a tensor or a dict of tensors, got {type(inputs).__name__}")
+    if first.dim() < 2 or first.shape[0] != 1:
+        raise ValueError(f"trace_model records one sequence: inputs of shape (1, N, …), got {tuple(first.shape)}")
+    return int(first.shape[1])
+
+
+def segment_of(inputs: Inputs, start: int, stop: int, N: int) -> Inputs:
+    """Positions [start, stop) of every tensor whose second axis is the sequence's (the rest as they are)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs[:, start:stop]
+    return {k: v[:, start:stop] if v.dim() >= 2 and v.shape[1] == N else v for k, v in inputs.items()}
+
+
+def logits_of(output: Any) -> Optional[torch.Tensor]:
+    """The model's class scores (1, n, classes): an output's ``logits``, or the output (or its first
+    element) when that is a tensor; None when the output holds neither."""
+    value = getattr(output, "logits", None)
+    if value is None:
+        value = output[0] if isinstance(output, (tuple, list)) and output else output
+    return value if isinstance(value, torch.Tensor) and value.dim() == 3 else None
+
+
+def _targets(targets: Any, N: int) -> torch.Tensor:
+    values = torch.as_tensor(targets).reshape(-1)
+    if values.dtype.is_floating_point or values.dtype == torch.bool or values.numel() not in (N, N - 1):
+        raise ValueError(f"trace_model: targets must be N = {N} (or N − 1, the next tokens) integer classes, got "
+                         f"{values.numel()} of {values.dtype}")
+    values = torch.cat([values.long(), values.new_full((N - values.numel(),), -1).long()])  # pad N − 1 to N
+    return torch.where(values < 0, -1, values)  # −100 (Hugging Face's "ignore") and −1 both mean none
+
+
+def _per_position(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per position of one segment: prediction, p(prediction), p(target) (0 where there is no target)."""
+    probs = torch.softmax(logits[0].float(), dim=-1)  # (n, classes)
+    top = probs.max(dim=-1)
+    has = targets >= 0
+    p_target = torch.where(has, probs.gather(1, targets.clamp_min(0)[:, None])[:, 0], 0.0)
+    return {"prediction": top.indices.numpy(), "p_prediction": top.values.numpy(), "p_target": p_target.numpy()}
+
+
+def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Optional[torch.Tensor],
+         progress: Optional[bool], cells: bool, gates: bool, volumes: str):
+    """Feed the segments with the memories carried; returns (layer fields, per-position predictions, classes)."""
+    parts: dict[str, dict[str, list]] = {}
+    positions: dict[str, list] = {}
+    classes, state = 0, None
+    starts = range(0, N, segment)
+    bar = tqdm(starts, desc="tracing", unit="segment", leave=False,
+               disable=progress is False or (progress is None and len(starts) < 4))
+    with torch.no_grad(), streaming(model):
+        for start in bar:
+            piece = segment_of(inputs, start, start + segment, N)
+            args = (piece,) if state is None else (piece, state)
+            with record(model, gates=gates) as rec:
+                output = model(**piece) if isinstance(piece, dict) else model(*args)
+            keep_recorded(rec, parts, cells, volumes)
+            if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], BackboneState):
+                state = output[1]  # a model that threads its own state: hand it back
+            if targets is not None:
+                logits = logits_of(output)
+                if logits is None or logits.shape[:2] != (1, min(segment, N - start)):
+                    raise ValueError("trace_model: targets were given, but the model's output has no logits "
+                                     "(1, n, classes) to score them with")
+                if not torch.isfinite(logits).all():
+                    raise TraceError("the model produced NaN or infinite outputs on this input")
+                classes = logits.shape[-1]
+                for key, value in _per_position(logits, targets[start:start + segment]).items():
+                    positions.setdefault(key, []).append(value)
+    return joined_fields(parts), {k: np.concatenate(v) for k, v in positions.items()}, classes
+
+
+def _chunk_predictions(positions: dict[str, np.ndarray], targets: np.ndarray, chunk_size: int,
+                       K: int) -> dict[str, np.ndarray]:
+    """Per chunk, the values at its last position with a target (target −1, not scored, when it has none)."""
+    rows = []
+    for k in range(K):
+        hits = np.flatnonzero(targets[k * chunk_size:(k + 1) * chunk_size] >= 0)
+        rows.append(k * chunk_size + (hits[-1] if len(hits) else chunk_size - 1))
+    at, scored = np.array(rows, dtype=np.int64), targets[rows] >= 0
+    return {"prediction": positions["prediction"][at].astype(np.int64), "target": np.where(scored, targets[at], -1),
+            "scored": scored, "p_target": np.where(scored, positions["p_target"][at], 0.0).astype(np.float32),
+            "p_prediction": positions["p_prediction"][at].astype(np.float32)}
+
+
+def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[str]] = None, targets: Any = None,
+                name: Optional[str] = None, volumes: str = "float16", segment: Optional[int] = None,
+                gates: bool = True, cells: bool = True, progress: Optional[bool] = None) -> Trace:
+    """Record every :class:`TensorMemory` of ``model`` on one input (see the module docstring).
+
+    ``name`` labels the trace (default: the model's class name); ``volumes`` "float16" or "int8";
+    ``gates=False`` / ``cells=False`` leave out the gate volumes / the cell state ``c``.
+    """
+    check_volume_dtype(volumes)
+    chunk_size = memory_chunk_size(model)
+    N = sequence_length(inputs)
+    if segment is not None and (isinstance(segment, bool) or not isinstance(segment, int) or segment < 1
+                                or segment % chunk_size):
+        raise ValueError(f"trace_model: segment must be a positive multiple of the memory's chunk size "
+                         f"({chunk_size}) so that every chunk is recorded once, got {segment!r}")
+    if N < chunk_size:
+        raise TraceError(f"the input has {N} positions, fewer than one memory chunk ({chunk_size})")
+    if tokens is not None and (len(tokens) != N or not all(isinstance(t, str) for t in tokens)):
+        raise ValueError(f"trace_model: tokens must be {N} strings, one per position")
+    wanted = None if targets is None else _targets(targets, N)
+    was_training = model.training
+    model.eval()
+    try:
+        layers, positions, classes = _run(model, inputs, N, segment or N, wanted, progress, cells, gates, volumes)
+    finally:
+        model.train(was_training)
+    K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
+    info = {"source": MODEL_SOURCE, "checkpoint_name": name or type(model).__name__, "model": type(model).__name__,
+            "backbone": type(model).__name__, "chunk_size": chunk_size, "num_chunks": K, "num_tokens": N,
+            "num_classes": max(classes, 1), "outputs": "none" if wanted is None else "tokens",
+            "tokens": tokens is not None, "position_targets": wanted is not None,
+            "layers": layers_info(layers, volumes, chunk_size)}
+    chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
+    per_token: dict[str, np.ndarray] = {}
+    if wanted is not None:
+        chunks = _chunk_predictions(positions, wanted.numpy(), chunk_size, K)
+        per_token = {"target": wanted.numpy(), "prediction": positions["prediction"].astype(np.int64),
+                     "p_target": positions["p_target"].astype(np.float32)}
+    trace = Trace(info=info, layers=layer_traces(layers, 0, K), chunks=chunks, meta={},
+                  tokens=None if tokens is None else list(tokens), per_token=per_token)
+    if trace.tokens is not None:
+        info["token_bytes"] = int(trace.arrays()["tokens/utf8"].size)
+    return trace
+
+
+__all__ = ["trace_model"]

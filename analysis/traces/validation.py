@@ -1,0 +1,228 @@
+"""The checks a trace file passes before it is used: its header, the arrays it must hold, their values.
+
+:func:`expected_shapes` says, from the header alone, every array a trace must hold with its shape and
+dtype kind, so a file that claims shapes its arrays do not have is refused before anything is read.
+:func:`check_values` checks dtypes and finiteness; :func:`check_consistency` checks what the arrays
+say against the header (classes in range, tokens that decode) and, for a trace of one of this
+project's checkpoints, against its task (the metadata the views index with).
+
+Two sources write traces: ``capture`` (a checkpoint of ours on one task sample; ``info["source"]``
+absent or ``"checkpoint"``) and ``trace_model`` (any model, ``info["source"] = "model"``: no task, and
+the predictions optional).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tensor_memory.memory.hookpoints import GATE_POINTS
+from tensor_memory.tasks import make_task
+
+TRACE_FORMAT = "tensor-memory-trace"
+TRACE_VERSION = 1
+MAX_TRACE_BYTES = 2 << 30  # 2 GiB: a 1,000-chunk trace at C = 32 and 16³ is ~0.5 GB in float16
+MAX_INFO_CHARS = 1 << 20  # the JSON header is a few kilobytes
+
+# info["outputs"]: what a chunk's prediction is. "classes" (absent too): a class with every class's
+# probability; "values": a vector (masked patches); "tokens": a class of a vocabulary too large to keep
+# every probability (a language model), with p(target) and p(prediction); "none": no predictions.
+OUTPUT_KINDS = ("classes", "values", "tokens", "none")
+VOLUME_DTYPES = ("float16", "int8")  # how h, c and the gate volumes are stored
+SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) beside the codes
+MODEL_SOURCE = "model"  # info["source"] of a trace_model trace
+TEXT_ARRAYS = ("tokens/utf8", "tokens/offsets")  # the tokens' UTF-8 bytes and each token's (start) offset, N + 1
+TARGET_ARRAYS = ("tokens/target", "tokens/prediction", "tokens/p_target")  # per position, with targets
+
+REDO = "capture it again with `tensor-memory trace` (or `analysis.trace_model`)"
+
+
+class TraceError(ValueError):
+    """A trace file (or trace) that cannot be used; the message names the file and the problem."""
+
+
+def fail(path: Path, problem: str) -> TraceError:
+    return TraceError(f"{path}: {problem}; {REDO}")
+
+
+def parse_header(path: Path, metadata: dict[str, str]) -> dict[str, Any]:
+    """The header's ``info`` object, after checking the format name and version."""
+    text = metadata.get("trace")
+    if text is None:
+        raise fail(path, "not a trace file (a safetensors file without the trace header; is it a checkpoint's "
+                         "model.safetensors?)")
+    if len(text) > MAX_INFO_CHARS:
+        raise fail(path, f"the trace header is {len(text)} characters, over the {MAX_INFO_CHARS} limit")
+    try:
+        header = json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    except (ValueError, RecursionError) as error:
+        raise fail(path, f"the trace header is not valid JSON ({error})") from None
+    if not isinstance(header, dict) or header.get("format") != TRACE_FORMAT:
+        raise fail(path, "the header does not name the trace format")
+    version = header.get("version")
+    if version != TRACE_VERSION:
+        raise TraceError(f"{path}: trace format version {version!r}, this version of tensor-memory reads "
+                         f"version {TRACE_VERSION}; {REDO}")
+    info = header.get("info")
+    if not isinstance(info, dict):
+        raise fail(path, "the trace header has no info object")
+    return info
+
+
+def chunk_shapes(info: dict[str, Any], K: int, classes: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name → (shape, dtype kind) of the per-chunk arrays for the header's outputs kind."""
+    outputs = info.get("outputs", "classes")
+    if outputs == "values":
+        width = int(info.get("output_width", classes))
+        assert width >= 1
+        return {"chunk/prediction": ((K, width), "f"), "chunk/target": ((K, width), "f"), "chunk/scored": ((K,), "b")}
+    if outputs == "none":
+        return {"chunk/scored": ((K,), "b")}
+    assert classes >= 1
+    out = {"chunk/prediction": ((K,), "i"), "chunk/target": ((K,), "i"), "chunk/scored": ((K,), "b")}
+    if outputs == "tokens":
+        return {**out, "chunk/p_target": ((K,), "f"), "chunk/p_prediction": ((K,), "f")}
+    return {**out, "chunk/probs": ((K, classes), "f")}
+
+
+def text_shapes(info: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name → (shape, dtype kind) of the token arrays a header announces (none unless info["tokens"])."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    if not (info.get("tokens") or info.get("position_targets")):
+        return out
+    N = int(info["num_tokens"])
+    if info.get("tokens"):
+        out = {"tokens/utf8": ((int(info["token_bytes"]),), "u8"), "tokens/offsets": ((N + 1,), "i")}
+    if info.get("position_targets"):
+        out.update({"tokens/target": ((N,), "i"), "tokens/prediction": ((N,), "i"), "tokens/p_target": ((N,), "f")})
+    return out
+
+
+def layer_shapes(name: str, layer: Any, K: int, path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name → (shape, dtype kind) of one memory layer's arrays, from its header entry."""
+    try:
+        C = int(layer["channels"])
+        grid = tuple(int(n) for n in layer["grid"])
+        gates, cells = bool(layer["gates"]), bool(layer.get("cells", True))
+        volumes = layer.get("volumes", "float16")
+        assert C >= 1 and len(grid) == 3 and min(grid) >= 1 and volumes in VOLUME_DTYPES
+    except (KeyError, TypeError, ValueError, AssertionError):
+        raise fail(path, f"the trace header's entry for layer {name!r} lacks channels, grid or gates, "
+                         f"or names volumes other than {' or '.join(VOLUME_DTYPES)}") from None
+    pre = f"layer/{name}/"
+    out = {pre + "mu_read": ((K, 3), "f"), pre + "read": ((K, C), "f"), pre + "mu_write": ((K, 3), "f"),
+           pre + "sigma": ((K,), "f"), pre + "content": ((K, C), "f"), pre + "gate_scale": ((1,), "f")}
+    for field in ("h",) + (("c",) if cells else ()) + (GATE_POINTS if gates else ()):
+        if volumes == "int8":
+            out[pre + field] = ((K, C, *grid), "int8")
+            out[pre + field + SCALE_SUFFIX] = ((K, C), "f")
+        else:
+            out[pre + field] = ((K, C, *grid), "f")
+    return out
+
+
+def expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name → (shape, numpy dtype kind) for every array a trace with this ``info`` must hold."""
+    try:
+        K, classes = int(info["num_chunks"]), int(info["num_classes"])
+        layers = info["layers"]
+        assert isinstance(layers, dict) and K >= 0 and info.get("outputs", "classes") in OUTPUT_KINDS
+        out = chunk_shapes(info, K, classes)
+        out.update(text_shapes(info))
+        assert all(min(shape, default=0) >= 0 for shape, _ in out.values())
+    except (KeyError, TypeError, ValueError, AssertionError):
+        raise fail(path, "the trace header lacks num_chunks, num_classes, num_tokens, layers or a valid outputs "
+                         "kind") from None
+    for name, layer in layers.items():
+        out.update(layer_shapes(name, layer, K, path))
+    return out
+
+
+def check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
+    """The dtype ``kind`` ("f", "i", "b", or "int8"/"u8" exactly) and, for floats, finite values."""
+    kinds = dict(f="a float", i="an integer", b="a bool", int8="an int8", u8="a uint8")
+    if kind in ("int8", "u8"):
+        wrong = array.dtype != np.dtype(kind.replace("u8", "uint8"))
+    else:
+        wrong = array.dtype.kind != kind and not (kind == "i" and array.dtype.kind == "u")
+    if wrong:
+        raise fail(path, f"array {name!r} is {array.dtype}, expected {kinds[kind]} array")
+    if kind == "f" and not np.isfinite(array).all():
+        raise fail(path, f"array {name!r} contains NaN or infinite values (was the model diverged?)")
+    if name.endswith(SCALE_SUFFIX) and (array < 0).any():
+        raise fail(path, f"array {name!r} holds negative scales; int8 volumes need scales ≥ 0")
+
+
+def decode_tokens(path: Path, utf8: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """The token strings: ``utf8[offsets[i]:offsets[i+1]]`` decoded, after checking the offsets."""
+    if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(utf8) or (np.diff(offsets) < 0).any():
+        raise fail(path, "the token offsets do not run from 0 to the end of the token text in order")
+    data = utf8.tobytes()
+    try:
+        return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    except UnicodeDecodeError as error:
+        raise fail(path, f"a token is not valid UTF-8 ({error.reason})") from None
+
+
+# Task metadata the views index with, and the task parameter that bounds it: 0 <= value < params[bound].
+META_BOUNDS = {("occlusion", "positions"): "size", ("moving_digits", "positions"): "size",
+               ("map_building", "query_cells"): "map_size",
+               ("map_building", "obs_positions"): "map_size"}
+
+
+def is_model_trace(info: dict[str, Any]) -> bool:
+    """Whether the trace records someone's own model (``trace_model``), not a checkpoint of ours on a task."""
+    return info.get("source") == MODEL_SOURCE
+
+
+def check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """The header agrees with the arrays: chunks, names, classes, tokens, and for a checkpoint's trace the
+    task's metadata (shapes, bounds)."""
+    K, classes = int(info["num_chunks"]), int(info["num_classes"])
+    if K < 1:
+        raise fail(path, "the trace holds no chunks (num_chunks is 0)")
+    for key in ("checkpoint_name",) + (() if is_model_trace(info) else ("task",)):
+        if not isinstance(info.get(key), str) or not info[key]:
+            raise fail(path, f"the trace header lacks the {key.replace('_', ' ')}")
+    if info.get("outputs", "classes") in ("classes", "tokens"):
+        for name in ("chunk/prediction", "chunk/target", "tokens/prediction", "tokens/target"):
+            if name not in arrays:
+                continue
+            values = arrays[name]
+            if name == "chunk/target":
+                values = values[arrays["chunk/scored"]]  # an unscored chunk's target is −1
+            elif name == "tokens/target":
+                values = values[values != -1]  # −1: a position without a target
+            if len(values) and not (0 <= values.min() and values.max() < classes):
+                raise fail(path, f"array {name!r} holds classes outside [0, {classes})")
+    if info.get("tokens"):
+        decode_tokens(path, arrays["tokens/utf8"], arrays["tokens/offsets"])
+    if not is_model_trace(info):
+        check_task(path, info, arrays)
+
+
+def check_task(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """A checkpoint's trace against its task: the outputs it predicts and the metadata a sample has."""
+    classes = int(info["num_classes"])
+    try:
+        task = make_task(info["task"], info.get("task_params"))
+    except (ValueError, TypeError) as error:
+        raise fail(path, f"the trace header names a task it cannot be: {error}") from None
+    if info.get("outputs", "classes") != task.outputs or (task.outputs == "values"
+                                                         and int(info["output_width"]) != task.output_width):
+        raise fail(path, f"the trace header says its predictions are {info.get('outputs', 'classes')} of width "
+                         f"{info.get('output_width', classes)}; a {info['task']} model predicts {task.outputs} "
+                         f"of width {task.output_width}")
+    sample = {k: v[0].numpy() for k, v in task.sample(1, 0).meta.items()}  # the shapes this task's metadata has
+    for key, like in sample.items():
+        have = arrays.get(f"meta/{key}")
+        if have is None or have.shape != like.shape:
+            got = "missing" if have is None else f"of shape {list(have.shape)}"
+            raise fail(path, f"the task's metadata {key!r} is {got}, a {info['task']} sample has {list(like.shape)}")
+        bound = META_BOUNDS.get((info["task"], key))
+        if bound is not None and have.size and not (0 <= have.min() and have.max() < task.config.to_dict()[bound]):
+            raise fail(path, f"the task's metadata {key!r} lies outside [0, {bound} = "
+                             f"{task.config.to_dict()[bound]})")

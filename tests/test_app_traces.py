@@ -1,0 +1,89 @@
+"""The app opening a trace file: `tensor-memory app --trace FILE` and "Open a trace" in the sidebar."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging
+
+from analysis import capture, load_trace, trace_model
+from app.cli import TRACE_ENV
+from tensor_memory import MemoryConfig, attach_memory
+
+from app_helpers import DEFAULT, DEFAULT_PARAMS, chart, ok, start
+
+logging.set_verbosity_error()
+N = 40
+
+
+def gpt2_trace(path, targets: bool = True):
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=61, bos_token_id=0, eos_token_id=0))
+    attach_memory(model.eval(), MemoryConfig(token_dim=32, channels=4, grid=(5, 5, 5), chunk_size=4, gate_init=0.0),
+                  layers=[1])
+    ids = torch.randint(0, 61, (1, N), generator=torch.Generator().manual_seed(1))
+    tokens = [f" w{int(i)}" for i in ids[0]]
+    return trace_model(model, {"input_ids": ids}, tokens=tokens, targets=ids[0, 1:] if targets else None,
+                       name="tiny-gpt2").save(path)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    return gpt2_trace(tmp_path_factory.mktemp("traces") / "tiny-gpt2.trace.safetensors")
+
+
+def badges(at) -> str:
+    return json.dumps([str(element.proto) for element in at.get("badge")]) if at.get("badge") else str(at.main)
+
+
+def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, monkeypatch):
+    monkeypatch.setenv(TRACE_ENV, str(traced))
+    at = start()
+    assert at.selectbox(key="checkpoint_choice").value == f"trace: {traced.name}"
+    shown = [m.value for m in at.markdown]
+    assert ":gray-badge[model: GPT2LMHeadModel]" in shown and "#### Chunk 9 / 9" in shown  # opens on the last chunk
+    assert any(v.startswith("Predicted **") and "truth **" in v for v in shown)
+    tokens = chart(at, "chunk 9: its tokens")  # the input drawn as tokens, coloured by p(target)
+    assert tokens["data"][-1]["text"] == load_trace(traced).tokens[36:40]  # chunk 9's row: positions 36–39
+    assert chart(at, "tiny-gpt2: probability of the target") and chart(at, "‖h‖ over 4 channels after chunk 9")
+    at.button(key="previous").click()
+    ok(at.run())
+    assert "#### Chunk 8 / 9" in [m.value for m in at.markdown] and chart(at, "‖h‖ over 4 channels after chunk 8")
+    ok(at.switch_page("views/diagnose.py").run())
+    assert any("healthy" in s.value or "collapse" in s.value or "**" in s.value for s in [*at.success, *at.error])
+    assert "the one sample this trace recorded" in " ".join(c.value for c in at.caption)
+    ok(at.switch_page("views/text.py").run())
+    assert "w" in " ".join(m.value for m in at.markdown) and at.dataframe
+    ok(at.switch_page("views/export.py").run())
+    assert at.get("download_button")
+    for page, word in (("occlusion", "Occlusion"), ("teach", "Teach"), ("images", "Images"), ("audit", "Audit")):
+        ok(at.switch_page(f"views/{page}.py").run())
+        assert [i.value for i in at.info] and at.info[0].value.startswith(f"{word} is off for the trace file")
+
+
+def test_a_trace_uploaded_in_the_sidebar_opens_and_a_bad_one_is_refused(traced, tmp_path):
+    at = start()
+    at.file_uploader(key="trace_upload").upload("bad.safetensors", b"\x80\x04not a trace", "application/octet-stream")
+    ok(at.run())
+    assert any("Could not use bad.safetensors" in e.value for e in at.error)
+    assert at.selectbox(key="checkpoint_choice").value == "occlusion-tensor"  # still showing the checkpoint
+    at.file_uploader(key="trace_upload").upload("mine.safetensors", traced.read_bytes(), "application/octet-stream")
+    ok(at.run())
+    assert any("Opened trace: mine.safetensors" in s.value for s in at.success)
+    assert at.selectbox(key="checkpoint_choice").value.startswith("trace: mine.safetensors")
+    assert chart(at, "chunk 9: its tokens")
+
+
+def test_a_trace_of_a_shipped_checkpoint_looks_as_capturing_it_does(tmp_path, monkeypatch):
+    captured = start()
+    path = capture(DEFAULT, seed=0, index=0, progress=False, **DEFAULT_PARAMS).save(tmp_path / "occ.safetensors")
+    monkeypatch.setenv(TRACE_ENV, str(path))
+    opened = start()
+    for title in ("frame 7", "probability of the target", "‖h‖ over 16 channels after chunk 7", "read and write"):
+        a, b = chart(captured, title), chart(opened, title)
+        assert json.dumps(a["data"], sort_keys=True) == json.dumps(b["data"], sort_keys=True)
+    shown = lambda at: [m.value for m in at.markdown if "Predicted" in m.value or "truth" in m.value]  # noqa: E731
+    assert shown(captured) == shown(opened)
