@@ -1,9 +1,11 @@
-"""``tensor-memory trace``, ``report`` and ``audit``: capture a trace, turn one into an offline report, audit causality."""
+"""``tensor-memory trace``, ``report``, ``audit`` and ``import``: capture a trace, turn one into an offline report,
+audit causality, trace a model trained with the paper's public code."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from tensor_memory.files import check_output_path
@@ -97,8 +99,75 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+IMPORT_DESCRIPTION = (
+    "Trace a memory trained with the paper's public code (github kswain98/tensor-memory). In your own environment, "
+    "save the interface's weights and an input: safetensors.torch.save_file(interface.state_dict(), "
+    "'interface.safetensors') and save_file({'x': x}, 'input.safetensors') with x the token features (N, d) or "
+    "(1, N, d) it reads. This command rebuilds the interface on this project's TensorMemory "
+    "(TensorMemory.from_public_code: the same out, h and c), runs the input through it with recording on and "
+    "writes a trace that `tensor-memory app --trace` opens. Both files are checked and never unpickled.")
+MAX_INPUT_BYTES = 1 << 30  # an input of token features: 1 GiB is ~250M float32 numbers
+
+
+def read_inputs(path: str) -> Any:
+    """The one tensor (or the one named ``x``) of a safetensors file, as a (1, N, d) float tensor."""
+    import torch
+    from safetensors.numpy import load_file
+    from tensor_memory.files import read_safetensors_layout
+
+    redo = "save it with safetensors.torch.save_file({'x': x}, path), x of shape (N, d) or (1, N, d)"
+    layout, _ = read_safetensors_layout(path, MAX_INPUT_BYTES, "the input file", redo)
+    names = ["x"] if "x" in layout else list(layout)
+    if len(names) != 1:
+        raise ValueError(f"{path}: holds {', '.join(sorted(layout)) or 'no tensors'}; {redo}")
+    x = torch.from_numpy(load_file(path)[names[0]]).float()
+    x = x[None] if x.dim() == 2 else x
+    if x.dim() != 3 or x.shape[0] != 1:
+        raise ValueError(f"{path}: {names[0]!r} has shape {list(x.shape)}; {redo}")
+    return x
+
+
+def _import(args: argparse.Namespace) -> int:
+    from analysis.traces.model import trace_model
+    from tensor_memory import TensorMemory
+
+    check_output_path(args.out, args.overwrite, inputs=(args.weights, args.inputs))
+    module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
+    x = read_inputs(args.inputs)
+    segment = None if args.segment is None else args.segment * module.memory.config.chunk_size
+    trace = trace_model(module, x, name=args.name or Path(args.weights).stem, volumes=args.volumes, segment=segment,
+                        progress=False if args.no_progress else None)
+    path = trace.save(args.out)
+    print(f"Trace of the public-code memory {args.weights} ({trace.num_chunks} chunks, grid "
+          f"{'×'.join(map(str, module.memory.config.grid))}, {module.memory.config.channels} channels) → {path}; "
+          f"open it with `tensor-memory app --trace {path}`")
+    return 0
+
+
+def _add_import_parser(subparsers: Any) -> None:
+    command = subparsers.add_parser("import", help="trace a memory trained with the paper's public code",
+                                    description=IMPORT_DESCRIPTION)
+    command.add_argument("--weights", required=True, metavar="FILE",
+                         help="the TensorMemoryInterface's state dict as safetensors (or a whole model's, with "
+                              "--prefix)")
+    command.add_argument("--inputs", required=True, metavar="FILE",
+                         help="safetensors holding the token features x, (N, d) or (1, N, d)")
+    command.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.safetensors)")
+    command.add_argument("--prefix", default="", help="where the interface sits in a whole model's state dict, "
+                                                      "e.g. shared_tensor_memory. (default: none)")
+    command.add_argument("--sigma-scale", type=float, default=1.0,
+                         help="the interface's sigma_scale constructor argument (default 1.0)")
+    command.add_argument("--segment", type=int, metavar="CHUNKS",
+                         help="feed the input this many chunks at a time, the state carried (default: one pass)")
+    command.add_argument("--name", help="the trace's name in the app (default: the weights file's name)")
+    command.add_argument("--volumes", choices=VOLUME_DTYPES, default="float16", help="float16 (default) or int8")
+    command.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    command.add_argument("--no-progress", action="store_true", help="no progress bar")
+    command.set_defaults(func=_import)
+
+
 def add_trace_parsers(subparsers: Any) -> None:
-    """Register ``trace`` and ``report`` on ``subparsers`` (from ``parser.add_subparsers()``)."""
+    """Register ``trace``, ``report``, ``audit`` and ``import`` on ``subparsers`` (from ``parser.add_subparsers()``)."""
     trace = subparsers.add_parser("trace", help="record one sample through a checkpoint into a trace file",
                                   description=TRACE_DESCRIPTION)
     trace.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (a tensor backbone)")
@@ -135,6 +204,7 @@ def add_trace_parsers(subparsers: Any) -> None:
     audit.add_argument("--seed", type=int, default=0, help="seed of the evaluation sample and the noise (default 0)")
     audit.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     audit.set_defaults(func=_audit)
+    _add_import_parser(subparsers)
 
 
 __all__ = ["add_trace_parsers"]

@@ -249,7 +249,8 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
     return trace_bytes(sample_trace(ref, sample))
 
 
-__all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "sample_trace", "volume_series", "volume_frame",
-           "volume_frames_job", "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
+__all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "sample_trace",
+           "volume_series", "volume_frame", "volume_frames_job", "chunk_figures_job", "summary", "intervention",
+           "survival", "training_history", "world_readout",
            "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
            "FRAME_BLOCK"]

@@ -183,4 +183,5 @@ def checkpoint_label(folder: Path, upload_name: str) -> str:
     return f"{Path(upload_name).stem} (upload {folder.name[:8]})"
 
 
-__all__ = ["unpack_checkpoint", "discard_upload", "checkpoint_label", "save_trace_upload", "discard_trace_upload", "UploadError", "MAX_UPLOAD_BYTES"]
+__all__ = ["unpack_checkpoint", "discard_upload", "checkpoint_label", "save_trace_upload", "discard_trace_upload",
+           "UploadError", "MAX_UPLOAD_BYTES"]

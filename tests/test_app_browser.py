@@ -10,6 +10,7 @@ Screenshots go to test-artifacts/ (git-ignored) for people to look at.
 from __future__ import annotations
 
 import io
+import os
 import re
 import socket
 import subprocess
@@ -17,9 +18,13 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
+
+from app.cli import TRACE_ENV
+from app_helpers import minilm_trace
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -42,12 +47,25 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server():
     """A ``streamlit run app/main.py`` of this checkout; its URL. Stopped (only this process) at the end."""
+    yield from serve()
+
+
+@pytest.fixture(scope="module")
+def trace_server(tmp_path_factory):
+    """The app opened on a trace of a Hugging Face model (``tensor-memory app --trace``): real MiniLM with the
+    shipped memory after its last layer."""
+    path = minilm_trace(tmp_path_factory.mktemp("traces") / "minilm.trace.safetensors")
+    yield from serve({TRACE_ENV: str(path)}, "streamlit-trace-server.log")
+
+
+def serve(env: Optional[dict] = None, log_name: str = "streamlit-server.log"):
+    """Run the app on a free port until the generator is closed; yields its URL."""
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "streamlit-server.log", "w")
+    log = open(ARTIFACTS / log_name, "w")
     process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -250,4 +268,23 @@ def test_image_and_video_views(browser, server):
     settle(page)
     assert drawn(strip) > 10
     page.screenshot(path=str(ARTIFACTS / "app-video.png"), full_page=True)
+    page.close()
+
+
+def test_explore_on_a_traced_hugging_face_model(browser, trace_server):
+    page = open_app(browser, trace_server)
+    assert page.get_by_text("model: BertModel").count() == 1
+    tokens = page.locator(".js-plotly-plot").filter(has_text="its tokens").first
+    assert tokens.count() == 1 and drawn(tokens) > 10
+    volume = page.locator(".js-plotly-plot").filter(has_text="after chunk").first
+    assert drawn(volume) > 10
+    page.screenshot(path=str(ARTIFACTS / "app-own-model.png"))
+    page.get_by_role("button", name="Previous").click()
+    page.get_by_text("Chunk 2 / 3").wait_for()
+    settle(page)
+    assert page.locator(".js-plotly-plot").filter(has_text="after chunk 2").count() == 1
+    page.get_by_role("link", name="Diagnose").click()
+    page.get_by_text("Addressing report").wait_for()
+    settle(page)
+    assert page.get_by_text("the one sample this trace recorded").count() == 1
     page.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from transformers.utils import logging
 
 from analysis import capture, load_trace, trace_model
 from app.cli import TRACE_ENV
+from app.upload import MAX_UPLOAD_BYTES, UPLOAD_ROOT, UploadError, save_trace_upload
 from tensor_memory import MemoryConfig, attach_memory
 
 from app_helpers import DEFAULT, DEFAULT_PARAMS, chart, ok, start
@@ -87,3 +89,19 @@ def test_a_trace_of_a_shipped_checkpoint_looks_as_capturing_it_does(tmp_path, mo
         assert json.dumps(a["data"], sort_keys=True) == json.dumps(b["data"], sort_keys=True)
     shown = lambda at: [m.value for m in at.markdown if "Predicted" in m.value or "truth" in m.value]  # noqa: E731
     assert shown(captured) == shown(opened)
+
+
+def test_truncated_oversized_and_empty_trace_uploads_are_refused_in_one_line(traced, tmp_path):
+    with pytest.raises(UploadError, match="over the 64 MB upload limit"):
+        save_trace_upload(b"\0" * (MAX_UPLOAD_BYTES + 1), root=tmp_path)
+    with pytest.raises(UploadError, match="empty"):
+        save_trace_upload(b"", root=tmp_path)
+    at = start()
+    data = traced.read_bytes()
+    at.file_uploader(key="trace_upload").upload("cut.safetensors", data[:len(data) // 2], "application/octet-stream")
+    ok(at.run())
+    refused = [e.value for e in at.error if "Could not use cut.safetensors" in e.value]
+    assert refused and "\n" not in refused[0] and ("truncated" in refused[0] or "shorter" in refused[0]
+                                                   or "corrupt" in refused[0])
+    kept = UPLOAD_ROOT / "traces" / f"{hashlib.sha256(data[:len(data) // 2]).hexdigest()[:24]}.safetensors"
+    assert not kept.exists()  # a refused upload leaves nothing on disk

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,7 +51,6 @@ def test_closed_gate_barely_moves_the_embeddings_and_detaching_restores_them(min
 
 
 def test_the_memory_carries_one_window_into_the_next(minilm):
-    layers = minilm.encoder.layer
     config = P.RecallConfig(window=6, gate_init=0.0)  # an open gate, to see the carry
     torch.manual_seed(0)
     attach_memory(minilm, config.memory(), [5])
@@ -131,3 +131,21 @@ def test_training_keeps_minilm_in_eval_mode():
     model = P.RecallModel(P.RecallConfig(), memory=False)
     model.train()
     assert model.head.training and not model.encoder.training  # no dropout in the frozen model
+
+
+def test_a_trace_of_minilm_with_the_shipped_memory_is_what_the_recall_model_computes(tmp_path):
+    from analysis import load_trace
+    from app_helpers import minilm_trace
+    from tensor_memory import record
+
+    trace = load_trace(minilm_trace(tmp_path / "minilm.trace.safetensors"))
+    model, _, _ = load_minilm_checkpoint(SHIPPED)
+    data = P.recall_batch(model.config, "test", [0])
+    with record(model) as rec, torch.no_grad():
+        model(data["ids"], data["targets"])  # one MiniLM call per window, the memory carried (streaming)
+    recorded = rec["encoder.encoder.layer.5.memory"]  # the calls' records joined: window k wrote chunk k
+    assert trace.num_chunks == data["ids"].shape[1] and trace.is_model_trace and trace.tokens[0] == " [CLS]"
+    layer = trace.layers["encoder.layer.5.memory"]
+    np.testing.assert_allclose(layer.mu_write, recorded.mu_write[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(layer.read, recorded.read[0].numpy(), atol=1e-5)  # reads of what earlier windows wrote
+    np.testing.assert_allclose(layer.h.astype(np.float32), recorded.h[0].numpy(), atol=2e-3, rtol=2e-3)

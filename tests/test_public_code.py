@@ -29,7 +29,8 @@ def public_state(chunk: int, d: int = D_MODEL, C: int = CHANNELS, grid=GRID, see
     sd["coord_net.weight"] *= 4.0  # coordinates over the whole grid, some near the faces
     sd["writer.sigma_net.bias"] = torch.tensor([-2.5])  # σ ≈ 0.08, a few voxels: 1e-6 and the floor matter a bit
     for conv in ("conv_d", "conv_h", "conv_w"):
-        sd[f"gate_conv.{conv}.weight"] += 0.7 * (torch.arange(3) == 1).float().view(sd[f"gate_conv.{conv}.weight"].shape[2:])
+        centre = (torch.arange(3) == 1).float()  # the middle tap: near the identity, as trained ones start
+        sd[f"gate_conv.{conv}.weight"] += 0.7 * centre.view(sd[f"gate_conv.{conv}.weight"].shape[2:])
     sd["grid_cache"] = public_grid_cache(grid)
     return sd
 

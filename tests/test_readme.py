@@ -20,3 +20,17 @@ def test_the_readme_examples_run():
     rec, moved, out = namespace["rec"], namespace["moved"], namespace["out"]
     assert rec.layers["blocks.0.memory"].mu_write.shape == (2, 24, 3)
     assert moved.shape == out.shape and not torch.allclose(moved, out)  # the moved writes reach the outputs
+
+
+def test_the_your_own_model_example_runs_and_its_trace_opens(tmp_path, monkeypatch):
+    from analysis import load_trace
+
+    section = (ROOT / "README.md").read_text().split("## Your own model", 1)[1]
+    block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    assert len(block.strip().splitlines()) <= 14  # a short example
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    exec(compile(block, "README.md", "exec"), {})
+    trace = load_trace(tmp_path / "my-model.trace.safetensors")
+    assert list(trace.layers) == ["transformer.h.1.memory"] and trace.num_chunks == 8 and len(trace.tokens) == 64
+    assert trace.chunks["scored"].all()  # the last chunk is scored at position 62: 63 has no next token

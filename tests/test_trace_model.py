@@ -131,3 +131,28 @@ def test_a_file_that_lies_about_its_tokens_is_refused(tmp_path):
     save_file(load_file(path), tmp_path / "long.safetensors", metadata={"trace": json.dumps(header)})
     with pytest.raises(TraceError, match="tokens/offsets"):
         load_trace(tmp_path / "long.safetensors")
+
+
+def test_the_import_command_traces_a_memory_trained_with_the_public_code(tmp_path, capsys):
+    from safetensors.torch import save_file as save_torch
+    from tensor_memory_cli import main
+    from test_public_code import D_MODEL, public_state, literal_public
+
+    sd, x = public_state(3), torch.randn(20, D_MODEL, generator=torch.Generator().manual_seed(5))
+    save_torch(sd, str(tmp_path / "interface.safetensors"))
+    save_torch({"x": x}, str(tmp_path / "input.safetensors"))
+    files = ["--weights", str(tmp_path / "interface.safetensors"), "--inputs", str(tmp_path / "input.safetensors")]
+    assert main(["import", *files, "--out", str(tmp_path / "one.safetensors"), "--no-progress"]) == 0
+    assert "tensor-memory app --trace" in capsys.readouterr().out
+    assert main(["import", *files, "--out", str(tmp_path / "two.safetensors"), "--segment", "2"]) == 0
+    one, two = load_trace(tmp_path / "one.safetensors"), load_trace(tmp_path / "two.safetensors")
+    zeros = torch.zeros(1, sd["out_proj.weight"].shape[1], 4, 5, 6)
+    _, (h, _), write_xyz = literal_public(sd, x[None], zeros, zeros, 3)
+    assert one.num_chunks == 7  # the public code pads and writes the last, incomplete chunk
+    np.testing.assert_allclose(one.layers["memory"].mu_write, write_xyz[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(one.layers["memory"].h[-1].astype(np.float32), h[0].numpy(), atol=2e-3)
+    np.testing.assert_allclose(one.layers["memory"].read, two.layers["memory"].read, atol=1e-5)
+    torch.save(sd, tmp_path / "pickled.pt")
+    assert main(["import", "--weights", str(tmp_path / "pickled.pt"), *files[2:],
+                 "--out", str(tmp_path / "three.safetensors")]) == 2
+    assert "pickle" in capsys.readouterr().err.lower()

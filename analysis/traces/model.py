@@ -16,8 +16,8 @@ or a dict of tensors (a Hugging Face model's ``input_ids``, ``attention_mask``, 
 trace records, per chunk, the model's prediction and p(target) at the chunk's last scored position
 (the output's ``logits``, or the output itself when it is a tensor (1, N, classes)).
 
-With ``segment=n`` (a multiple of the chunk size) the input is fed n positions at a time inside ``with streaming(model):``, so
-every memory carries its state from one segment to the next (a model that threads its own state
+With ``segment=n`` (a multiple of the chunk size) the input is fed n positions at a time inside
+``with streaming(model):``, so every memory carries its state from one segment to the next (a model that threads its own state
 and returns it as ``(y, state)``, like this project's backbones, gets it passed back as its second
 argument). A long sequence then never needs one huge forward; what it costs is bounded by the
 segment, and the volumes are cut to float16 (or int8) per segment.

@@ -47,9 +47,9 @@ from tensor_memory.files import FileFormatError, atomic_write_bytes, read_safete
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 
 from analysis.traces.quantized import QuantizedVolumes
-from analysis.traces.validation import (MAX_TRACE_BYTES, REDO, SCALE_SUFFIX, TRACE_FORMAT, TRACE_VERSION,
-                                        TARGET_ARRAYS, VOLUME_DTYPES, TraceError, check_consistency, check_values, decode_tokens,
-                                        expected_shapes, fail, is_model_trace, parse_header)
+from analysis.traces.validation import (MAX_TRACE_BYTES, REDO, SCALE_SUFFIX, TARGET_ARRAYS, TRACE_FORMAT,
+                                        TRACE_VERSION, VOLUME_DTYPES, TraceError, check_consistency, check_values,
+                                        decode_tokens, expected_shapes, fail, is_model_trace, parse_header)
 
 CHUNK_FIELDS = ("prediction", "target", "scored", "probs", "p_target", "p_prediction")
 

@@ -11,6 +11,7 @@ from analysis.figures.addressing import trajectory_figure
 from analysis.measures.language import chunk_text, read_overlap
 from app import cache, layout, state, stepper
 
+
 def recorded_text(context: state.Context) -> None:
     """A trace file with tokens: the current chunk's text and, per position, what the model predicted."""
     stepper.stepped_page(context, "Text", "The recorded input, one memory chunk at a time: the chunk's tokens in "

@@ -73,7 +73,8 @@ def streaming(model: nn.Module) -> Iterator[Stream]:
     for name, memory in stream.memories.items():
         handles.append(memory.register_forward_pre_hook(
             lambda _m, args, kwargs, name=name: stream.before_call(name, args, kwargs), with_kwargs=True))
-        handles.append(memory.register_forward_hook(lambda _m, _args, output, name=name: stream.after_call(name, output)))
+        handles.append(memory.register_forward_hook(
+            lambda _m, _args, output, name=name: stream.after_call(name, output)))
     try:
         yield stream
     finally:
