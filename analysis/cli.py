@@ -133,7 +133,7 @@ def _import(args: argparse.Namespace) -> int:
 
     check_output_path(args.out, args.overwrite, inputs=(args.weights, args.inputs))
     module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
-    x = read_inputs(args.inputs)
+    x = read_inputs(args.inputs).to(next(module.parameters()).dtype)  # the interface's own precision
     segment = None if args.segment is None else args.segment * module.memory.config.chunk_size
     trace = trace_model(module, x, name=args.name or Path(args.weights).stem, volumes=args.volumes, segment=segment,
                         progress=False if args.no_progress else None)

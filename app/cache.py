@@ -123,18 +123,21 @@ def load(ref: CheckpointRef) -> Loaded:
     return Loaded(load_checkpoint(ref.path))
 
 
-@st.cache_data(max_entries=8, show_spinner="Opening the trace…")
+@st.cache_resource(max_entries=8, show_spinner="Opening the trace…")
 def opened_trace(ref: TraceRef) -> Trace:
-    """The trace file, validated by ``load_trace`` (never unpickled); TraceError otherwise."""
+    """The trace file, validated by ``load_trace`` (never unpickled); TraceError otherwise. Shared read-only by
+    every session, as a loaded checkpoint is: a trace file may be large, and a rerun must not copy it."""
     return load_trace(ref.path)
 
 
+def trace_of(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> Trace:
+    """The trace shown: an opened trace file as it is, or the sample captured from the checkpoint."""
+    return opened_trace(ref) if isinstance(ref, TraceRef) else sample_trace(ref, sample)
+
+
 @st.cache_data(max_entries=24, show_spinner="Running the sample through the model…")
-def sample_trace(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> Trace:
-    """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others; an
-    opened trace file as it is."""
-    if isinstance(ref, TraceRef):
-        return opened_trace(ref)
+def sample_trace(ref: CheckpointRef, sample: Sample) -> Trace:
+    """The sample's trace: a full capture for Tensor Memory checkpoints, predictions only for the others."""
     loaded = load(ref)
     if loaded.has_memory:
         return capture(loaded.checkpoint, seed=sample.seed, index=0, progress=False, **sample.params)
@@ -142,9 +145,9 @@ def sample_trace(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> Trace:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def volume_series(ref: CheckpointRef, sample: Sample, layer: str, field: str, mode: str, index: int) -> VolumeSeries:
+def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: str, field: str, mode: str, index: int) -> VolumeSeries:
     """A layer's ``h`` or ``c`` over every chunk, reduced one way with one colour range."""
-    return state_series(sample_trace(ref, sample).layer(layer), field, mode, index)
+    return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
 
 
 def volume_frames_job(sample_key: Hashable, layer: str, series: VolumeSeries,
@@ -245,12 +248,13 @@ def reconstruction(ref: CheckpointRef, sample: Sample) -> Reconstruction:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
-    """The sample's trace as a safetensors file."""
+    """The sample's trace as a safetensors file (an opened trace file: its own bytes)."""
+    if isinstance(ref, TraceRef):
+        return Path(ref.path).read_bytes()
     return trace_bytes(sample_trace(ref, sample))
 
 
-__all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "sample_trace",
-           "volume_series", "volume_frame", "volume_frames_job", "chunk_figures_job", "summary", "intervention",
-           "survival", "training_history", "world_readout",
-           "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
+__all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
+           "sample_trace", "volume_series", "volume_frame", "volume_frames_job", "chunk_figures_job", "summary",
+           "intervention", "survival", "training_history", "world_readout", "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
            "FRAME_BLOCK"]

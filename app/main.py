@@ -36,7 +36,7 @@ PAGES = {
     "export": st.Page("views/export.py", title="Export", icon=":material/download:"),
 }
 TRACE_PAGES = ("explore", "diagnose", "text", "export")  # the pages that read a trace alone (Text: with its tokens)
-NEED_CHECKPOINT = "Need a checkpoint"  # the navigation's menu of the pages a trace file cannot show
+NOT_FOR_TRACE = "Not for this trace"  # the navigation's menu of the pages a trace file cannot show
 
 with st.sidebar:
     st.markdown("### :material/deployed_code: Tensor Memory Explorer")
@@ -46,7 +46,7 @@ if isinstance(chosen, TraceRef):  # a trace file: the pages that read a trace, t
     trace = state.open_trace_file(chosen)
     applies = [n for n in TRACE_PAGES if n != "text" or trace.tokens is not None]
     page = st.navigation({"": [PAGES[n] for n in applies],
-                          NEED_CHECKPOINT: [p for n, p in PAGES.items() if n not in applies]}, position="top")
+                          NOT_FOR_TRACE: [p for n, p in PAGES.items() if n not in applies]}, position="top")
 else:
     page = st.navigation(list(PAGES.values()), position="top")
 st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</style>")  # the top bar holds the pages

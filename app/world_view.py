@@ -45,4 +45,4 @@ def readout_figure(context: Context) -> None:
 
 
 def supported(context: Context) -> bool:
-    return context.has_memory_views and context.task in cache.READOUTS
+    return context.has_memory_views and context.task in cache.READOUTS and not context.is_trace_file  # fits a model

@@ -189,7 +189,7 @@ def test_play_steps_on_its_own_and_pause_stops(browser, server):
 def test_broken_upload_shows_an_error_and_the_app_goes_on(browser, server):
     page = open_app(browser, server)
     before = chunk(page)
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(  # the checkpoint box
         files=[{"name": "broken.zip", "mimeType": "application/zip", "buffer": b"PK\x03\x04 not really a zip"}])
     page.get_by_text("Could not use broken.zip").wait_for()
     settle(page)

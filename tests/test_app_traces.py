@@ -21,14 +21,14 @@ logging.set_verbosity_error()
 N = 40
 
 
-def gpt2_trace(path, targets: bool = True):
+def gpt2_trace(path, targets: bool = True, tokens: bool = True):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=61, bos_token_id=0, eos_token_id=0))
     attach_memory(model.eval(), MemoryConfig(token_dim=32, channels=4, grid=(5, 5, 5), chunk_size=4, gate_init=0.0),
                   layers=[1])
     ids = torch.randint(0, 61, (1, N), generator=torch.Generator().manual_seed(1))
-    tokens = [f" w{int(i)}" for i in ids[0]]
-    return trace_model(model, {"input_ids": ids}, tokens=tokens, targets=ids[0, 1:] if targets else None,
+    words = [f" w{int(i)}" for i in ids[0]] if tokens else None
+    return trace_model(model, {"input_ids": ids}, tokens=words, targets=ids[0, 1:] if targets else None,
                        name="tiny-gpt2").save(path)
 
 
@@ -49,7 +49,9 @@ def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, mon
     assert ":gray-badge[model: GPT2LMHeadModel]" in shown and "#### Chunk 9 / 9" in shown  # opens on the last chunk
     assert any(v.startswith("Predicted **") and "truth **" in v for v in shown)
     tokens = chart(at, "chunk 9: its tokens")  # the input drawn as tokens, coloured by p(target)
-    assert tokens["data"][-1]["text"] == load_trace(traced).tokens[36:40]  # chunk 9's row: positions 36–39
+    cells = sorted((int(position), word) for part in tokens["data"] for position, word in part["customdata"])
+    assert cells == list(enumerate(load_trace(traced).tokens))[36:40]  # chunk 9: positions 36–39, in order
+    assert [len(part["text"]) for part in tokens["data"]] == [1, 3]  # position 39 has no target: grey
     assert chart(at, "tiny-gpt2: probability of the target") and chart(at, "‖h‖ over 4 channels after chunk 9")
     at.button(key="previous").click()
     ok(at.run())
@@ -105,3 +107,15 @@ def test_truncated_oversized_and_empty_trace_uploads_are_refused_in_one_line(tra
                                                    or "corrupt" in refused[0])
     kept = UPLOAD_ROOT / "traces" / f"{hashlib.sha256(data[:len(data) // 2]).hexdigest()[:24]}.safetensors"
     assert not kept.exists()  # a refused upload leaves nothing on disk
+
+
+def test_a_trace_without_tokens_or_targets_still_explores(tmp_path, monkeypatch):
+    monkeypatch.setenv(TRACE_ENV, str(gpt2_trace(tmp_path / "bare.safetensors", targets=False, tokens=False)))
+    at = start()
+    assert chart(at, "chunk 9: its tokens (positions; no tokens recorded)")
+    assert chart(at, "tiny-gpt2: chunks")  # the timeline says there is nothing predicted
+    assert any(i.value.startswith("Chunk 9, positions 36–39. This trace was recorded without targets") for i in at.info)
+    ok(at.switch_page("views/text.py").run())
+    assert at.info[0].value.startswith("Text is off for the trace file") and "without tokens" in at.info[0].value
+    ok(at.switch_page("views/diagnose.py").run())
+    assert "the one sample this trace recorded" in " ".join(c.value for c in at.caption)

@@ -156,3 +156,48 @@ def test_the_import_command_traces_a_memory_trained_with_the_public_code(tmp_pat
     assert main(["import", "--weights", str(tmp_path / "pickled.pt"), *files[2:],
                  "--out", str(tmp_path / "three.safetensors")]) == 2
     assert "pickle" in capsys.readouterr().err.lower()
+
+
+class Head(nn.Module):
+    """A memory and a class head: logits (B, N, 5); ``twice`` runs the one memory twice per forward."""
+
+    def __init__(self, partial_chunk: str = "pending", twice: bool = False) -> None:
+        super().__init__()
+        self.memory = TensorMemory(MemoryConfig(token_dim=8, channels=2, grid=(3, 3, 3), chunk_size=3, gate_init=0.0,
+                                                partial_chunk=partial_chunk))
+        self.head, self.twice = nn.Linear(8, 5), twice
+
+    def forward(self, x):
+        y = self.memory(x)[0]
+        return self.head(self.memory(y)[0] if self.twice else y)
+
+
+def test_a_padded_last_chunk_is_scored_and_a_memory_run_twice_is_refused():
+    torch.manual_seed(0)
+    x, targets = torch.randn(1, 10, 8), torch.tensor([1, 2, 3, 4, 0, 1, 2, 3, 4, 0])
+    padded = trace_model(Head("pad"), x, targets=targets)  # 10 positions, chunks of 3: the 4th padded and written
+    assert padded.num_chunks == 4 and padded.chunks["target"].tolist() == [3, 1, 4, 0]
+    assert trace_model(Head(), x, targets=targets).num_chunks == 3  # the 10th position waits for its chunk
+    with pytest.raises(TraceError, match="more than once per forward"):
+        trace_model(Head(twice=True), x)
+    with pytest.raises(ValueError, match="a target is 7, but the model's output has 5 classes"):
+        trace_model(Head(), x, targets=torch.full((10,), 7))
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda info, arrays: arrays.update({"chunk/scored": np.ones_like(arrays["chunk/scored"])}), "no predictions"),
+    (lambda info, arrays: info.update(chunk_size=0), "whole numbers"),
+    (lambda info, arrays: info.update(num_tokens=3_000_000_000), "do not make its"),
+    (lambda info, arrays: info.update(outputs="values", output_width=4), "records outputs"),
+])
+def test_a_model_trace_whose_header_and_arrays_disagree_is_refused(tmp_path, change, problem):
+    path = trace_model(Head(), torch.randn(1, 9, 8)).save(tmp_path / "t.safetensors")
+    with safe_open(str(path), "np") as handle:
+        header = json.loads(handle.metadata()["trace"])
+    arrays = load_file(path)
+    change(header["info"], arrays)
+    if header["info"].get("outputs") == "values":
+        arrays.update({"chunk/prediction": np.zeros((3, 4), np.float32), "chunk/target": np.zeros((3, 4), np.float32)})
+    save_file(arrays, tmp_path / "bad.safetensors", metadata={"trace": json.dumps(header)})
+    with pytest.raises(TraceError, match=problem):
+        load_trace(tmp_path / "bad.safetensors")

@@ -29,8 +29,7 @@ KEY_AXES = dict(xaxis=dict(title="x", range=[-1.1, 1.1]), yaxis=dict(title="y", 
 
 def _token(trace: Trace, chunk: int) -> int:
     """The sequence position the chunk is scored at: its last token."""
-    size = int(trace.info.get("chunk_size", 1))
-    return chunk * size + size - 1
+    return trace.chunk_positions(chunk)[-1]
 
 
 def _check(trace: Trace, chunk: int) -> int:
@@ -55,15 +54,9 @@ def class_label(trace: Trace, value: int) -> str:
     return str(int(value))
 
 
-def chunk_positions(trace: Trace, chunk: int) -> range:
-    """The sequence positions of a chunk."""
-    size = int(trace.info.get("chunk_size", 1))
-    return range(chunk * size, min((chunk + 1) * size, int(trace.info.get("num_tokens", (chunk + 1) * size))))
-
-
 def model_chunk_event(trace: Trace, chunk: int) -> str:
     """A chunk of a trace without a task of ours, in words: its positions and, when recorded, its text."""
-    positions = chunk_positions(trace, chunk)
+    positions = trace.chunk_positions(chunk)
     where = f"chunk {chunk}, position{'s' if len(positions) > 1 else ''} {positions[0]}" + (
         f"–{positions[-1]}" if len(positions) > 1 else "")
     if trace.tokens is None:
@@ -221,28 +214,40 @@ BUILDERS = {"occlusion": _occlusion_figure, "moving_digits": _digits_figure, "co
             "map_building": _map_figure, "no_harm": _counter_figure, "masked_patches": _patches_figure}
 
 
-def tokens_figure(trace: Trace, chunk: int, around: int = 2) -> go.Figure:
-    """A trace of someone's model: the chunk's tokens (and ``around`` chunks either side), one row per
-    chunk, coloured by p(target) where the trace has targets; the positions alone without tokens."""
-    rows = [c for c in range(chunk - around, chunk + around + 1) if 0 <= c < trace.num_chunks]
-    p_target = trace.per_token.get("p_target")
+TOKENS_PER_ROW = 6  # a chunk's tokens wrap at this many per row
+TOKEN_CHARS = 9  # longer tokens are cut, with "…", in the cells (the hover shows them whole)
+
+
+def _token_cells(trace: Trace, positions: np.ndarray, x: np.ndarray, y: np.ndarray, coloured: bool) -> go.Scatter:
+    """Tokens as labelled cells, coloured by p(target) when ``coloured``, else grey."""
+    words = [trace.tokens[i] if trace.tokens is not None else str(i) for i in positions]
+    shown = [w if len(w) <= TOKEN_CHARS else w[:TOKEN_CHARS - 1] + "…" for w in words]
+    colour = trace.per_token["p_target"][positions].astype(float) if coloured else "#e8eef6"
+    return go.Scatter(
+        x=x, y=y, mode="markers+text", text=shown, customdata=np.stack([positions, words], axis=1),
+        showlegend=False, textfont=dict(size=12, color="#000000"),
+        marker=dict(size=34, symbol="square", color=colour, colorscale="RdYlGn", cmin=0.0, cmax=1.0,
+                    showscale=coloured, colorbar=dict(title="p(target)", thickness=10)),
+        hovertemplate="position %{customdata[0]}: %{customdata[1]}"
+                      + ("<br>p(target) %{marker.color:.3f}" if coloured else "") + "<extra></extra>")
+
+
+def tokens_figure(trace: Trace, chunk: int) -> go.Figure:
+    """A trace of someone's model: the chunk's tokens in reading order, :data:`TOKENS_PER_ROW` to a row,
+    coloured by p(target) where the trace has targets (grey where a position has none); the positions
+    alone when no tokens were recorded."""
+    positions = np.array(trace.chunk_positions(chunk))
+    order = np.arange(len(positions))
+    x, y = order % TOKENS_PER_ROW, order // TOKENS_PER_ROW
+    targets = trace.per_token.get("target")
+    scored = np.zeros(len(positions), bool) if targets is None else targets[positions] >= 0
     fig = go.Figure()
-    for c in rows:
-        positions = list(chunk_positions(trace, c))
-        words = [trace.tokens[i] if trace.tokens is not None else str(i) for i in positions]
-        colour = None if p_target is None else [float(p_target[i]) for i in positions]
-        fig.add_trace(go.Scatter(
-            x=np.arange(len(positions)), y=[c] * len(positions), mode="markers+text", text=words,
-            textfont=dict(size=13 if c == chunk else 11, color="#000000" if c == chunk else "#777777"),
-            marker=dict(size=22, symbol="square", color=colour if colour is not None else "#e8eef6",
-                        colorscale="RdYlGn", cmin=0.0, cmax=1.0, showscale=colour is not None and c == chunk,
-                        colorbar=dict(title="p(target)", thickness=10)),
-            customdata=positions, showlegend=False,
-            hovertemplate="position %{customdata}: %{text}" + ("<br>p(target) %{marker.color:.3f}" if colour else "")
-                          + "<extra></extra>"))
+    for part, coloured in ((~scored, False), (scored, True)):
+        if part.any():
+            fig.add_trace(_token_cells(trace, positions[part], x[part], y[part], coloured))
     title = f"chunk {chunk}: its tokens" + ("" if trace.tokens is not None else " (positions; no tokens recorded)")
-    return figures.finish(fig, title, xaxis_visible=False, yaxis=dict(title="chunk", autorange="reversed",
-                                                                        tickvals=rows, dtick=1))
+    return figures.finish(fig, title, xaxis=dict(visible=False, range=[-0.6, TOKENS_PER_ROW - 0.4]),
+                          yaxis=dict(visible=False, autorange="reversed"))
 
 
 def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:

@@ -93,8 +93,8 @@ def chunk_text(trace: Trace, chunk: int, before: int = 48) -> dict[str, Any]:
     if trace.tokens is None:
         raise ValueError("this trace has no tokens: pass tokens=[...] to trace_model to record them")
     chunk = check_index(chunk, trace.num_chunks, "chunk")
-    size = int(trace.info.get("chunk_size", 1))
-    start, stop = chunk * size, min((chunk + 1) * size, len(trace.tokens))
+    positions = trace.chunk_positions(chunk)
+    start, stop = positions.start, positions.stop
     rows = []
     for i in range(start, stop):
         row: dict[str, Any] = {"position": i, "token": trace.tokens[i]}

@@ -95,14 +95,15 @@ def keep_recorded(rec: Recording, parts: dict[str, dict[str, list]], cells: bool
             value = getattr(layer, field)
             if value is None or (field == "c" and not cells):
                 continue
+            value = value.detach()
             if field not in VOLUME_POINTS and field not in GATE_POINTS:
-                fields.setdefault(field, []).append(value.float().numpy())
+                fields.setdefault(field, []).append(value.float().cpu().numpy())
             elif volumes == "int8":
-                codes, scale = quantize(value.float().numpy())  # (B, k, C, D, H, W), (B, k, C)
+                codes, scale = quantize(value.float().cpu().numpy())  # (B, k, C, D, H, W), (B, k, C)
                 fields.setdefault(field, []).append(codes)
                 fields.setdefault(field + SCALE_SUFFIX, []).append(scale)
-            else:
-                fields.setdefault(field, []).append(value.to(torch.float16).numpy())
+            else:  # cut to float16 on the model's device: a quarter of the bytes cross to the CPU
+                fields.setdefault(field, []).append(value.to(torch.float16).cpu().numpy())
         fields["gate_scale"] = [float(layer.gate_scale)]
 
 

@@ -20,7 +20,9 @@ With ``segment=n`` (a multiple of the chunk size) the input is fed n positions a
 ``with streaming(model):``, so every memory carries its state from one segment to the next (a model that threads its own state
 and returns it as ``(y, state)``, like this project's backbones, gets it passed back as its second
 argument). A long sequence then never needs one huge forward; what it costs is bounded by the
-segment, and the volumes are cut to float16 (or int8) per segment.
+segment, and the volumes are cut to float16 (or int8) per segment. Each segment is a call of its own:
+attention (and a Hugging Face model's positions) see that segment alone, as a model read window by
+window does; only the memories, and a model that threads its own state, carry across.
 """
 
 from __future__ import annotations
@@ -84,11 +86,15 @@ def _targets(targets: Any, N: int) -> torch.Tensor:
 
 def _per_position(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, np.ndarray]:
     """Per position of one segment: prediction, p(prediction), p(target) (0 where there is no target)."""
-    probs = torch.softmax(logits[0].float(), dim=-1)  # (n, classes)
+    probs = torch.softmax(logits[0].float(), dim=-1)  # (n, classes), on the model's device
+    targets = targets.to(probs.device)
+    if targets.numel() and int(targets.max()) >= probs.shape[-1]:
+        raise ValueError(f"trace_model: a target is {int(targets.max())}, but the model's output has "
+                         f"{probs.shape[-1]} classes")
     top = probs.max(dim=-1)
-    has = targets >= 0
-    p_target = torch.where(has, probs.gather(1, targets.clamp_min(0)[:, None])[:, 0], 0.0)
-    return {"prediction": top.indices.numpy(), "p_prediction": top.values.numpy(), "p_target": p_target.numpy()}
+    p_target = torch.where(targets >= 0, probs.gather(1, targets.clamp_min(0)[:, None])[:, 0], 0.0)
+    return {"prediction": top.indices.cpu().numpy(), "p_prediction": top.values.cpu().numpy(),
+            "p_target": p_target.cpu().numpy()}
 
 
 def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Optional[torch.Tensor],
@@ -126,13 +132,26 @@ def _chunk_predictions(positions: dict[str, np.ndarray], targets: np.ndarray, ch
                        K: int) -> dict[str, np.ndarray]:
     """Per chunk, the values at its last position with a target (target −1, not scored, when it has none)."""
     rows = []
-    for k in range(K):
-        hits = np.flatnonzero(targets[k * chunk_size:(k + 1) * chunk_size] >= 0)
-        rows.append(k * chunk_size + (hits[-1] if len(hits) else chunk_size - 1))
+    for k in range(K):  # a padded last chunk (partial_chunk "pad") ends at the last position
+        start, stop = k * chunk_size, min((k + 1) * chunk_size, len(targets))
+        hits = np.flatnonzero(targets[start:stop] >= 0)
+        rows.append(start + (hits[-1] if len(hits) else stop - start - 1))
     at, scored = np.array(rows, dtype=np.int64), targets[rows] >= 0
     return {"prediction": positions["prediction"][at].astype(np.int64), "target": np.where(scored, targets[at], -1),
             "scored": scored, "p_target": np.where(scored, positions["p_target"][at], 0.0).astype(np.float32),
             "p_prediction": positions["p_prediction"][at].astype(np.float32)}
+
+
+def written_chunks(layers: dict[str, dict[str, np.ndarray]], N: int, chunk_size: int) -> int:
+    """The chunks every layer wrote: N // chunk_size (a trailing part waits for its tokens), or one more where
+    a memory pads and writes it (partial_chunk "pad"). More means a memory ran more than once per forward."""
+    most = -(-N // chunk_size)  # ⌈N / chunk_size⌉
+    for name, fields in layers.items():
+        if fields["h"].shape[1] > most:
+            raise TraceError(f"memory layer {name!r} wrote {fields['h'].shape[1]} chunks for {N} positions: it runs "
+                             f"more than once per forward (one memory shared by several layers); trace_model "
+                             f"records memories that run once per forward")
+    return min(fields["h"].shape[1] for fields in layers.values())
 
 
 def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[str]] = None, targets: Any = None,
@@ -161,11 +180,10 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
         layers, positions, classes = _run(model, inputs, N, segment or N, wanted, progress, cells, gates, volumes)
     finally:
         model.train(was_training)
-    K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
+    K = written_chunks(layers, N, chunk_size)
     info = {"source": MODEL_SOURCE, "checkpoint_name": name or type(model).__name__, "model": type(model).__name__,
             "backbone": type(model).__name__, "chunk_size": chunk_size, "num_chunks": K, "num_tokens": N,
             "num_classes": max(classes, 1), "outputs": "none" if wanted is None else "tokens",
-            "tokens": tokens is not None, "position_targets": wanted is not None,
             "layers": layers_info(layers, volumes, chunk_size)}
     chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
     per_token: dict[str, np.ndarray] = {}
@@ -173,11 +191,8 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
         chunks = _chunk_predictions(positions, wanted.numpy(), chunk_size, K)
         per_token = {"target": wanted.numpy(), "prediction": positions["prediction"].astype(np.int64),
                      "p_target": positions["p_target"].astype(np.float32)}
-    trace = Trace(info=info, layers=layer_traces(layers, 0, K), chunks=chunks, meta={},
-                  tokens=None if tokens is None else list(tokens), per_token=per_token)
-    if trace.tokens is not None:
-        info["token_bytes"] = int(trace.arrays()["tokens/utf8"].size)
-    return trace
+    return Trace(info=info, layers=layer_traces(layers, 0, K), chunks=chunks, meta={},
+                 tokens=None if tokens is None else list(tokens), per_token=per_token)
 
 
 __all__ = ["trace_model"]

@@ -106,6 +106,11 @@ class Trace:
     def num_chunks(self) -> int:
         return int(self.chunks["scored"].shape[0])
 
+    def chunk_positions(self, chunk: int) -> range:
+        """The sequence positions of a chunk (the last chunk of a memory that pads ends at the last token)."""
+        size = int(self.info.get("chunk_size", 1))
+        return range(chunk * size, min((chunk + 1) * size, int(self.info.get("num_tokens", (chunk + 1) * size))))
+
     @property
     def is_model_trace(self) -> bool:
         """A trace of someone's own model (``trace_model``): no task of ours, no checkpoint to run again."""
@@ -170,6 +175,15 @@ class Trace:
         out.update({f"tokens/{k}": v for k, v in self.per_token.items()})
         return out
 
+    def text_info(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+        """``info`` with the header entries that announce the token arrays set from what the trace holds."""
+        info = {k: v for k, v in self.info.items() if k not in ("tokens", "token_bytes", "position_targets")}
+        if self.tokens is not None:
+            info.update(tokens=True, token_bytes=int(arrays["tokens/utf8"].size))
+        if self.per_token:
+            info["position_targets"] = True
+        return info
+
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays().values())
 
@@ -177,8 +191,8 @@ class Trace:
         """Write the trace as one safetensors file, atomically; returns the path."""
         from safetensors.numpy import save
 
-        header = json.dumps({"format": TRACE_FORMAT, "version": TRACE_VERSION, "info": self.info})
         arrays = {k: np.require(v, requirements="C") for k, v in self.arrays().items()}  # keeps 0-d as 0-d
+        header = json.dumps({"format": TRACE_FORMAT, "version": TRACE_VERSION, "info": self.text_info(arrays)})
         data = save(arrays, metadata={"trace": header})
         path = Path(path)
         atomic_write_bytes(path, data)

@@ -31,6 +31,7 @@ MAX_INFO_CHARS = 1 << 20  # the JSON header is a few kilobytes
 # probability; "values": a vector (masked patches); "tokens": a class of a vocabulary too large to keep
 # every probability (a language model), with p(target) and p(prediction); "none": no predictions.
 OUTPUT_KINDS = ("classes", "values", "tokens", "none")
+MODEL_OUTPUTS = ("tokens", "none")  # what trace_model records
 VOLUME_DTYPES = ("float16", "int8")  # how h, c and the gate volumes are stored
 SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) beside the codes
 MODEL_SOURCE = "model"  # info["source"] of a trace_model trace
@@ -158,6 +159,7 @@ def check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
 
 def decode_tokens(path: Path, utf8: np.ndarray, offsets: np.ndarray) -> list[str]:
     """The token strings: ``utf8[offsets[i]:offsets[i+1]]`` decoded, after checking the offsets."""
+    offsets = offsets.astype(np.int64)  # an unsigned array would wrap in np.diff and hide offsets out of order
     if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(utf8) or (np.diff(offsets) < 0).any():
         raise fail(path, "the token offsets do not run from 0 to the end of the token text in order")
     data = utf8.tobytes()
@@ -187,6 +189,12 @@ def check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.nda
     for key in ("checkpoint_name",) + (() if is_model_trace(info) else ("task",)):
         if not isinstance(info.get(key), str) or not info[key]:
             raise fail(path, f"the trace header lacks the {key.replace('_', ' ')}")
+    check_positions(path, info, K)
+    outputs = info.get("outputs", "classes")
+    if is_model_trace(info) and outputs not in MODEL_OUTPUTS:
+        raise fail(path, f"a trace of someone's model records outputs {' or '.join(MODEL_OUTPUTS)}, not {outputs!r}")
+    if outputs == "none" and arrays["chunk/scored"].any():
+        raise fail(path, "the trace says it has no predictions, yet marks chunks as scored")
     if info.get("outputs", "classes") in ("classes", "tokens"):
         for name in ("chunk/prediction", "chunk/target", "tokens/prediction", "tokens/target"):
             if name not in arrays:
@@ -202,6 +210,20 @@ def check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.nda
         decode_tokens(path, arrays["tokens/utf8"], arrays["tokens/offsets"])
     if not is_model_trace(info):
         check_task(path, info, arrays)
+
+
+def check_positions(path: Path, info: dict[str, Any], K: int) -> None:
+    """chunk_size and num_tokens: whole numbers that agree with K chunks (the views index positions with them).
+
+    A memory writes N // chunk_size chunks (a trailing part waits for its tokens), or ⌈N / chunk_size⌉ when it
+    pads and writes the last one: (K − 1)·chunk_size < N < (K + 1)·chunk_size either way.
+    """
+    chunk, N = info.get("chunk_size"), info.get("num_tokens")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (chunk, N)):
+        raise fail(path, f"the trace header's chunk_size and num_tokens must be whole numbers ≥ 1, got {chunk!r} "
+                         f"and {N!r}")
+    if not (K - 1) * chunk < N < (K + 1) * chunk:
+        raise fail(path, f"the trace header's {N} tokens in chunks of {chunk} do not make its {K} chunks")
 
 
 def check_task(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

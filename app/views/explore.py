@@ -43,10 +43,16 @@ def volume_controls(channels: int, fields: list[str]) -> layout.VolumeView:
     return layout.VolumeView(field, mode, int(index), kind, anchor)
 
 
-def prediction_card(outcome: dict) -> None:
-    """The chunk's prediction against the truth, or what the chunk stores when nothing is predicted."""
+def prediction_card(outcome: dict, predicts: bool = True) -> None:
+    """The chunk's prediction against the truth, or what the chunk stores when nothing is predicted
+    (``predicts`` False: a trace recorded without targets holds no predictions at all)."""
+    event = outcome["event"][:1].upper() + outcome["event"][1:]  # str.capitalize would lower a token's case
+    if not predicts:
+        st.info(f"{event}. This trace was recorded without targets, so it holds no "
+                f"predictions (trace_model(..., targets=...) adds them).", icon=":material/input:")
+        return
     if not outcome["scored"]:
-        st.info(f"{outcome['event'].capitalize()}: nothing to predict here; the model only takes it in.",
+        st.info(f"{event}: nothing to predict here; the model only takes it in.",
                 icon=":material/input:")
         return
     if "error" in outcome:  # a reconstructed patch: no right or wrong, an error
@@ -100,7 +106,7 @@ if series is None:  # predictions only: no memory to draw
     with left:
         layout.chart(figures["input"], "input", height=400)
     with right:
-        prediction_card(outcome)
+        prediction_card(outcome, trace.has_predictions)
         layout.chart(figures["timeline"], "timeline", height=300)
     build_ahead()
     layout.memory_notice(context, "The memory views")
@@ -109,7 +115,7 @@ if series is None:  # predictions only: no memory to draw
 input_col, volume_col, render_col = st.columns([1, 1.25, 1.05])
 with input_col:
     layout.chart(figures["input"], "input", height=340)
-    prediction_card(outcome)
+    prediction_card(outcome, trace.has_predictions)
 with volume_col:
     layout.chart(figures["volume"], "volume", height=440)
 with render_col:

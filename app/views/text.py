@@ -27,6 +27,11 @@ def recorded_text(context: state.Context) -> None:
 
 
 context = state.current()
+if context.is_trace_file and context.trace.tokens is None:
+    layout.header(context, "Text", "The recorded input, token by token.")
+    st.info(f"Text is off for the trace file {context.ref.label}: it was recorded without tokens "
+            f"(trace_model(..., tokens=[...]) records them).", icon=":material/info:")
+    st.stop()
 if context.is_trace_file:
     recorded_text(context)
     st.stop()

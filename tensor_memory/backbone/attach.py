@@ -200,13 +200,19 @@ def _choose(model: nn.Module, layers: Union[None, Iterable[int], Iterable[str]])
     return [blocks[i] for i in sorted(chosen)]
 
 
-def _width(model: nn.Module, block: nn.Module) -> Optional[int]:
-    """The block's token width, where it can be known before a call (else the memory checks it then)."""
+def _width(parent: Optional[nn.Module], block: nn.Module) -> Optional[int]:
+    """The block's token width, where it can be known before a call (else the memory checks it then): a
+    Hugging Face layer's is the width of its first norm (LayerNorm, RMSNorm: every such layer has one), which
+    keeps a vision tower's layers apart from a language model's in a model that has both."""
     if isinstance(block, Block):
         return block.attn_norm.normalized_shape[0]
     if isinstance(block, nn.TransformerEncoderLayer):
         return block.self_attn.embed_dim
-    return getattr(getattr(model, "config", None), "hidden_size", None)  # a Hugging Face model's config
+    if parent is not None and _is_hf_layer(parent, block):
+        norms = [m for m in block.modules() if type(m).__name__.endswith("Norm") and getattr(m, "weight", None)
+                 is not None and m.weight.dim() == 1]
+        return int(norms[0].weight.shape[0]) if norms else None
+    return None
 
 
 def _wrapper(block: nn.Module) -> type:
@@ -228,13 +234,16 @@ def attach_memory(model: nn.Module, config: MemoryConfig,
     """
     if not isinstance(config, MemoryConfig):
         raise ValueError(f"attach_memory expects a MemoryConfig, got {type(config).__name__}")
+    if config.output != "residual":
+        raise ValueError("attach_memory adds the memory's read to a layer's hidden states: it needs "
+                         f"MemoryConfig(output='residual'), got output={config.output!r}")
     chosen = _choose(model, layers)
     for parent, name, block in chosen:  # check everything before changing anything
         where = f"block {name!r}" if parent is not None else "the model"
         if isinstance(block, _Attached) or isinstance(parent, _Attached) \
                 or (isinstance(block, Block) and block.memory is not None):
             raise ValueError(f"attach_memory: {where} already has a memory layer")
-        width = _width(model, block)
+        width = _width(parent, block)
         if width is not None and width != config.token_dim:
             raise ValueError(f"attach_memory: MemoryConfig.token_dim={config.token_dim} does not match "
                              f"{where}'s width {width}")

@@ -5,7 +5,9 @@ memories as ``mem(x)`` (a Hugging Face model with a memory attached, most people
 sees a fresh memory at every forward call. Inside ``with streaming(model) as stream:`` each
 memory of ``model`` instead continues from the state its previous call left, including the
 tokens of a chunk a call cut in two, so feeding a sequence in pieces gives the outputs of
-one pass::
+one pass (for the memories: attention sees across calls only where the model keeps a cache; and a
+memory with ``partial_chunk="pad"`` writes a padded chunk at every call, so only calls cut at
+chunk boundaries give one pass there)::
 
     with streaming(model) as stream:
         for piece in pieces:
