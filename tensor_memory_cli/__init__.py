@@ -1,8 +1,8 @@
 """The ``tensor-memory`` command line (also ``python -m tensor_memory_cli``).
 
 It sits above the three packages and assembles each layer's subcommands: ``demo``, ``train`` and
-``eval`` from ``tensor_memory``, ``trace`` and ``report`` from ``analysis``, ``app`` from ``app``.
-So the model package never imports the layers above it.
+``eval`` from ``tensor_memory``, ``trace``, ``report``, ``audit`` and ``import`` from ``analysis``,
+``app`` from ``app``. So the model package never imports the layers above it.
 """
 
 from __future__ import annotations
