@@ -37,6 +37,7 @@ from tensor_memory import memory_layers
 from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
 from tensor_memory.training.log import read_training_log
 
+from . import browser_stepper
 from .figure_cache import figure_cache
 
 FRAME_BLOCK = 4  # PyVista frames are rendered this many chunks at a time (one render window for all)
@@ -150,6 +151,21 @@ def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: st
     return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
 
 
+@st.cache_data(max_entries=16, show_spinner="Drawing every chunk's views…")
+def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], view: Optional[Any],
+                    start: int) -> dict[str, Any]:
+    """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`); ``view`` (a
+    :class:`app.layout.VolumeView`, None without memory views) says how the volumes are drawn. The PyVista
+    renderings of every chunk are made in one render window."""
+    trace = trace_of(ref, sample)
+    if view is None:
+        return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write", start)
+    series = volume_series(ref, sample, layer, view.field, view.mode, view.index)
+    with RENDER_LOCK:
+        images = [png_bytes(image) for image in volume_frames(series.values, series.value_range)]
+    return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, start, images)
+
+
 def volume_frames_job(sample_key: Hashable, layer: str, series: VolumeSeries,
                       block: int) -> tuple[Hashable, Callable[[], list[bytes]]]:
     """(key, build) of the PyVista renderings (PNG) of chunks block·FRAME_BLOCK … for :mod:`app.figure_cache`."""
@@ -255,6 +271,6 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
 
 
 __all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "volume_series", "volume_frame", "volume_frames_job", "chunk_figures_job", "summary",
+           "sample_trace", "explore_payload", "volume_series", "volume_frame", "volume_frames_job", "chunk_figures_job", "summary",
            "intervention", "survival", "training_history", "world_readout", "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
            "FRAME_BLOCK"]

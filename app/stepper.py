@@ -68,14 +68,20 @@ def _toggle_play(count: int) -> None:
     st.session_state[DUE_KEY] = time.monotonic() + PLAY_INTERVAL_S
 
 
-def _sync(context: Context) -> None:
-    """Open a new sample at its key chunk; take a due step while playing."""
-    count = context.num_chunks
+def opening_chunk(context: Context) -> int:
+    """The chunk a page opens on: a new sample's key chunk, else the session's current chunk."""
     if st.session_state.get(SAMPLE_KEY) != context.sample_key:
         st.session_state[SAMPLE_KEY] = context.sample_key
         st.session_state[CHUNK_KEY] = key_chunk(context.trace)
         st.session_state[PLAYING_KEY] = False
     st.session_state[CHUNK_KEY] = context.chunk  # within this trace
+    return context.chunk
+
+
+def _sync(context: Context) -> None:
+    """Open a new sample at its key chunk; take a due step while playing."""
+    count = context.num_chunks
+    opening_chunk(context)
     if st.session_state.get(PLAYING_KEY) and time.monotonic() >= st.session_state.get(DUE_KEY, 0.0):
         st.session_state[CHUNK_KEY], st.session_state[PLAYING_KEY] = advance(context.chunk, count)
         st.session_state[DUE_KEY] = time.monotonic() + PLAY_INTERVAL_S
@@ -123,7 +129,7 @@ def render(context: Context) -> None:
         _ticker()
 
 
-__all__ = ["render", "advance", "annotation_job", "PLAY_INTERVAL_S"]
+__all__ = ["render", "advance", "annotation_job", "opening_chunk", "PLAY_INTERVAL_S"]
 
 
 def stepped_page(context: Context, title: str, subtitle: str) -> None:

@@ -7,6 +7,7 @@ import io
 import json
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
@@ -30,18 +31,34 @@ def ok(at: AppTest) -> AppTest:
     return at
 
 
+def payload(at: AppTest) -> Optional[dict]:
+    """What the Explore page sent its in-browser stepper (every chunk's views), or None on other pages."""
+    for element in at.get("component_instance"):
+        return json.loads(element.proto.json_args)["payload"]
+    return None
+
+
 def counter(at: AppTest) -> str:
-    return next(m.value for m in at.markdown if m.value.startswith("#### Chunk"))
+    """The "Chunk k / K" shown: the server-side stepper's, or the one the browser stepper opens on."""
+    shown = [m.value for m in at.markdown if m.value.startswith("#### Chunk")]
+    if shown or payload(at) is None:
+        return shown[0]
+    return f"#### Chunk {payload(at)['start']} / {payload(at)['count'] - 1}"
 
 
 def chunk_slider(at: AppTest):
     return next(s for s in at.slider if s.label == "Chunk")
 
 
-def chart(at: AppTest, title: str) -> dict:
-    """The spec of the Plotly chart whose title contains ``title``."""
-    for element in at.get("plotly_chart"):
-        spec = json.loads(element.proto.spec)
+def chart(at: AppTest, title: str, chunk: Optional[int] = None) -> dict:
+    """The spec of the Plotly chart whose title contains ``title``: drawn by the server, or sent to the
+    in-browser stepper for ``chunk`` (default: the chunk it opens on)."""
+    specs = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
+    sent = payload(at)
+    if sent is not None:
+        at_chunk = sent["start"] if chunk is None else chunk
+        specs += [cells[at_chunk] for name, cells in sent["cells"].items() if sent["kinds"][name] == "figure"]
+    for spec in specs:
         if title in (spec["layout"].get("title") or {}).get("text", ""):
             return spec
     raise AssertionError(f"no chart titled {title!r}")

@@ -10,8 +10,6 @@ traces and figures earlier ones computed.
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import capture
 from analysis.figures.annotations import key_chunk
+from analysis.figures.chunk_input import chunk_outcome
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
 from analysis.traces.training_log import addressing_history
@@ -26,12 +25,13 @@ from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
 from analysis.measures.world import apply_linear, decoded_map, map_probe, write_position_fit
 from app import cache, stepper
+from app.browser_stepper import prediction_html
 from app.figure_cache import FigureCache
 from app.stepper import advance
 from tensor_memory import load_checkpoint
 
-from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, chunk_slider, counter, ok, start, upload,
-                         values, zipped)
+from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, chunk_slider, counter, ok, payload, start,
+                         upload, values, zipped)
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +56,30 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     volume = chart(app, f"after chunk {k}")["data"][0]
     assert volume["type"] == "volume"
     np.testing.assert_allclose(values(volume["value"]), series.values[k].ravel(), rtol=1e-5)
-    assert len(app.image) == 1  # the PyVista rendering
-    titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in app.get("plotly_chart")]
+    sent = payload(app)
+    assert len(sent["cells"]["render"]) == K and sent["cells"]["render"][k].startswith("data:image/png;base64,")
+    titles = [fig["layout"].get("title", {}).get("text", "") for name, cells in sent["cells"].items()
+              if sent["kinds"][name] == "figure" for fig in cells[k:k + 1]]
     assert any("read and write coordinates" in t for t in titles) and "gates" in titles and "write spread σ" in titles
     assert not app.error
 
 
+def test_every_chunk_s_views_go_to_the_browser_at_once(app, default_trace):
+    """The Explore page sends every chunk's views in one payload: the browser steps without the server."""
+    sent, series = payload(app), state_series(default_trace.layer(), "h", "norm")
+    assert sent["count"] == default_trace.num_chunks and all(len(c) == sent["count"] for c in sent["cells"].values())
+    for k in range(sent["count"]):
+        np.testing.assert_allclose(values(chart(app, f"after chunk {k}", k)["data"][0]["value"]),
+                                   series.values[k].ravel(), rtol=1e-5)
+        assert chart(app, f"chunks 0–{k}", k)  # the trajectories follow
+        assert sent["events"][k] == chunk_outcome(default_trace, k)["event"]
+        assert sent["cells"]["card"][k] == prediction_html(chunk_outcome(default_trace, k), True)
+    assert not app.button  # no server-side stepper on this page
+
+
 def test_previous_next_and_slider_move_every_view():
     at = start()
+    ok(at.switch_page("views/export.py").run())  # a page stepped by the server
     k = int(at.session_state["chunk"])
     ok(at.button(key="next").click().run())
     assert at.session_state["chunk"] == k + 1 and counter(at).startswith(f"#### Chunk {k + 1} /")
@@ -91,7 +107,7 @@ def test_volume_controls_redraw_and_are_remembered(default_trace):
     volume = chart(at, f"{series.label} after chunk {k}")["data"][0]
     assert volume["type"] == "isosurface"
     np.testing.assert_allclose(values(volume["value"]), series.values[k].ravel(), rtol=1e-4, atol=1e-5)
-    assert any(m.value.startswith(f"**Slices of {series.label}** through this chunk's read") for m in at.markdown)
+    assert payload(at)["labels"]["slices"] == f"Slices of {series.label} through this chunk's read"
     ok(at.switch_page("views/teach.py").run())
     ok(at.switch_page("views/explore.py").run())
     assert at.button_group(key="explore.field").value == "c" and at.number_input(key="explore.index").value == 1
@@ -102,6 +118,7 @@ def test_play_steps_on_its_own_and_pause_stops(monkeypatch):
     # timer fire inside the click's own run (a flake seen in fresh-clone CI), so it is set out of reach.
     monkeypatch.setattr(stepper, "PLAY_INTERVAL_S", 600.0)
     at = start()
+    ok(at.switch_page("views/export.py").run())  # a page stepped by the server
     ok(chunk_slider(at).set_value(2).run())
     ok(at.button(key="play").click().run())
     assert at.button(key="play").label == "Pause" and at.session_state["playing"]
@@ -133,7 +150,7 @@ def test_sample_controls_recapture_and_restart_the_stepper():
     ok(at.slider(key="occlusion.occlusion_start").set_value(3).run())
     trace = capture(DEFAULT, seed=5, frames=16, occlusion_length=6, occlusion_start=3, progress=False)
     assert counter(at) == "#### Chunk 3 / 15"  # the first hidden frame of the new sample
-    assert "frame 3, occluded" in [c.value for c in at.caption]
+    assert payload(at)["events"][3] == "frame 3, occluded"
     np.testing.assert_array_equal(at.session_state["context"].trace.chunks["prediction"], trace.chunks["prediction"])
     assert at.session_state["context"].sample == cache.Sample(5, (("frames", 16), ("occlusion_length", 6),
                                                                    ("occlusion_start", 3)))
@@ -263,6 +280,8 @@ def test_base_checkpoint_shows_predictions_and_says_why_no_memory():
     assert any("no Tensor Memory layers" in i.value for i in at.info)
     assert not at.image
     k = int(at.session_state["chunk"])
+    assert payload(at)["start"] == k and "volume" not in payload(at)["cells"]  # predictions only
+    ok(at.switch_page("views/export.py").run())
     ok(at.button(key="next").click().run())
     assert counter(at).startswith(f"#### Chunk {k + 1} / 11")
     for page in ("views/occlusion.py", "views/teach.py", "views/export.py", "views/diagnose.py"):
@@ -315,6 +334,7 @@ def test_nan_in_a_trace_turns_the_memory_views_off_with_the_reason(monkeypatch):
 def test_sessions_do_not_see_each_other():
     first, second = start(), start()
     before = counter(second)
+    ok(first.switch_page("views/export.py").run())
     ok(first.button(key="next").click().run())
     upload(first, "map_building-tensor.zip", zipped(CHECKPOINTS / "map_building-tensor"))
     ok(second.run())
@@ -345,20 +365,18 @@ def test_app_command_runs_streamlit_on_the_chosen_checkpoint(monkeypatch):
         parser.parse_args(["app", "--port", "0"])
 
 
-def test_figure_cache_builds_once_and_ahead():
+def test_figure_cache_builds_once_and_drops_the_oldest():
     figures = FigureCache(capacity=2)
     calls = []
 
     def build(value):
         def run():
             calls.append(value)
-            time.sleep(0.05)
             return value
         return run
 
     assert figures.get("a", build(1)) == 1 and figures.get("a", build(2)) == 1
-    figures.ahead([("b", build(3))])
-    assert figures.get("b", build(4)) == 3  # waited for, not built twice
+    figures.get("b", build(3))
     figures.get("c", build(5))
     assert figures.get("a", build(6)) == 6  # the oldest was dropped at capacity 2
     assert calls == [1, 3, 5, 6]

@@ -110,8 +110,13 @@ def settle(page, timeout_s: float = 180) -> None:
     raise AssertionError("the app did not settle")
 
 
+def view(page):
+    """The Explore page's in-browser stepper (its component frame), where the chunk views are drawn."""
+    return page.frame_locator('iframe[title*="chunk_stepper"]')
+
+
 def chunk(page) -> tuple[int, int]:
-    text = page.get_by_text(COUNTER).first.inner_text()
+    text = view(page).get_by_text(COUNTER).first.inner_text()
     k, last = COUNTER.search(text).groups()
     return int(k), int(last)
 
@@ -128,7 +133,7 @@ def open_app(browser, server):
     page = browser.new_page(viewport={"width": 1600, "height": 1800})
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(server)
-    page.get_by_text(COUNTER).first.wait_for()
+    view(page).get_by_text(COUNTER).first.wait_for()
     settle(page)
     return page
 
@@ -138,51 +143,66 @@ def test_first_page_draws_the_memory_and_next_advances(browser, server):
     page.screenshot(path=str(ARTIFACTS / "app-explore.png"))
     k, last = chunk(page)
     assert 0 <= k <= last
+    stepper = view(page)
     # the 3D views: Plotly's WebGL scenes (volume and trajectories) and the PyVista rendering
-    scenes = page.locator(".js-plotly-plot .gl-container canvas")
-    assert scenes.count() >= 2
-    volume = page.locator(".js-plotly-plot").filter(has_text="after chunk").first
+    assert stepper.locator(".js-plotly-plot .gl-container canvas").count() >= 2
+    volume = stepper.locator(".js-plotly-plot").filter(has_text="after chunk").first
     assert drawn(volume) > 10
-    rendering = page.locator('[data-testid="stImage"] img').first
-    assert rendering.evaluate("img => img.complete && img.naturalWidth > 0")
-    assert drawn(rendering) > 10
+    rendering = stepper.locator("img").first
+    assert rendering.evaluate("img => img.complete && img.naturalWidth > 0") and drawn(rendering) > 10
     if k == last:
-        page.get_by_role("button", name="Previous").click()
-        settle(page)
+        stepper.get_by_role("button", name="Previous", exact=True).click()
         k -= 1
-    page.get_by_role("button", name="Next").click()
-    page.get_by_text(f"Chunk {k + 1} / {last}").wait_for()
-    settle(page)
-    assert page.locator(".js-plotly-plot").filter(has_text=f"after chunk {k + 1}").count() == 1  # views follow
+    stepper.get_by_role("button", name="Next", exact=True).click()
+    stepper.get_by_text(f"Chunk {k + 1} / {last}").wait_for()
+    assert stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {k + 1}").count() == 1  # views follow
     page.screenshot(path=str(ARTIFACTS / "app-explore-next.png"))
+    page.close()
+
+
+def test_stepping_happens_in_the_browser_with_no_message_to_the_server(browser, server):
+    """Next, Previous, the slider and the arrow keys move every view; the app's websocket carries nothing
+    from the browser while ten chunks go by."""
+    page = browser.new_page(viewport={"width": 1600, "height": 1800})
+    page.set_default_timeout(TIMEOUT_MS)
+    sent: list[object] = []
+    page.on("websocket", lambda socket: socket.on("framesent", lambda frame: sent.append(frame)))
+    page.goto(server)
+    view(page).get_by_text(COUNTER).first.wait_for()
+    settle(page)
+    page.wait_for_timeout(1000)
+    before, stepper = len(sent), view(page)
+    stepper.get_by_role("slider", name="Chunk").fill("0")
+    stepper.get_by_text("Chunk 0 / 11").wait_for()
+    for k in range(1, 6):
+        stepper.get_by_role("button", name="Next", exact=True).click()
+        stepper.get_by_text(f"Chunk {k} / 11").wait_for()
+        assert stepper.locator(".js-plotly-plot").filter(has_text=f"chunks 0–{k}").count() == 1
+    stepper.get_by_role("button", name="Previous", exact=True).click()
+    stepper.get_by_text("Chunk 4 / 11").wait_for()
+    for k in (5, 6, 7):
+        stepper.get_by_role("button", name="Next", exact=True).press("ArrowRight")  # the keyboard steps too
+        stepper.get_by_text(f"Chunk {k} / 11").wait_for()
+    stepper.get_by_role("button", name="Next", exact=True).press("ArrowLeft")
+    stepper.get_by_text("Chunk 6 / 11").wait_for()
+    assert stepper.locator(".js-plotly-plot").filter(has_text="after chunk 6").count() == 1
+    page.wait_for_timeout(1000)
+    assert len(sent) == before, f"{len(sent) - before} messages went to the server while stepping"
     page.close()
 
 
 def test_play_steps_on_its_own_and_pause_stops(browser, server):
     page = open_app(browser, server)
-    k, last = chunk(page)
-    if k > last - 2:
-        page.get_by_role("button", name="Previous").click()
-        settle(page)
-        page.get_by_role("button", name="Previous").click()
-        settle(page)
-        k, last = chunk(page)
-    page.get_by_role("button", name="Play").click()
-    page.get_by_text(f"Chunk {k + 2} / {last}").wait_for(timeout=60_000)  # two steps, nobody clicking
-    page.get_by_role("button", name="Pause").click()
-    page.get_by_role("button", name="Play").wait_for()  # the pause has taken effect
-    settle(page)
-    # A step already in flight when Pause was clicked may still land, seconds later when a rerun is slow
-    # (it was seen to land after a 2 s hold on CI): wait until the counter holds for 4 s, then it must hold
-    # for 3 s more. Playing, it moves every ~1 s plus the time a rerun takes.
+    stepper = view(page)
+    stepper.get_by_role("slider", name="Chunk").fill("2")
+    stepper.get_by_text("Chunk 2 / 11").wait_for()
+    stepper.get_by_role("button", name="Play", exact=True).click()
+    stepper.get_by_text("Chunk 4 / 11").wait_for(timeout=60_000)  # two steps, nobody clicking
+    stepper.get_by_role("button", name="Pause", exact=True).click()
     stopped = chunk(page)
-    for _ in range(10):
-        page.wait_for_timeout(4000)
-        now, stopped = stopped, chunk(page)
-        if now == stopped:
-            break
-    page.wait_for_timeout(3000)
-    assert chunk(page) == stopped and page.get_by_role("button", name="Play").count() == 1
+    page.wait_for_timeout(2500)  # playing, it would have moved twice
+    assert chunk(page) == stopped and stepper.get_by_role("button", name="Play", exact=True).count() == 1
+    page.screenshot(path=str(ARTIFACTS / "app-explore-paused.png"))
     page.close()
 
 
@@ -202,8 +222,7 @@ def test_broken_upload_shows_an_error_and_the_app_goes_on(browser, server):
 def test_two_sessions_keep_their_own_chunk(browser, server):
     first, second = open_app(browser, server), open_app(browser, server)
     k, last = chunk(second)
-    first.get_by_role("button", name="Previous" if k == last else "Next").click()
-    settle(first)
+    view(first).get_by_role("button", name="Previous" if k == last else "Next", exact=True).click()
     second.get_by_text("isosurface", exact=True).first.click()  # the second session runs again, on its own state
     settle(second)
     assert chunk(second) == (k, last) and chunk(first) != (k, last)
@@ -274,15 +293,15 @@ def test_image_and_video_views(browser, server):
 def test_explore_on_a_traced_hugging_face_model(browser, trace_server):
     page = open_app(browser, trace_server)
     assert page.get_by_text("model: BertModel").count() == 1
-    tokens = page.locator(".js-plotly-plot").filter(has_text="its tokens").first
+    stepper = view(page)
+    tokens = stepper.locator(".js-plotly-plot").filter(has_text="its tokens").first
     assert tokens.count() == 1 and drawn(tokens) > 10
-    volume = page.locator(".js-plotly-plot").filter(has_text="after chunk").first
+    volume = stepper.locator(".js-plotly-plot").filter(has_text="after chunk").first
     assert drawn(volume) > 10
     page.screenshot(path=str(ARTIFACTS / "app-own-model.png"))
-    page.get_by_role("button", name="Previous").click()
-    page.get_by_text("Chunk 2 / 3").wait_for()
-    settle(page)
-    assert page.locator(".js-plotly-plot").filter(has_text="after chunk 2").count() == 1
+    stepper.get_by_role("button", name="Previous", exact=True).click()
+    stepper.get_by_text("Chunk 2 / 3").wait_for()
+    assert stepper.locator(".js-plotly-plot").filter(has_text="after chunk 2").count() == 1
     page.get_by_role("link", name="Diagnose").click()
     page.get_by_text("Addressing report").wait_for()
     settle(page)

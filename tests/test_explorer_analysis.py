@@ -198,7 +198,9 @@ def test_energy_and_intervention_figures(occlusion, trace):
 
 def test_volume_frames_equal_fresh_renderings(trace):
     series = state_series(trace.layer(), "h", "norm")
+    before = series.values.copy()
     frames = volume_frames(series.values[2:5], series.value_range, window_size=(160, 120))
+    assert np.array_equal(series.values, before)  # rendering never writes into the values it is given
     assert len(frames) == 3 and frames[0].shape == (120, 160, 3)
     fresh = screenshot(volume_plotter(series.values[3], clim=series.value_range, window_size=(160, 120)))
     np.testing.assert_array_equal(frames[1], fresh)

@@ -21,7 +21,7 @@ def volume_frames(values: np.ndarray, clim: Sequence[float], cmap: str = "viridi
     ``window_size`` defaults to :func:`analysis.figures.render.volume_plotter`'s. PyVista is imported here, on
     first use: importing it takes a while, and a viewer need not wait for it before drawing anything else.
     """
-    array = np.asarray(values, dtype=np.float32)
+    array = np.array(values, dtype=np.float32)  # a copy: the render window's scalars share the first frame's memory
     if array.ndim != 4 or len(array) == 0:
         raise ValueError(f"values must have shape (N, D, H, W) with N >= 1, got {tuple(array.shape)}")
     import pyvista as pv

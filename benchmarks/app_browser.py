@@ -1,0 +1,198 @@
+"""The explorer in a real browser: N sessions open the first page and step S chunks each.
+
+One ``streamlit run app/main.py`` (a new process: nothing cached) and one headless Chromium with N
+browser contexts (separate sessions, as N people). Every session opens the Explore page of the
+default checkpoint and waits until it is drawn: the "Chunk k / K" counter, the Plotly 3D scenes and
+the PyVista image, with the app no longer running. Then all sessions step at once, each S times:
+Next until the last chunk, then Previous back, and so on. A step is timed from the click until the
+new "Chunk k / K" is shown and the app has stopped running (no status widget, no spinner).
+
+Printed: the first-page time, the step time p50 and p95 over every step of every session, the mean
+of each session's last five steps against its first five, the server's CPU seconds per step while
+stepping (user + system, from /proc) and the server's peak resident memory (VmHWM). ``--view``
+chooses the Plotly 3D view clicked before stepping. Needs Debian's /usr/bin/chromium.
+
+    .venv/bin/python benchmarks/app_browser.py --sessions 1 --steps 20
+    .venv/bin/python benchmarks/app_browser.py --sessions 8 --steps 10 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CHROMIUM = Path("/usr/bin/chromium")
+COUNTER = re.compile(r"Chunk (\d+) / (\d+)")
+BUSY = '[data-testid="stStatusWidget"], [data-testid="stSpinner"]'
+TIMEOUT_MS = 600_000
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sessions", type=int, default=1, help="browser sessions stepping at once (default 1)")
+    p.add_argument("--steps", type=int, default=20, help="steps per session (default 20)")
+    p.add_argument("--runs", type=int, default=1, help="runs, each with a new server (default 1)")
+    p.add_argument("--view", choices=["volume", "isosurface"], default=None,
+                   help="the Plotly 3D view to click before stepping (default: the page's own)")
+    return p.parse_args()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_memory_gb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a process, in GB."""
+    line = next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024 / 1e9
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+                               "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:
+                if answer.read().strip() == b"ok":
+                    return server, url
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError("streamlit did not start") from None
+            time.sleep(0.05)
+
+
+async def settle(page) -> None:
+    """Until the app has finished running: no status widget and no spinner, twice 200 ms apart."""
+    while True:
+        if not await page.locator(BUSY).count():
+            await page.wait_for_timeout(200)
+            if not await page.locator(BUSY).count():
+                return
+        await page.wait_for_timeout(50)
+
+
+def stepper(page):
+    """Where the stepper is drawn: the Explore page's component frame (stepping in the browser), else the page."""
+    for frame in page.frames:
+        if frame is not page.main_frame and "chunk_stepper" in frame.url:
+            return frame
+    return page
+
+
+async def counter(where) -> tuple[int, int]:
+    text = await where.get_by_text(COUNTER).first.inner_text()
+    k, last = COUNTER.search(text).groups()
+    return int(k), int(last)
+
+
+async def painted(where) -> None:
+    """Until the browser has painted what the last step drew (two animation frames)."""
+    await where.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+async def open_first_page(browser, url: str, view) -> tuple[object, float]:
+    """A new session's page and the seconds until its first page is drawn."""
+    context = await browser.new_context(viewport={"width": 1600, "height": 1800})
+    page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    start = time.perf_counter()
+    await page.goto(url)
+    where = await stepper_of(page)
+    await where.get_by_text(COUNTER).first.wait_for()
+    await where.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
+    await where.wait_for_function("() => [...document.querySelectorAll('img')]"
+                                  ".some(img => img.complete && img.naturalWidth > 0)")
+    await settle(page)
+    await painted(where)
+    drawn = time.perf_counter() - start
+    if view is not None:
+        await page.get_by_role("button", name=view, exact=True).first.click()
+        await settle(page)
+    return page, drawn
+
+
+async def stepper_of(page):
+    """The stepper's frame once the first page shows one: the component's, or the page's own counter."""
+    while True:
+        where = stepper(page)
+        if where is not page or await page.get_by_text(COUNTER).count():
+            return where
+        await page.wait_for_timeout(50)
+
+
+async def step(page, steps: int) -> list[float]:
+    """Seconds per step: Next to the last chunk, then Previous back, and so on."""
+    times, direction, where = [], 1, stepper(page)
+    for _ in range(steps):
+        k, last = await counter(where)
+        if not 0 <= k + direction <= last:
+            direction = -direction
+        start = time.perf_counter()
+        await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).click()
+        await where.get_by_text(f"Chunk {k + direction} / {last}", exact=True).wait_for()
+        await settle(page)
+        await painted(where)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+async def one_run(sessions: int, steps: int, view) -> dict[str, object]:
+    from playwright.async_api import async_playwright
+
+    server, url = start_server()
+    try:
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+            opened = await asyncio.gather(*(open_first_page(browser, url, view) for _ in range(sessions)))
+            cpu_before = cpu_seconds(server.pid)
+            stepped = await asyncio.gather(*(step(page, steps) for page, _ in opened))
+            cpu = cpu_seconds(server.pid) - cpu_before
+            memory = peak_memory_gb(server.pid)
+            await browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    every = sorted(t for times in stepped for t in times)
+    return {"first": [d for _, d in opened], "p50": statistics.median(every),
+            "p95": every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))],
+            "first5": statistics.mean(statistics.mean(t[:5]) for t in stepped),
+            "last5": statistics.mean(statistics.mean(t[-5:]) for t in stepped),
+            "cpu_per_step": cpu / len(every), "memory_gb": memory}
+
+
+def main() -> None:
+    args = parse_args()
+    if not CHROMIUM.exists():
+        raise SystemExit("needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.sessions} session(s) × "
+          f"{args.steps} steps, view {args.view or 'as the page opens'}\n")
+    print("| run | first page (s, median / max) | step p50 (s) | step p95 (s) | first five / last five (s) "
+          "| server CPU a step (s) | server peak memory (GB) |")
+    print("|---|---|---|---|---|---|---|")
+    for run in range(1, args.runs + 1):
+        r = asyncio.run(one_run(args.sessions, args.steps, args.view))
+        print(f"| {run} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | {r['p50']:.2f} | "
+              f"{r['p95']:.2f} | {r['first5']:.2f} / {r['last5']:.2f} | {r['cpu_per_step']:.3f} | "
+              f"{r['memory_gb']:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
