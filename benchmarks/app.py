@@ -2,9 +2,10 @@
 
 Measured side by side in one run:
 
-1. Server-side step time on the Explore page of the default checkpoint (occlusion-tensor), with the
-   trace cached: Streamlit's AppTest clicks "Next"/"Previous" back and forth over every chunk and
-   times each full script run (what the server does before the browser draws). Two paces:
+1. Server-side step time on the Export page of the default checkpoint (occlusion-tensor), which draws
+   the whole Explore figure set of a chunk and is stepped by the server (Explore itself steps in the
+   browser: ``benchmarks/app_browser.py``), with the trace cached: Streamlit's AppTest clicks
+   "Next"/"Previous" back and forth over every chunk and times each full script run. Two paces:
    back to back, and with a pause between steps as a person stepping (or Play) leaves, which gives
    the app's worker time to build the next chunks' figures ahead.
 2. What a step would cost without the figure cache: building one chunk's figures (the seven
@@ -51,10 +52,11 @@ def summary(times_s: list[float]) -> str:
 
 
 def step_times(steps: int, pause: float) -> tuple[list[float], list[str]]:
-    """Seconds per step of the Explore page (a fresh AppTest session; caches are per process)."""
+    """Seconds per step of the Export page (a fresh AppTest session; caches are per process)."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300).run()
+    at.switch_page("views/export.py").run()
     if at.exception:
         raise RuntimeError(f"the app failed: {at.exception[0].value}")
     last = int(next(s for s in at.slider if s.label == "Chunk").max)
@@ -128,11 +130,11 @@ def first_page_time() -> tuple[float, float]:
                     time.sleep(0.05)
             healthy = time.perf_counter() - start
             page.goto(url)
-            page.get_by_text("Chunk ", exact=False).first.wait_for()
-            page.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
-            page.locator('[data-testid="stImage"] img').first.wait_for()
-            page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stImage\"] img')]"
-                                   ".every(img => img.complete && img.naturalWidth > 0)")
+            stepper = page.frame_locator('iframe[title*="chunk_stepper"]')  # Explore's in-browser stepper
+            stepper.get_by_text("Chunk ", exact=False).first.wait_for()
+            stepper.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
+            stepper.locator("img").first.wait_for()
+            stepper.locator("img").first.evaluate("img => img.complete || new Promise(done => img.onload = done)")
             drawn = time.perf_counter() - start
         finally:
             server.terminate()
@@ -151,10 +153,10 @@ def main() -> None:
     fast, counters = step_times(args.steps, 0.0)
     paced, _ = step_times(args.steps, args.pause)
     built = build_times()
-    print(f"\nStepping the Explore page of occlusion-tensor, trace cached ({args.steps} steps each, "
+    print(f"\nStepping the Export page of occlusion-tensor, trace cached ({args.steps} steps each, "
           f"{counters[0]} … {counters[-1]}):\n")
     print(f"{'what':<62} {'median':>8} {'p90':>8} {'max':>8}   (ms)")
-    print(f"{'server-side step, back to back':<62} {summary(fast)}")
+    print(f"{'server-side step (Export page), back to back':<62} {summary(fast)}")
     print(f"{f'server-side step, {args.pause:g} s between steps':<62} {summary(paced)}")
     print(f"{'  without the figure cache: build one chunk s figures':<62} {summary(built['figures'])}".replace(
         "chunk s", "chunk's"))
