@@ -97,11 +97,14 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
     browser keeps its chunk while only the settings change); ``images`` the PyVista renderings (PNG)."""
     count = trace.num_chunks
     cells: dict[str, list[Any]] = {"track": [], "card": []}
+    events = []
     for k in range(count):
         for name, fig in {"track": annotation_figure(trace, k), **explore_figures(trace, k, layer, series, kind,
                                                                                    anchor)}.items():
             cells.setdefault(name, []).append(_plain(fig))
-        cells["card"].append(prediction_html(chunk_outcome(trace, k), trace.has_predictions))
+        outcome = chunk_outcome(trace, k)
+        cells["card"].append(prediction_html(outcome, trace.has_predictions))
+        events.append(outcome["event"])
     kinds = {name: "figure" for name in cells} | {"card": "html"}
     labels: dict[str, str] = {}
     if series is None:
@@ -120,7 +123,7 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
             "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": count,
             "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds, "labels": labels,
             "heights": {name: HEIGHTS.get(name) for name in kinds}, "rows": rows,
-            "events": [chunk_outcome(trace, k)["event"] for k in range(count)]}
+            "events": events}
 
 
 __all__ = ["chunk_stepper", "explore_payload", "prediction_html", "served_folder", "PLAY_INTERVAL_MS"]
