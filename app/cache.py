@@ -4,8 +4,8 @@ A checkpoint is loaded once per :class:`CheckpointRef` (``st.cache_resource``: t
 and read-only; interventions are hooks held per thread, so sessions need no lock). Everything else
 is ``st.cache_data`` keyed by the checkpoint, the sample (seed and task parameters) and the view's
 settings, so a session stepping through chunks only indexes into what is cached, and sessions
-with the same settings share the work but never each other's state. PyVista renderings go through
-:mod:`app.figure_cache`, which can render the next chunks ahead. Every cache is bounded.
+with the same settings share the work but never each other's state. A sample's PyVista renderings
+are made all at once, in one render window (:func:`volume_renderings`). Every cache is bounded.
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, Checkp
 from tensor_memory.training.log import read_training_log
 
 from . import browser_stepper
-from .figure_cache import figure_cache
 
-FRAME_BLOCK = 4  # PyVista frames are rendered this many chunks at a time (one render window for all)
 RENDER_LOCK = threading.Lock()  # one off-screen render at a time: VTK windows are not shared between threads safely
 
 
@@ -146,7 +144,8 @@ def sample_trace(ref: CheckpointRef, sample: Sample) -> Trace:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: str, field: str, mode: str, index: int) -> VolumeSeries:
+def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: str, field: str, mode: str,
+                  index: int) -> VolumeSeries:
     """A layer's ``h`` or ``c`` over every chunk, reduced one way with one colour range."""
     return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
 
@@ -155,27 +154,22 @@ def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: st
 def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], view: Optional[Any],
                     start: int) -> dict[str, Any]:
     """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`); ``view`` (a
-    :class:`app.layout.VolumeView`, None without memory views) says how the volumes are drawn. The PyVista
-    renderings of every chunk are made in one render window."""
+    :class:`app.layout.VolumeView`, None without memory views) says how the volumes are drawn."""
     trace = trace_of(ref, sample)
     if view is None:
         return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write", start)
     series = volume_series(ref, sample, layer, view.field, view.mode, view.index)
-    with RENDER_LOCK:
-        images = [png_bytes(image) for image in volume_frames(series.values, series.value_range)]
+    images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index)
     return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, start, images)
 
 
-def volume_frames_job(sample_key: Hashable, layer: str, series: VolumeSeries,
-                      block: int) -> tuple[Hashable, Callable[[], list[bytes]]]:
-    """(key, build) of the PyVista renderings (PNG) of chunks block·FRAME_BLOCK … for :mod:`app.figure_cache`."""
-    def build() -> list[bytes]:
-        values = series.values[block * FRAME_BLOCK:(block + 1) * FRAME_BLOCK]
-        with RENDER_LOCK:
-            images = volume_frames(values, series.value_range)
-        return [png_bytes(image) for image in images]
-
-    return ("pyvista", sample_key, layer, series.field, series.mode, series.index, block), build
+@st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")
+def volume_renderings(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], field: str, mode: str,
+                      index: int) -> list[bytes]:
+    """The PyVista volume rendering (PNG) of every chunk of a layer's volume series, in one render window."""
+    series = volume_series(ref, sample, layer, field, mode, index)
+    with RENDER_LOCK:
+        return [png_bytes(image) for image in volume_frames(series.values, series.value_range)]
 
 
 def chunk_figures_job(trace: Trace, sample_key: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
@@ -184,11 +178,6 @@ def chunk_figures_job(trace: Trace, sample_key: Hashable, layer: Optional[str], 
     settings = None if series is None else (series.field, series.mode, series.index, kind, anchor)
     return (("explore", sample_key, layer, settings, chunk),
             lambda: explore_figures(trace, chunk, layer, series, kind, anchor))
-
-
-def volume_frame(sample_key: Hashable, layer: str, series: VolumeSeries, chunk: int) -> bytes:
-    """The PyVista volume rendering (PNG) of one chunk; its block's neighbours are rendered with it."""
-    return figure_cache().get(*volume_frames_job(sample_key, layer, series, chunk // FRAME_BLOCK))[chunk % FRAME_BLOCK]
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring the addressing of this trace…")
@@ -271,6 +260,6 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
 
 
 __all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "explore_payload", "volume_series", "volume_frame", "volume_frames_job", "chunk_figures_job", "summary",
-           "intervention", "survival", "training_history", "world_readout", "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction",
-           "FRAME_BLOCK"]
+           "sample_trace", "explore_payload", "volume_series", "volume_renderings",
+           "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
+           "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction"]

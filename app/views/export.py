@@ -26,7 +26,8 @@ shown = context.ref.label if context.is_trace_file else f"{context.ref.label}-se
 name = re.sub(r"[^A-Za-z0-9._-]+", "_", shown.removeprefix("trace: ")).strip("_")
 title = f"{shown}, chunk {chunk}"
 rendered = {} if series is None else {
-    f"pyvista_{series.field}.png": cache.volume_frame(context.sample_key, context.layer, series, chunk)}
+    f"pyvista_{series.field}.png": cache.volume_renderings(context.ref, context.sample, context.layer, view.field,
+                                                           view.mode, view.index)[chunk]}
 
 
 def png_archive() -> bytes:
