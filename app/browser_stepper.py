@@ -99,8 +99,8 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
     cells: dict[str, list[Any]] = {"track": [], "card": []}
     events = []
     for k in range(count):
-        for name, fig in {"track": annotation_figure(trace, k), **explore_figures(trace, k, layer, series, kind,
-                                                                                   anchor)}.items():
+        figures = {"track": annotation_figure(trace, k), **explore_figures(trace, k, layer, series, kind, anchor)}
+        for name, fig in figures.items():
             cells.setdefault(name, []).append(_plain(fig))
         outcome = chunk_outcome(trace, k)
         cells["card"].append(prediction_html(outcome, trace.has_predictions))

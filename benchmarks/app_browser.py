@@ -56,7 +56,7 @@ def cpu_seconds(pid: int) -> float:
 
 def peak_memory_gb(pid: int) -> float:
     """Peak resident memory (VmHWM) of a process, in GB."""
-    line = next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("VmHWM:"))
+    line = next(row for row in Path(f"/proc/{pid}/status").read_text().splitlines() if row.startswith("VmHWM:"))
     return int(line.split()[1]) * 1024 / 1e9
 
 
