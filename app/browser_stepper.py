@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 import streamlit.components.v1 as components
 
 from analysis.figures.annotations import annotation_figure
+from analysis.figures.base import TEMPLATE
 from analysis.figures.chunk_input import chunk_outcome
 from analysis.figures.views import SLICE_ANCHORS, explore_figures
 from analysis.measures.volumes import VolumeSeries
@@ -85,9 +86,18 @@ def prediction_html(outcome: dict[str, Any], predicts: bool) -> str:
             f"p(prediction) = {outcome['p_prediction']:.1%}</div>")
 
 
-def _plain(fig: go.Figure) -> dict[str, Any]:
-    """A figure as the JSON plotly.js takes (arrays as typed-array objects)."""
-    return json.loads(fig.to_json())
+def shared_template() -> dict[str, Any]:
+    """The figures' template as plotly.js takes it: sent once in the payload, not with each figure (7 KB each)."""
+    return json.loads(go.Figure(layout=dict(template=TEMPLATE)).to_json())["layout"]["template"]
+
+
+def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
+    """A figure as the JSON plotly.js takes (arrays as typed-array objects), less ``template`` if it has it (the
+    browser puts the payload's back)."""
+    plain = json.loads(fig.to_json())
+    if plain["layout"].get("template") == template:
+        del plain["layout"]["template"]
+    return plain
 
 
 def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
@@ -97,11 +107,11 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
     browser keeps its chunk while only the settings change); ``images`` the PyVista renderings (PNG)."""
     count = trace.num_chunks
     cells: dict[str, list[Any]] = {"track": [], "card": []}
-    events = []
+    events, template = [], shared_template()
     for k in range(count):
         figures = {"track": annotation_figure(trace, k), **explore_figures(trace, k, layer, series, kind, anchor)}
         for name, fig in figures.items():
-            cells.setdefault(name, []).append(_plain(fig))
+            cells.setdefault(name, []).append(_plain(fig, template))
         outcome = chunk_outcome(trace, k)
         cells["card"].append(prediction_html(outcome, trace.has_predictions))
         events.append(outcome["event"])
@@ -123,7 +133,7 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
             "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": count,
             "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds, "labels": labels,
             "heights": {name: HEIGHTS.get(name) for name in kinds}, "rows": rows,
-            "events": events}
+            "events": events, "template": template}
 
 
 __all__ = ["chunk_stepper", "explore_payload", "prediction_html", "served_folder", "PLAY_INTERVAL_MS"]

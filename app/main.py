@@ -16,10 +16,12 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 
 import streamlit as st  # noqa: E402
 
+from analysis.figures import use_template_by_default  # noqa: E402
 from app import pretrained_view, sidebar, state  # noqa: E402
 from app.cache import Sample, TraceRef  # noqa: E402
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory  # noqa: E402
 
+use_template_by_default()  # every figure of the app is white: built so, not re-templated (10 ms a figure)
 st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/deployed_code:", layout="wide",
                    initial_sidebar_state="expanded",
                    menu_items={"About": "Tensor Memory Explorer: watch a fixed-size 3D voxel memory work, chunk by "

@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from analysis.figures.state import VOLUME_KINDS  # noqa: E402
+
 CHROMIUM = Path("/usr/bin/chromium")
 COUNTER = re.compile(r"Chunk (\d+) / (\d+)")
 BUSY = '[data-testid="stStatusWidget"], [data-testid="stSpinner"]'
@@ -43,8 +45,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=1, help="browser sessions stepping at once (default 1)")
     p.add_argument("--steps", type=int, default=20, help="steps per session (default 20)")
     p.add_argument("--runs", type=int, default=1, help="runs, each with a new server (default 1)")
-    p.add_argument("--view", choices=["volume", "isosurface"], default=None,
-                   help="the Plotly 3D view to click before stepping (default: the page's own)")
+    p.add_argument("--view", choices=list(VOLUME_KINDS.values()), default=None,
+                   help="the Plotly 3D view to click before stepping, by its name on the page (default: the page's "
+                        "own)")
     return p.parse_args()
 
 

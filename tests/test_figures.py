@@ -136,6 +136,38 @@ def test_volume_figure_holds_the_values_at_their_voxels(layer):
     assert (volume.cmin, volume.cmax) == (float(values.min()), float(values.max()))
 
 
+def test_volume_figure_point_cloud_marks_the_voxels_that_hold_something():
+    values = np.zeros((3, 4, 5), dtype=np.float32)
+    values[1, 2, 3], values[2, 0, 4], values[0, 3, 0] = 1.0, 0.5, 0.1  # (z, y, x); 0.1 is under the floor
+    fig = F.volume_figure(values, kind="points", value_range=(0, 1))
+    (cloud,) = fig.data
+    assert cloud.type == "scatter3d" and cloud.mode == "markers"
+    shown = sorted(zip(cloud.z, cloud.y, cloud.x, cloud.customdata))
+    assert shown == [(1, 2, 3, 1.0), (2, 0, 4, 0.5)]
+    sizes = dict(zip(zip(cloud.z, cloud.y, cloud.x), cloud.marker.size))
+    assert sizes[(1, 2, 3)] == pytest.approx(12.0) and sizes[(2, 0, 4)] == pytest.approx(7.5)  # 3 + 9 · share
+    assert (cloud.marker.cmin, cloud.marker.cmax) == (0, 1)
+    scene = fig.layout.scene  # the whole grid whatever is drawn, in its proportions
+    assert (scene.xaxis.range, scene.yaxis.range, scene.zaxis.range) == ((-0.5, 4.5), (-0.5, 3.5), (-0.5, 2.5))
+    assert (scene.aspectratio.x, scene.aspectratio.y, scene.aspectratio.z) == pytest.approx((1.0, 0.8, 0.6))
+    empty = F.volume_figure(np.zeros((2, 2, 2), dtype=np.float32), kind="points", value_range=(0, 1))
+    assert len(empty.data[0].x) == 0  # nothing held: nothing drawn, the axes still there
+
+
+def test_figures_are_white_whether_or_not_it_is_plotly_default():
+    import plotly.io as pio
+
+    white = pio.templates[F.TEMPLATE]
+    before = pio.templates.default
+    try:
+        for default in ("plotly", F.TEMPLATE):
+            pio.templates.default = default
+            fig = F.volume_figure(rng(2).uniform(0, 1, (2, 2, 2)), kind="points")
+            assert fig.layout.template == white, default
+    finally:
+        pio.templates.default = before
+
+
 def test_volume_figure_fixed_range_and_isosurface():
     values = rng(2).uniform(0, 1, (3, 4, 5)).astype(np.float32)
     fig = F.volume_figure(values, kind="isosurface", value_range=(-2, 2))
@@ -143,7 +175,7 @@ def test_volume_figure_fixed_range_and_isosurface():
     assert iso.type == "isosurface" and (iso.cmin, iso.cmax, iso.isomin, iso.isomax) == (-2, 2, -2, 2)
     assert len(iso.value) == values.size
     with pytest.raises(ValueError, match="kind must be"):
-        F.volume_figure(values, kind="points")
+        F.volume_figure(values, kind="voxels")
     with pytest.raises(ValueError, match=r"values must have shape \(D, H, W\)"):
         F.volume_figure(values[0])
     with pytest.raises(ValueError, match="high > low"):

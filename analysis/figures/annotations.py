@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from analysis.figures.base import templated
 from analysis.traces.trace import Trace
 
 EVENT_COLOURS = {"occluded": "#7f7f7f", "write": "#1f77b4", "query": "#9467bd", "observation": "#17becf",
@@ -96,8 +97,8 @@ def annotation_figure(trace: Trace, current: int) -> go.Figure:
             hovertemplate=f"chunk %{{x}}: {name}<extra></extra>"))
     fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="#ff7f0e", opacity=0.25, line_width=0,
                   layer="below")
-    fig.update_layout(template="plotly_white", height=34 + 24 * len(rows), margin=dict(l=10, r=10, t=6, b=24),
-                      showlegend=False, hovermode="closest")
+    fig.update_layout(**templated(height=34 + 24 * len(rows), margin=dict(l=10, r=10, t=6, b=24), showlegend=False,
+                                  hovermode="closest"))
     fig.update_xaxes(range=[-0.5, max(K, 1) - 0.5], dtick=1 if K <= 40 else None, showgrid=False, zeroline=False,
                      title=None)
     fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1], showgrid=False, title=None)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 TEMPLATE = "plotly_white"
 MARGIN = dict(l=10, r=10, t=40, b=10)
@@ -18,15 +21,34 @@ AXIS_TITLES = {"x": "x (W)", "y": "y (H)", "z": "z (D)"}
 
 def finish(fig: go.Figure, title: str, **layout) -> go.Figure:
     """The shared compact layout: white template, small margins, the title top left."""
-    fig.update_layout(template=TEMPLATE, margin=MARGIN, title=dict(text=title, x=0.01, font=dict(size=14)),
-                      **layout)
+    fig.update_layout(**templated(margin=MARGIN, title=dict(text=title, x=0.01, font=dict(size=14)), **layout))
     return fig
 
 
-def voxel_scene() -> dict:
-    """A 3D scene in voxel-index axes with true proportions."""
-    return dict(xaxis=dict(title=AXIS_TITLES["x"]), yaxis=dict(title=AXIS_TITLES["y"]),
-                zaxis=dict(title=AXIS_TITLES["z"]), aspectmode="data")
+def templated(**layout) -> dict:
+    """``layout`` with the white template, unless new figures get it anyway: a figure built while :data:`TEMPLATE`
+    is Plotly's default (:func:`use_template_by_default`) has it, and setting it again validates and copies the
+    whole template, about 10 ms a figure."""
+    return layout if pio.templates.default == TEMPLATE else {"template": TEMPLATE, **layout}
+
+
+def use_template_by_default() -> None:
+    """Make :data:`TEMPLATE` Plotly's default template in this process (the app does: it builds many figures)."""
+    pio.templates.default = TEMPLATE
+
+
+def voxel_scene(shape: Optional[Sequence[int]] = None) -> dict:
+    """A 3D scene in voxel-index axes with true proportions; with the grid's ``shape`` (D, H, W) the axes span
+    the whole grid whatever is drawn (a point cloud may cover a corner of it)."""
+    scene = dict(xaxis=dict(title=AXIS_TITLES["x"]), yaxis=dict(title=AXIS_TITLES["y"]),
+                 zaxis=dict(title=AXIS_TITLES["z"]), aspectmode="data")
+    if shape is not None:
+        D, H, W = shape
+        for axis, n in (("xaxis", W), ("yaxis", H), ("zaxis", D)):
+            scene[axis]["range"] = [-0.5, n - 0.5]
+        longest = max(shape)
+        scene.update(aspectmode="manual", aspectratio=dict(x=W / longest, y=H / longest, z=D / longest))
+    return scene
 
 
 def mark_current(fig: go.Figure, current: int) -> None:

@@ -18,28 +18,43 @@ def _values(values: np.ndarray) -> np.ndarray:
     return check_array(values, 3, "values", "(D, H, W)").astype(np.float32)
 
 
+VOLUME_KINDS = {"points": "point cloud", "isosurface": "isosurfaces", "volume": "volume"}  # the first: the default
+POINT_FLOOR = 0.2  # the point cloud leaves out voxels below this share of the colour range (as the volume fades them)
+
+
 def volume_figure(values: np.ndarray, kind: str = "volume", title: str = "", opacity: Optional[float] = None,
                   value_range: Optional[Sequence[float]] = None) -> go.Figure:
     """A 3D rendering of (D, H, W) ``values`` in voxel-index axes.
 
-    ``kind`` ``"volume"`` (go.Volume, default opacity 0.2) or ``"isosurface"`` (go.Isosurface,
-    default opacity 0.6). ``value_range`` (low, high) fixes the colours and iso levels, so that
-    stepping through chunks does not rescale them; by default the data's range is used.
+    ``kind`` ``"volume"`` (go.Volume: 15 surfaces, default opacity 0.2), ``"isosurface"`` (go.Isosurface: 4
+    surfaces, default opacity 0.6) or ``"points"`` (go.Scatter3d: a marker at every voxel holding at least
+    :data:`POINT_FLOOR` of the range, larger for larger values, default opacity 0.8; the lightest to draw).
+    ``value_range`` (low, high) fixes the colours and levels, so that stepping through chunks does not
+    rescale them; by default the data's range is used. The axes span the whole grid whatever is drawn.
     """
     array = _values(values)
     low, high = colour_range(array, value_range)
     z, y, x = np.meshgrid(*(np.arange(n) for n in array.shape), indexing="ij")
-    common = dict(x=x.ravel(), y=y.ravel(), z=z.ravel(), value=array.ravel(), isomin=low, isomax=high,
-                  cmin=low, cmax=high, colorscale=COLORSCALE, colorbar=dict(thickness=12, len=0.8),
-                  hovertemplate="x %{x}, y %{y}, z %{z}<br>value %{value:.3f}<extra></extra>")
-    if kind == "volume":
-        trace = go.Volume(**common, opacity=0.2 if opacity is None else opacity, surface_count=15)
-    elif kind == "isosurface":
-        trace = go.Isosurface(**common, opacity=0.6 if opacity is None else opacity, surface_count=4,
-                              caps=dict(x_show=False, y_show=False, z_show=False))
+    colours = dict(cmin=low, cmax=high, colorscale=COLORSCALE, colorbar=dict(thickness=12, len=0.8))
+    hover = "x %{x}, y %{y}, z %{z}<br>value %{customdata:.3f}<extra></extra>"
+    if kind == "points":
+        share = (array - low) / (high - low)  # colour_range keeps high > low
+        shown = share >= POINT_FLOOR  # (D, H, W) mask
+        trace = go.Scatter3d(x=x[shown], y=y[shown], z=z[shown], mode="markers", customdata=array[shown],
+                             marker=dict(color=array[shown], size=3 + 9 * np.clip(share[shown], 0, 1),
+                                         opacity=0.8 if opacity is None else opacity, line=dict(width=0), **colours),
+                             hovertemplate=hover)
+    elif kind in ("volume", "isosurface"):
+        common = dict(x=x.ravel(), y=y.ravel(), z=z.ravel(), value=array.ravel(), isomin=low, isomax=high,
+                      hovertemplate=hover.replace("customdata", "value"), **colours)
+        if kind == "volume":
+            trace = go.Volume(**common, opacity=0.2 if opacity is None else opacity, surface_count=15)
+        else:
+            trace = go.Isosurface(**common, opacity=0.6 if opacity is None else opacity, surface_count=4,
+                                  caps=dict(x_show=False, y_show=False, z_show=False))
     else:
-        raise ValueError(f"kind must be 'volume' or 'isosurface', got {kind!r}")
-    return finish(go.Figure(trace), title, scene=voxel_scene())
+        raise ValueError(f"kind must be one of {', '.join(map(repr, VOLUME_KINDS))}, got {kind!r}")
+    return finish(go.Figure(trace), title, scene=voxel_scene(array.shape))
 
 
 def slices_figure(values: np.ndarray, index: Optional[Sequence[int]] = None, title: str = "",

@@ -79,7 +79,8 @@ function show(chunk) {
     else {
       const height = payload.heights[name] || value.layout.height || 450; // pixels, the div and the figure alike
       node.style.height = `${height}px`;
-      Plotly.react(node, value.data, { ...value.layout, height, uirevision: name }, CONFIG);
+      const template = value.layout.template || payload.template; // sent once, not with every figure
+      Plotly.react(node, value.data, { ...value.layout, template, height, uirevision: name }, CONFIG);
     }
   }
   document.getElementById("counter").textContent = `Chunk ${chunk} / ${last}`;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.figures.state import VOLUME_KINDS
 from analysis.figures.views import SLICE_ANCHORS
 from analysis.measures.volumes import FIELDS, MODES
 from analysis.measures.world import READOUT_SAMPLES
@@ -34,8 +35,10 @@ def volume_controls(channels: int, fields: list[str]) -> layout.VolumeView:
             index = layout.remembered(st.number_input, "Channel" if mode == "channel" else "Component",
                                       "explore.index", 0, min_value=0, max_value=channels - 1, step=1)
     with kind_col:
-        kind = layout.remembered(st.segmented_control, "Plotly view", "explore.kind", "volume",
-                                 options=["volume", "isosurface"], required=True)
+        kind = layout.remembered(st.segmented_control, "Plotly 3D view", "explore.kind", layout.VolumeView.kind,
+                                 options=list(VOLUME_KINDS), format_func=VOLUME_KINDS.get, required=True,
+                                 help="A point per voxel that holds something (lightest to draw), a few "
+                                      "isosurfaces, or the full volume of 15 transparent surfaces.")
     with anchor_col:
         anchor = layout.remembered(st.selectbox, "Slices", "explore.anchor", "write", options=list(SLICE_ANCHORS),
                                    format_func=SLICE_ANCHORS.get)
