@@ -104,7 +104,8 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
                     kind: str, anchor: str, start: int, images: Optional[list[bytes]] = None) -> dict[str, Any]:
     """Every chunk's Explore views, laid out for :func:`chunk_stepper`: with ``series`` (a memory to draw)
     the full page, else the input, the prediction and the timeline. ``identity`` names the sample (the
-    browser keeps its chunk while only the settings change); ``images`` the PyVista renderings (PNG)."""
+    browser keeps its chunk while only the settings change); ``images`` the PyVista renderings (PNG, one a chunk)
+    when they are to be shown."""
     count = trace.num_chunks
     cells: dict[str, list[Any]] = {"track": [], "card": []}
     events, template = [], shared_template()
@@ -120,11 +121,14 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
     if series is None:
         rows = [{"widths": [1, 1], "cells": [["input"], ["card", "timeline"]]}]
     else:
-        cells["render"] = ["data:image/png;base64," + base64.b64encode(png).decode() for png in images or []]
-        kinds["render"] = "image"
-        labels = {"render": f"{series.label}, PyVista volume rendering",
-                  "slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
-        rows = [{"widths": [1, 1.25, 1.05], "cells": [["input", "card"], ["volume"], ["render"]]},
+        labels = {"slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
+        top = {"widths": [1, 1.6], "cells": [["input", "card"], ["volume"]]}
+        if images is not None:
+            cells["render"] = ["data:image/png;base64," + base64.b64encode(png).decode() for png in images]
+            kinds["render"] = "image"
+            labels["render"] = f"{series.label}, PyVista volume rendering"
+            top = {"widths": [1, 1.25, 1.05], "cells": [["input", "card"], ["volume"], ["render"]]}
+        rows = [top,
                 {"widths": [1, 1.3], "cells": [["timeline"], ["slices"]]},
                 {"heading": "Where it reads and writes, and how it gates"},
                 {"widths": [1.2, 1, 1], "cells": [["trajectory"], ["sigma"], ["gates"]]}]

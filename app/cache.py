@@ -159,7 +159,7 @@ def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: 
     if view is None:
         return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write", start)
     series = volume_series(ref, sample, layer, view.field, view.mode, view.index)
-    images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index)
+    images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index) if view.rendered else None
     return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, start, images)
 
 

@@ -94,8 +94,9 @@ class VolumeView:
     field: str = "h"
     mode: str = "norm"
     index: int = 0
-    kind: str = "volume"
+    kind: str = "points"
     anchor: str = "write"
+    rendered: bool = False  # with PyVista's volume renderings beside (every chunk rendered once, about 2 s)
 
 
 def volume_view() -> VolumeView:

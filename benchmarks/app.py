@@ -13,8 +13,8 @@ Measured side by side in one run:
    volume rendering (a fresh render window, and per chunk when every chunk of a sample is rendered
    in one window, as the app does).
 3. Time from starting ``streamlit run app/main.py`` (a new process: nothing cached) until headless
-   Chromium shows the first page settled: the "Chunk k / K" counter, the Plotly 3D scenes and
-   the PyVista image. Needs /usr/bin/chromium.
+   Chromium shows the first page settled: the "Chunk k / K" counter and the Plotly 3D scenes (PyVista
+   is off until asked for). Needs /usr/bin/chromium.
 
     .venv/bin/python benchmarks/app.py
     .venv/bin/python benchmarks/app.py --steps 60 --pause 1.0 --starts 3
@@ -133,8 +133,6 @@ def first_page_time() -> tuple[float, float]:
             stepper = page.frame_locator('iframe[title*="chunk_stepper"]')  # Explore's in-browser stepper
             stepper.get_by_text("Chunk ", exact=False).first.wait_for()
             stepper.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
-            stepper.locator("img").first.wait_for()
-            stepper.locator("img").first.evaluate("img => img.complete || new Promise(done => img.onload = done)")
             drawn = time.perf_counter() - start
         finally:
             server.terminate()

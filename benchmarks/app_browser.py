@@ -2,8 +2,8 @@
 
 One ``streamlit run app/main.py`` (a new process: nothing cached) and one headless Chromium with N
 browser contexts (separate sessions, as N people). Every session opens the Explore page of the
-default checkpoint and waits until it is drawn: the "Chunk k / K" counter, the Plotly 3D scenes and
-the PyVista image, with the app no longer running. Then all sessions step at once, each S times:
+default checkpoint and waits until it is drawn: the "Chunk k / K" counter and the Plotly 3D scenes,
+with the app no longer running. Then all sessions step at once, each S times:
 Next until the last chunk, then Previous back, and so on. A step is timed from the click until the
 new "Chunk k / K" is shown and the app has stopped running (no status widget, no spinner).
 
@@ -121,14 +121,13 @@ async def open_first_page(browser, url: str, view) -> tuple[object, float]:
     where = await stepper_of(page)
     await where.get_by_text(COUNTER).first.wait_for()
     await where.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
-    await where.wait_for_function("() => [...document.querySelectorAll('img')]"
-                                  ".some(img => img.complete && img.naturalWidth > 0)")
     await settle(page)
     await painted(where)
     drawn = time.perf_counter() - start
     if view is not None:
-        await page.get_by_role("button", name=view, exact=True).first.click()
+        await page.get_by_role("radio", name=view, exact=True).first.click()  # a segmented control's option
         await settle(page)
+        await painted(await stepper_of(page))
     return page, drawn
 
 

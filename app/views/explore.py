@@ -17,7 +17,8 @@ MODE_NAMES = {"norm": "norm", "channel": "one channel", "pca": "PCA"}
 
 def volume_controls(channels: int, fields: list[str]) -> layout.VolumeView:
     """One row of controls for how the volumes are drawn (remembered while other pages are open)."""
-    field_col, mode_col, index_col, kind_col, anchor_col = st.columns([1, 2, 1.3, 1.6, 2], vertical_alignment="bottom")
+    field_col, mode_col, index_col, kind_col, anchor_col, render_col = st.columns([1, 2, 1.1, 2.6, 1.8, 1.3],
+                                                                                   vertical_alignment="bottom")
     with field_col:
         field = layout.remembered(st.segmented_control, "State", "explore.field", "h", options=fields, required=True,
                                   help="h: the hidden state that reads see; c: the cell state behind it.")
@@ -42,7 +43,11 @@ def volume_controls(channels: int, fields: list[str]) -> layout.VolumeView:
     with anchor_col:
         anchor = layout.remembered(st.selectbox, "Slices", "explore.anchor", "write", options=list(SLICE_ANCHORS),
                                    format_func=SLICE_ANCHORS.get)
-    return layout.VolumeView(field, mode, int(index), kind, anchor)
+    with render_col:
+        rendered = layout.remembered(st.toggle, "PyVista", "explore.rendered", layout.VolumeView.rendered,
+                                     help="Also show PyVista's volume rendering (off-screen, every chunk rendered "
+                                          "once per sample: a few seconds).")
+    return layout.VolumeView(field, mode, int(index), kind, anchor, bool(rendered))
 
 
 context = state.current()
@@ -62,8 +67,8 @@ browser_stepper.chunk_stepper(payload, key="explore_stepper")
 if view is None:
     layout.memory_notice(context, "The memory views")
     st.stop()
-st.caption("Plotly turns and zooms; PyVista renders off-screen (low values are transparent; one colour scale holds "
-           "for every chunk).")
+st.caption("Plotly turns and zooms; PyVista, when on, renders off-screen (low values are transparent; one colour "
+           "scale holds for every chunk).")
 
 if world_view.supported(context):
     st.markdown("##### Does the memory's space follow the world?")

@@ -25,13 +25,14 @@ figures = figure_cache().get(*cache.chunk_figures_job(trace, context.sample_key,
 shown = context.ref.label if context.is_trace_file else f"{context.ref.label}-seed{context.seed}"
 name = re.sub(r"[^A-Za-z0-9._-]+", "_", shown.removeprefix("trace: ")).strip("_")
 title = f"{shown}, chunk {chunk}"
-rendered = {} if series is None else {
-    f"pyvista_{series.field}.png": cache.volume_renderings(context.ref, context.sample, context.layer, view.field,
-                                                           view.mode, view.index)[chunk]}
 
 
 def png_archive() -> bytes:
-    """Every Plotly figure drawn in Chromium, plus the PyVista volume rendering when there is one."""
+    """Every Plotly figure drawn in Chromium, plus the PyVista volume rendering when there is a memory (rendered
+    here, on the click: the page opens without waiting for PyVista)."""
+    rendered = {} if series is None else {
+        f"pyvista_{series.field}.png": cache.volume_renderings(context.ref, context.sample, context.layer, view.field,
+                                                               view.mode, view.index)[chunk]}
     return zip_bytes({**{f"{key}.png": data for key, data in figure_pngs(figures).items()}, **rendered})
 
 
