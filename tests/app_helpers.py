@@ -72,6 +72,17 @@ def values(array) -> np.ndarray:
     return np.asarray(array)
 
 
+def drawn_volume(spec: dict, shape: tuple[int, int, int]) -> np.ndarray:
+    """The (D, H, W) values a 3D volume chart draws, NaN where it draws nothing (a point cloud's left-out voxels)."""
+    trace = spec["data"][0]
+    if trace["type"] != "scatter3d":
+        return values(trace["value"]).reshape(shape)
+    out = np.full(shape, np.nan, dtype=np.float32)
+    z, y, x = (values(trace[axis]).astype(int) for axis in "zyx")
+    out[z, y, x] = values(trace["customdata"])
+    return out
+
+
 def zipped(folder: Path, prefix: str = "") -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

@@ -9,6 +9,7 @@ traces and figures earlier ones computed.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 
 import numpy as np
@@ -18,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from analysis import capture
 from analysis.figures.annotations import key_chunk
 from analysis.figures.chunk_input import chunk_outcome
+from analysis.figures.state import POINT_FLOOR
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
 from analysis.traces.training_log import addressing_history
@@ -30,8 +32,8 @@ from app.figure_cache import FigureCache
 from app.stepper import advance
 from tensor_memory import load_checkpoint
 
-from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, chunk_slider, counter, ok, payload, start,
-                         upload, values, zipped)
+from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, chunk_slider, counter, drawn_volume, ok,
+                         payload, start, upload, values, zipped)
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +55,15 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     assert app.selectbox(key="checkpoint_choice").value == "occlusion-tensor"
     assert counter(app) == f"#### Chunk {k} / {K - 1}"
     series = state_series(default_trace.layer(), "h", "norm")
-    volume = chart(app, f"after chunk {k}")["data"][0]
-    assert volume["type"] == "volume"
-    np.testing.assert_allclose(values(volume["value"]), series.values[k].ravel(), rtol=1e-5)
+    volume = chart(app, f"after chunk {k}")
+    assert volume["data"][0]["type"] == "scatter3d"  # the point cloud: the lightest view to draw
+    expected, (low, high) = series.values[k], series.value_range
+    held = (expected - low) / (high - low) >= POINT_FLOOR  # the voxels that hold something
+    shown = drawn_volume(volume, expected.shape)
+    assert held.any() and np.array_equal(~np.isnan(shown), held)
+    np.testing.assert_allclose(shown[held], expected[held], rtol=1e-5)
     sent = payload(app)
-    assert len(sent["cells"]["render"]) == K and sent["cells"]["render"][k].startswith("data:image/png;base64,")
+    assert "render" not in sent["cells"]  # PyVista waits until asked for
     titles = [fig["layout"].get("title", {}).get("text", "") for name, cells in sent["cells"].items()
               if sent["kinds"][name] == "figure" for fig in cells[k:k + 1]]
     assert any("read and write coordinates" in t for t in titles) and "gates" in titles and "write spread σ" in titles
@@ -69,8 +75,10 @@ def test_every_chunk_s_views_go_to_the_browser_at_once(app, default_trace):
     sent, series = payload(app), state_series(default_trace.layer(), "h", "norm")
     assert sent["count"] == default_trace.num_chunks and all(len(c) == sent["count"] for c in sent["cells"].values())
     for k in range(sent["count"]):
-        np.testing.assert_allclose(values(chart(app, f"after chunk {k}", k)["data"][0]["value"]),
-                                   series.values[k].ravel(), rtol=1e-5)
+        shown = drawn_volume(chart(app, f"after chunk {k}", k), series.values[k].shape)
+        held = ~np.isnan(shown)
+        assert held.any()
+        np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
         assert chart(app, f"chunks 0–{k}", k)  # the trajectories follow
         assert sent["events"][k] == chunk_outcome(default_trace, k)["event"]
         assert sent["cells"]["card"][k] == prediction_html(chunk_outcome(default_trace, k), True)
@@ -111,6 +119,18 @@ def test_volume_controls_redraw_and_are_remembered(default_trace):
     ok(at.switch_page("views/teach.py").run())
     ok(at.switch_page("views/explore.py").run())
     assert at.button_group(key="explore.field").value == "c" and at.number_input(key="explore.index").value == 1
+
+
+def test_pyvista_renders_every_chunk_when_asked(default_trace):
+    at = start()
+    assert "render" not in payload(at)["cells"]
+    ok(at.toggle(key="explore.rendered").set_value(True).run())
+    sent = payload(at)
+    renders = sent["cells"]["render"]
+    assert len(renders) == default_trace.num_chunks and len(set(renders)) > 1  # one image a chunk, not one for all
+    first = base64.b64decode(renders[0].removeprefix("data:image/png;base64,"))
+    assert first.startswith(b"\x89PNG") and sent["labels"]["render"].endswith("PyVista volume rendering")
+    assert [row["cells"] for row in sent["rows"]][0] == [["input", "card"], ["volume"], ["render"]]
 
 
 def test_play_steps_on_its_own_and_pause_stops(monkeypatch):
@@ -300,8 +320,10 @@ def test_other_tasks_and_a_second_memory_layer(name):
         ok(at.selectbox(key="layer_choice").set_value(trace.layer_names[0]).run())
         series = state_series(trace.layer(trace.layer_names[0]), "h", "norm")
         k = key_chunk(trace)
-        np.testing.assert_allclose(values(chart(at, f"after chunk {k}")["data"][0]["value"]),
-                                   series.values[k].ravel(), rtol=1e-5)
+        shown = drawn_volume(chart(at, f"after chunk {k}"), series.values[k].shape)
+        held = ~np.isnan(shown)
+        assert held.any()
+        np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
     for page in ("views/occlusion.py", "views/teach.py", "views/export.py"):
         ok(at.switch_page(page).run())
     assert not at.error

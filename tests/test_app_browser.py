@@ -144,18 +144,24 @@ def test_first_page_draws_the_memory_and_next_advances(browser, server):
     k, last = chunk(page)
     assert 0 <= k <= last
     stepper = view(page)
-    # the 3D views: Plotly's WebGL scenes (volume and trajectories) and the PyVista rendering
+    # the 3D views: Plotly's WebGL scenes (the point cloud and the trajectories); PyVista waits until asked for
     assert stepper.locator(".js-plotly-plot .gl-container canvas").count() >= 2
     volume = stepper.locator(".js-plotly-plot").filter(has_text="after chunk").first
-    assert drawn(volume) > 10
+    assert drawn(volume) > 10 and stepper.locator("img").count() == 0
+    page.get_by_text("PyVista", exact=True).click()  # the toggle: every chunk rendered once, sent to the browser
     rendering = stepper.locator("img").first
+    rendering.wait_for()
+    settle(page)
     assert rendering.evaluate("img => img.complete && img.naturalWidth > 0") and drawn(rendering) > 10
+    assert chunk(page) == (k, last)  # new views, the same chunk
+    before = rendering.get_attribute("src")
     if k == last:
         stepper.get_by_role("button", name="Previous", exact=True).click()
         k -= 1
     stepper.get_by_role("button", name="Next", exact=True).click()
     stepper.get_by_text(f"Chunk {k + 1} / {last}").wait_for()
     assert stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {k + 1}").count() == 1  # views follow
+    assert rendering.get_attribute("src") != before  # and so does PyVista's image
     page.screenshot(path=str(ARTIFACTS / "app-explore-next.png"))
     page.close()
 
@@ -223,7 +229,7 @@ def test_two_sessions_keep_their_own_chunk(browser, server):
     first, second = open_app(browser, server), open_app(browser, server)
     k, last = chunk(second)
     view(first).get_by_role("button", name="Previous" if k == last else "Next", exact=True).click()
-    second.get_by_text("isosurface", exact=True).first.click()  # the second session runs again, on its own state
+    second.get_by_role("radio", name="isosurfaces", exact=True).click()  # the second session runs again, alone
     settle(second)
     assert chunk(second) == (k, last) and chunk(first) != (k, last)
     first.close()
