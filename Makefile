@@ -17,9 +17,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP)
 
-# The explorer opens on checkpoints/occlusion-tensor with a sample already captured.
+# The explorer opens on checkpoints/occlusion-tensor with a sample already captured
+# (python -m app: streamlit run app/main.py, the opening page prepared while the server starts).
 run: $(STAMP)
-	$(PY) -m streamlit run app/main.py
+	$(PY) -m app
 
 test: $(STAMP) browser
 	$(PY) -m pytest

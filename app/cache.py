@@ -91,9 +91,13 @@ class Sample:
     overrides: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, seed: int, params: Mapping[str, Any]) -> "Sample":
-        """Stream ``seed`` with the task parameters ``params`` (numbers and flags, as the sidebar sets them)."""
-        return cls(int(seed), tuple(sorted(params.items())))
+    def of(cls, seed: int, params: Mapping[str, Any], task_config: Any = None) -> "Sample":
+        """Stream ``seed`` with the task parameters ``params`` (numbers and flags, as the sidebar sets them); those
+        equal to ``task_config``'s own (the task's dataclass config) are left out, so the sample a page opens on is
+        ``Sample(seed)`` and shares its cache entries with anyone who asks for it so (``python -m app`` does)."""
+        changed = {name: value for name, value in params.items()
+                   if task_config is None or getattr(task_config, name, object()) != value}
+        return cls(int(seed), tuple(sorted(changed.items())))
 
     @property
     def params(self) -> dict[str, Any]:

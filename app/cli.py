@@ -1,4 +1,5 @@
-"""``tensor-memory app``: start the Tensor Memory Explorer in the browser (``streamlit run app/main.py``)."""
+"""``tensor-memory app``: start the Tensor Memory Explorer in the browser (``python -m app``: ``streamlit run
+app/main.py`` with its opening page prepared while the server starts)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _app(args: argparse.Namespace) -> int:
         path = Path(args.trace).expanduser().resolve()
         load_trace(path)  # likewise: a file that is not a valid trace is refused here
         env[TRACE_ENV] = str(path)
-    command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(args.port)]
+    command = [sys.executable, "-m", "app", "--server.port", str(args.port)]  # app/__main__.py: streamlit run, prepared
     try:
         return subprocess.call(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
     except KeyboardInterrupt:

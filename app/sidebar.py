@@ -187,7 +187,7 @@ def sample_section(ckpt: Checkpoint) -> Sample:
                                help="Which sample of the task's stream to run; the same seed gives the same sample."))
     controls = TASK_CONTROLS.get(ckpt.task.name)
     params = controls(ckpt.task.config) if controls else {}
-    return Sample.of(seed, params)
+    return Sample.of(seed, params, ckpt.task.config)
 
 
 def layer_section(trace: Optional[Trace]) -> Optional[str]:

@@ -1,19 +1,24 @@
 """The explorer in a real browser: N sessions open the first page and step S chunks each.
 
-One ``streamlit run app/main.py`` (a new process: nothing cached) and one headless Chromium with N
-browser contexts (separate sessions, as N people). Every session opens the Explore page of the
-default checkpoint and waits until it is drawn: the "Chunk k / K" counter and the Plotly 3D scenes,
-with the app no longer running. Then all sessions step at once, each S times:
-Next until the last chunk, then Previous back, and so on. A step is timed from the click until the
-new "Chunk k / K" is shown and the app has stopped running (no status widget, no spinner).
+One new server process, started as ``make run`` starts it (``python -m app``: the opening page is
+prepared while the server starts) or, with ``--launcher plain``, as plain ``streamlit run
+app/main.py`` (nothing done before the first visit), and one headless Chromium with N browser
+contexts (separate sessions, as N people). Once the server answers (after ``--open-after`` more
+seconds), every session opens the Explore page of the default checkpoint and waits until it is
+drawn: the "Chunk k / K" counter and the Plotly 3D scenes, with the app no longer running. Then all
+sessions step at once, each S times: Next until the last chunk, then Previous back, and so on. A
+step is timed from the click until the new "Chunk k / K" is shown and the app has stopped running
+(no status widget, no spinner), and the browser has painted.
 
-Printed: the first-page time, the step time p50 and p95 over every step of every session, the mean
-of each session's last five steps against its first five, the server's CPU seconds per step while
-stepping (user + system, from /proc) and the server's peak resident memory (VmHWM). ``--view``
-chooses the Plotly 3D view clicked before stepping. Needs Debian's /usr/bin/chromium.
+Printed: the seconds until the server answers, the first-page time (from opening the page), the
+step time p50 and p95 over every step of every session, the mean of each session's last five steps
+against its first five, the server's CPU seconds per step while stepping (user + system, from
+/proc) and the server's peak resident memory (VmHWM). ``--view`` chooses the Plotly 3D view
+clicked before stepping. Needs Debian's /usr/bin/chromium.
 
     .venv/bin/python benchmarks/app_browser.py --sessions 1 --steps 20
     .venv/bin/python benchmarks/app_browser.py --sessions 8 --steps 10 --runs 3
+    .venv/bin/python benchmarks/app_browser.py --launcher plain --open-after 0
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=1, help="browser sessions stepping at once (default 1)")
     p.add_argument("--steps", type=int, default=20, help="steps per session (default 20)")
     p.add_argument("--runs", type=int, default=1, help="runs, each with a new server (default 1)")
+    p.add_argument("--launcher", choices=list(LAUNCHERS), default="prepared",
+                   help="how the server starts: as make run does (python -m app, the opening page prepared while the "
+                        "server starts; default) or plain streamlit run app/main.py")
+    p.add_argument("--open-after", type=float, default=0.0, metavar="S",
+                   help="seconds between the server answering and the sessions opening the page (default 0: at once)")
     p.add_argument("--view", choices=list(VOLUME_KINDS.values()), default=None,
                    help="the Plotly 3D view to click before stepping, by its name on the page (default: the page's "
                         "own)")
@@ -63,11 +73,16 @@ def peak_memory_gb(pid: int) -> float:
     return int(line.split()[1]) * 1024 / 1e9
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
+LAUNCHERS = {"prepared": ["-m", "app"], "plain": ["-m", "streamlit", "run", "app/main.py"]}
+
+
+def start_server(launcher: str = "prepared") -> tuple[subprocess.Popen, str]:
+    """The server as ``make run`` starts it (``python -m app``: the opening page prepared while it starts), or
+    as plain ``streamlit run app/main.py``; returns once it answers its health check."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+    server = subprocess.Popen([sys.executable, *LAUNCHERS[launcher], "--server.port", str(port),
                                "--server.headless", "true", "--browser.gatherUsageStats", "false"],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -157,13 +172,17 @@ async def step(page, steps: int) -> list[float]:
     return times
 
 
-async def one_run(sessions: int, steps: int, view) -> dict[str, object]:
+async def one_run(args: argparse.Namespace) -> dict[str, object]:
     from playwright.async_api import async_playwright
 
-    server, url = start_server()
+    sessions, steps, view = args.sessions, args.steps, args.view
+    launched = time.perf_counter()
+    server, url = start_server(args.launcher)
+    up = time.perf_counter() - launched
     try:
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+            await asyncio.sleep(args.open_after)
             opened = await asyncio.gather(*(open_first_page(browser, url, view) for _ in range(sessions)))
             cpu_before = cpu_seconds(server.pid)
             stepped = await asyncio.gather(*(step(page, steps) for page, _ in opened))
@@ -174,7 +193,7 @@ async def one_run(sessions: int, steps: int, view) -> dict[str, object]:
         server.terminate()
         server.wait(timeout=30)
     every = sorted(t for times in stepped for t in times)
-    return {"first": [d for _, d in opened], "p50": statistics.median(every),
+    return {"up": up, "first": [d for _, d in opened], "p50": statistics.median(every),
             "p95": every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))],
             "first5": statistics.mean(statistics.mean(t[:5]) for t in stepped),
             "last5": statistics.mean(statistics.mean(t[-5:]) for t in stepped),
@@ -186,13 +205,14 @@ def main() -> None:
     if not CHROMIUM.exists():
         raise SystemExit("needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.sessions} session(s) × "
-          f"{args.steps} steps, view {args.view or 'as the page opens'}\n")
-    print("| run | first page (s, median / max) | step p50 (s) | step p95 (s) | first five / last five (s) "
-          "| server CPU a step (s) | server peak memory (GB) |")
-    print("|---|---|---|---|---|---|---|")
+          f"{args.steps} steps, view {args.view or 'as the page opens'}, server {args.launcher}, pages opened "
+          f"{args.open_after:g} s after it answers\n")
+    print("| run | server answers (s) | first page (s, median / max) | step p50 (s) | step p95 (s) "
+          "| first five / last five (s) | server CPU a step (s) | server peak memory (GB) |")
+    print("|---|---|---|---|---|---|---|---|")
     for run in range(1, args.runs + 1):
-        r = asyncio.run(one_run(args.sessions, args.steps, args.view))
-        print(f"| {run} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | {r['p50']:.2f} | "
+        r = asyncio.run(one_run(args))
+        print(f"| {run} | {r['up']:.1f} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | {r['p50']:.2f} | "
               f"{r['p95']:.2f} | {r['first5']:.2f} / {r['last5']:.2f} | {r['cpu_per_step']:.3f} | "
               f"{r['memory_gb']:.2f} |", flush=True)
 

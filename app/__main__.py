@@ -1,0 +1,64 @@
+"""``python -m app [streamlit options]``: the explorer's server, its opening page prepared while it starts.
+
+``streamlit run app/main.py`` runs nothing until a browser connects, so the first visitor waits while
+torch and the analysis modules import, the checkpoint loads and every chunk's views are built (about
+6 s of this machine's 10 s first page). This starts the same server (``make run`` and
+``tensor-memory app`` use it) and, beside it, does that work once into the server's own caches,
+which every session shares: the first visitor then finds the opening page ready and only draws it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+MAIN = Path(__file__).resolve().parent / "main.py"
+
+
+def prepare_opening_page() -> None:
+    """The opening page's work (checkpoint, sample, Explore's payload), into the running server's caches.
+
+    Asked exactly as the page asks for them (the page's defaults: seed 0 with the task's own settings,
+    the last memory layer, the default view, the sample's key chunk), so the page finds them. A
+    ``--trace`` file or a pretrained memory opens on another page: nothing is prepared for them."""
+    from streamlit import runtime
+
+    while not runtime.exists():  # the caches live in the server's runtime: use them, not a private copy
+        time.sleep(0.05)
+    from analysis.figures import use_template_by_default
+    from analysis.figures.annotations import key_chunk
+    from app import cache, state
+    from app.layout import VolumeView
+    from tensor_memory.pretrained.checkpoint import is_pretrained_memory
+
+    use_template_by_default()
+    label, folder = state.startup_checkpoint()
+    if state.startup_trace() is not None or is_pretrained_memory(folder):
+        return
+    ref, sample = cache.CheckpointRef.of(folder, label), cache.Sample()
+    trace = cache.sample_trace(ref, sample)
+    if cache.load(ref).has_memory:
+        cache.explore_payload(ref, sample, trace.layer_names[-1], VolumeView(), key_chunk(trace))
+
+
+def _prepare_quietly() -> None:
+    """:func:`prepare_opening_page`, whose failure only costs the first visitor the wait (the page says why)."""
+    try:
+        prepare_opening_page()
+    except Exception as error:  # noqa: BLE001 - the page reports the same problem in its own words
+        print(f"Could not prepare the opening page ahead ({type(error).__name__}: {error}); it is made on the first "
+              f"visit instead.", file=sys.stderr)
+
+
+def main() -> None:
+    threading.Thread(target=_prepare_quietly, name="prepare-opening-page", daemon=True).start()
+    from streamlit.web import cli
+
+    sys.argv = ["streamlit", "run", str(MAIN), *sys.argv[1:]]
+    cli.main(prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    main()
