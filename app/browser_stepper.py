@@ -60,12 +60,14 @@ def served_folder() -> Path:
     return folder
 
 
-_component = components.declare_component("chunk_stepper", path=str(served_folder()))
-
-
 def chunk_stepper(payload: dict[str, Any], key: str) -> None:
-    """Draw the stepper and every view of :func:`explore_payload`; nothing comes back to the server."""
-    _component(payload=payload, key=key, default=None)
+    """Draw the stepper and every view of :func:`explore_payload`; nothing comes back to the server.
+
+    Declared on every call: Streamlit registers a component only when it is declared inside a script run,
+    and this module may first be imported outside one (``python -m app`` prepares the opening page in a
+    thread of its own)."""
+    component = components.declare_component("chunk_stepper", path=str(served_folder()))
+    component(payload=payload, key=key, default=None)
 
 
 def prediction_html(outcome: dict[str, Any], predicts: bool) -> str:
