@@ -18,15 +18,23 @@ MAIN = Path(__file__).resolve().parent / "main.py"
 
 
 def prepare_opening_page() -> None:
-    """The opening page's work (checkpoint, sample, Explore's payload), into the running server's caches.
+    """The opening page's work (:func:`opening_page_work`), into the running server's caches."""
+    import logging
 
-    Asked exactly as the page asks for them (the page's defaults: seed 0 with the task's own settings,
-    the last memory layer, the default view, the sample's key chunk), so the page finds them. A
-    ``--trace`` file or a pretrained memory opens on another page: nothing is prepared for them."""
     from streamlit import runtime
 
     while not runtime.exists():  # the caches live in the server's runtime: use them, not a private copy
         time.sleep(0.05)
+    # Outside a script run Streamlit warns once per cached call that there is no ScriptRunContext: expected here.
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+    opening_page_work()
+
+
+def opening_page_work() -> None:
+    """The checkpoint, the sample and Explore's payload of the opening page, asked for exactly as the page asks
+    (its defaults: seed 0 with the task's own settings, the last memory layer, the default view, the sample's key
+    chunk), so the page finds them cached. A ``--trace`` file or a pretrained memory opens on another page:
+    nothing is prepared for them."""
     from analysis.figures import use_template_by_default
     from analysis.figures.annotations import key_chunk
     from app import cache, state

@@ -26,7 +26,7 @@ from analysis.traces.training_log import addressing_history
 from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
 from analysis.measures.world import apply_linear, decoded_map, map_probe, write_position_fit
-from app import cache, stepper
+from app import cache, layout, stepper
 from app.browser_stepper import prediction_html
 from app.figure_cache import FigureCache
 from app.stepper import advance
@@ -377,7 +377,7 @@ def test_app_command_runs_streamlit_on_the_chosen_checkpoint(monkeypatch):
     args = parser.parse_args(["app", "--checkpoint", str(CHECKPOINTS / "map_building-tensor"), "--port", "8765"])
     assert args.func(args) == 0
     (command, cwd, env), = calls
-    assert command[1:4] == ["-m", "streamlit", "run"] and command[4].endswith("app/main.py")
+    assert command[1:3] == ["-m", "app"]  # app/__main__.py: streamlit run app/main.py, the opening page prepared
     assert command[-2:] == ["--server.port", "8765"] and cwd == ROOT
     assert env[cli.CHECKPOINT_ENV] == str(CHECKPOINTS / "map_building-tensor")
     args = parser.parse_args(["app", "--checkpoint", str(ROOT / "tests")])
@@ -385,6 +385,28 @@ def test_app_command_runs_streamlit_on_the_chosen_checkpoint(monkeypatch):
         args.func(args)  # refused before any server starts: `tensor-memory app` prints the reason
     with pytest.raises(SystemExit):
         parser.parse_args(["app", "--port", "0"])
+
+
+def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
+    """The server's head start is only worth it if the page then finds it: the same calls, the same arguments."""
+    from app.__main__ import opening_page_work
+
+    asked = {"ahead": [], "page": []}
+    for name in ("sample_trace", "explore_payload"):
+        def spy(*args, _real=getattr(cache, name), _name=name):
+            asked[who].append((_name, args))
+            return _real(*args)
+        monkeypatch.setattr(cache, name, spy)
+    who = "ahead"
+    opening_page_work()
+    who = "page"
+    start()  # a new session on the opening page
+    for name in ("sample_trace", "explore_payload"):  # the page's first call of each is the one prepared
+        ahead, page = ([args for n, args in asked[when] if n == name] for when in ("ahead", "page"))
+        assert ahead and page and ahead[0] == page[0], name
+    ref, sample, layer, view, chunk = next(args for n, args in asked["ahead"] if n == "explore_payload")
+    assert sample == cache.Sample(0) and view == layout.VolumeView() and layer.endswith("blocks.1.memory")
+    assert "run: $(STAMP)\n\t$(PY) -m app\n" in (ROOT / "Makefile").read_text()  # what make run starts
 
 
 def test_figure_cache_builds_once_and_drops_the_oldest():
