@@ -1,10 +1,12 @@
-"""The Explore page's chunk stepper, in the browser: a small custom component shipped in the package.
+"""The chunk stepper in the browser, for Explore and Occlusion: a small custom component shipped in the package.
 
-Once a sample is captured, every chunk's views (the annotation track, the input and the prediction,
-the volume, its PyVista rendering, the slices, the trajectories, σ, the gates, the timeline) go to
-the browser in one payload. Previous, Next, Play/Pause, the slider and the arrow keys then show
-another chunk there (``browser/stepper.js``), with no message to the server: the server runs again
-only when the sample, the checkpoint, the layer or a view setting changes.
+Once a sample is captured, every chunk's views go to the browser in one payload: on Explore the
+annotation track, the input and the prediction, the volume, its PyVista rendering, the slices, the
+trajectories, σ, the gates and the timeline; on Occlusion the belief around the frame (the
+filmstrip and the identity belief of a digit) and the memory's energy. Previous, Next, Play/Pause,
+the slider and the arrow keys then show another chunk there (``browser/stepper.js``), with no
+message to the server: the server runs again only when the sample, the checkpoint, the layer or a
+view setting changes.
 
 The component is a folder Streamlit serves: ``browser/index.html`` and ``browser/stepper.js`` beside
 the installed Plotly's own ``plotly.min.js`` (copied once into a folder named by their digest; no
@@ -22,8 +24,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Hashable, Optional
+from typing import Any, Callable, Hashable, Optional
 
+import numpy as np
 import plotly
 import plotly.graph_objects as go
 import streamlit.components.v1 as components
@@ -31,7 +34,12 @@ import streamlit.components.v1 as components
 from analysis.figures.annotations import annotation_figure
 from analysis.figures.base import TEMPLATE
 from analysis.figures.chunk_input import chunk_outcome
-from analysis.figures.views import SLICE_ANCHORS, explore_figures
+from analysis.figures.occlusion_views import energy_figure
+from analysis.figures.state import slices_figure
+from analysis.figures.timeline import belief_figure
+from analysis.figures.video import filmstrip_figure, identity_belief_figure
+from analysis.figures.views import SLICE_ANCHORS, explore_figures, slice_index
+from analysis.measures.occlusion import TASKS as OCCLUSION_TASKS, belief, memory_energy
 from analysis.measures.volumes import VolumeSeries
 from analysis.traces.trace import Trace
 
@@ -39,7 +47,10 @@ SOURCE = Path(__file__).resolve().parent / "browser"
 FILES = ("index.html", "stepper.js")
 PLAY_INTERVAL_MS = 1000  # one chunk a second while playing, as the server-side stepper
 HEIGHTS = {"track": None, "input": 340, "volume": 440, "timeline": 300, "slices": 270, "trajectory": 400,
-           "sigma": 400, "gates": 400}  # pixels; None: the figure's own
+           "sigma": 400, "gates": 400, "film": None, "belief": 250, "identity": 320, "energy": 440,
+           "energy_slices": 280}  # pixels; None: the figure's own
+BELIEF_FRAMES = 8  # the Occlusion page's belief: frames side by side at most (their titles need the room)
+FILM_FRAMES = 12  # the moving digit's filmstrip: frames at most
 
 
 def served_folder() -> Path:
@@ -61,7 +72,7 @@ def served_folder() -> Path:
 
 
 def chunk_stepper(payload: dict[str, Any], key: str) -> None:
-    """Draw the stepper and every view of :func:`explore_payload`; nothing comes back to the server.
+    """Draw the stepper and every view of a :func:`stepper_payload`; nothing comes back to the server.
 
     Declared on every call: Streamlit registers a component only when it is declared inside a script run,
     and this module may first be imported outside one (``python -m app`` prepares the opening page in a
@@ -102,44 +113,113 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
-                    kind: str, anchor: str, start: int, images: Optional[list[bytes]] = None) -> dict[str, Any]:
-    """Every chunk's Explore views, laid out for :func:`chunk_stepper`: with ``series`` (a memory to draw)
-    the full page, else the input, the prediction and the timeline. ``identity`` names the sample (the
-    browser keeps its chunk while only the settings change); ``images`` the PyVista renderings (PNG, one a chunk)
-    when they are to be shown."""
-    count = trace.num_chunks
-    cells: dict[str, list[Any]] = {"track": [], "card": []}
-    events, template = [], shared_template()
-    for k in range(count):
-        figures = {"track": annotation_figure(trace, k), **explore_figures(trace, k, layer, series, kind, anchor)}
-        for name, fig in figures.items():
-            cells.setdefault(name, []).append(_plain(fig, template))
+def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start: int,
+                    views: Callable[[int, dict[str, Any]], dict[str, Any]], rows: list[dict[str, Any]],
+                    labels: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """Every chunk's views for :func:`chunk_stepper`: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly
+    figure, an HTML text, or a PNG image's bytes; ``outcome`` is its :func:`chunk_outcome`), beside the annotation
+    track; ``rows`` lays the names out. ``identity`` names the sample: the browser keeps its chunk while only
+    ``settings`` change."""
+    cells: dict[str, list[Any]] = {}
+    kinds, events, template = {"track": "figure"}, [], shared_template()
+    for k in range(trace.num_chunks):
         outcome = chunk_outcome(trace, k)
-        cells["card"].append(prediction_html(outcome, trace.has_predictions))
+        for name, view in {"track": annotation_figure(trace, k), **views(k, outcome)}.items():
+            if isinstance(view, go.Figure):
+                kinds[name], view = "figure", _plain(view, template)
+            elif isinstance(view, bytes):
+                kinds[name], view = "image", "data:image/png;base64," + base64.b64encode(view).decode()
+            else:
+                kinds[name] = "html"
+            cells.setdefault(name, []).append(view)
         events.append(outcome["event"])
-    kinds = {name: "figure" for name in cells} | {"card": "html"}
-    labels: dict[str, str] = {}
-    if series is None:
-        rows = [{"widths": [1, 1], "cells": [["input"], ["card", "timeline"]]}]
-    else:
-        labels = {"slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
-        top = {"widths": [1, 1.6], "cells": [["input", "card"], ["volume"]]}
-        if images is not None:
-            cells["render"] = ["data:image/png;base64," + base64.b64encode(png).decode() for png in images]
-            kinds["render"] = "image"
-            labels["render"] = f"{series.label}, PyVista volume rendering"
-            top = {"widths": [1, 1.25, 1.05], "cells": [["input", "card"], ["volume"], ["render"]]}
-        rows = [top,
-                {"widths": [1, 1.3], "cells": [["timeline"], ["slices"]]},
-                {"heading": "Where it reads and writes, and how it gates"},
-                {"widths": [1.2, 1, 1], "cells": [["trajectory"], ["sigma"], ["gates"]]}]
-    settings = None if series is None else (series.field, series.mode, series.index, kind, anchor)
-    return {"id": hashlib.sha256(repr((identity, layer, settings)).encode()).hexdigest()[:16],
-            "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": count,
-            "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds, "labels": labels,
-            "heights": {name: HEIGHTS.get(name) for name in kinds}, "rows": rows,
+    return {"id": hashlib.sha256(repr((identity, settings)).encode()).hexdigest()[:16],
+            "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": trace.num_chunks,
+            "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds,
+            "labels": labels or {}, "heights": {name: HEIGHTS.get(name) for name in kinds}, "rows": rows,
             "events": events, "template": template}
 
 
-__all__ = ["chunk_stepper", "explore_payload", "prediction_html", "served_folder", "PLAY_INTERVAL_MS"]
+def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
+                    kind: str, anchor: str, start: int, images: Optional[list[bytes]] = None) -> dict[str, Any]:
+    """The Explore page's views of every chunk: with ``series`` (a memory to draw) the full page, else the input,
+    the prediction and the timeline; ``images`` the PyVista renderings (PNG, one a chunk) when they are shown."""
+    def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
+        shown = {**explore_figures(trace, k, layer, series, kind, anchor),
+                 "card": prediction_html(outcome, trace.has_predictions)}
+        return shown if images is None else {**shown, "render": images[k]}
+
+    if series is None:
+        rows = [{"widths": [1, 1], "cells": [["input"], ["card", "timeline"]]}]
+        return stepper_payload(trace, identity, (layer, None), start, views, rows)
+    labels = {"slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
+    top = {"widths": [1, 1.6], "cells": [["input", "card"], ["volume"]]}
+    if images is not None:
+        labels["render"] = f"{series.label}, PyVista volume rendering"
+        top = {"widths": [1, 1.25, 1.05], "cells": [["input", "card"], ["volume"], ["render"]]}
+    rows = [top, {"widths": [1, 1.3], "cells": [["timeline"], ["slices"]]},
+            {"heading": "Where it reads and writes, and how it gates"},
+            {"widths": [1.2, 1, 1], "cells": [["trajectory"], ["sigma"], ["gates"]]}]
+    settings = (layer, series.field, series.mode, series.index, kind, anchor, images is not None)
+    return stepper_payload(trace, identity, settings, start, views, rows, labels)
+
+
+def window(chunk: int, width: int, count: int) -> list[int]:
+    """``width`` consecutive frames around ``chunk`` (it sits at ``width // 2``), kept inside ``count`` frames."""
+    first = int(np.clip(chunk - width // 2, 0, max(count - width, 0)))
+    return list(range(first, min(first + width, count)))
+
+
+def belief_html(b: dict[str, Any], k: int) -> str:
+    """The frame's probabilities of the truth, as the Occlusion page words them."""
+    digits = "identity_truth_probability" in b
+    text = f"p({'true place' if digits else 'truth'}) at frame {k}: <b>{b['truth_probability'][k]:.1%}</b>"
+    if digits:
+        text += f" · p(true digit): <b>{b['identity_truth_probability'][k]:.1%}</b>"
+    return f"<div class='card plain'>{text}</div>"
+
+
+def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], memory: bool,
+                      start: int) -> dict[str, Any]:
+    """The Occlusion page's views of every chunk: for an occlusion or moving-digits trace the belief around the
+    frame (and the filmstrip and the identity belief of a digit); with ``memory`` the layer's energy and slices."""
+    b = belief(trace) if trace.info.get("task") in OCCLUSION_TASKS else None
+    lay = trace.layer(layer) if memory else None
+    energy = None if lay is None else memory_energy(lay)  # (K, D, H, W)
+    occluded = None if b is None else b["occluded"]
+    count = trace.num_chunks
+
+    def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        if b is not None:
+            frames = window(k, BELIEF_FRAMES, count)
+            if "identity_probs" in b:
+                shown["film"] = filmstrip_figure(trace, window(k, FILM_FRAMES, count))
+                shown["identity"] = identity_belief_figure(b, k)
+            shown["belief"] = belief_figure(b["probs"].reshape(len(b["probs"]), -1), b["truth"], b["occluded"],
+                                            size=b["probs"].shape[1], frames=frames)
+            shown["belief_card"] = belief_html(b, k)
+        if energy is not None:
+            shown["energy"] = energy_figure(lay, k, occluded)
+            shown["energy_slices"] = slices_figure(energy[k], slice_index(trace, layer, k, "write"),
+                                                   f"‖h‖² after chunk {k}, through its write")
+        return shown
+
+    rows: list[dict[str, Any]] = []
+    if b is not None:
+        rows += [{"widths": [1], "cells": [["film"]]}] if "identity_probs" in b else []
+        rows += [{"heading": "Belief frame by frame"}, {"widths": [1], "cells": [["belief", "belief_card"]]}]
+        rows += [{"widths": [1], "cells": [["identity"]]}] if "identity_probs" in b else []
+    if energy is not None:
+        rows += [{"heading": "What the memory holds"}, {"widths": [1.2, 1], "cells": [["energy"], ["energy_slices"]]}]
+    labels = {"belief": "The predicted position distribution" + (" (summed over the digits)" if b is not None and
+                                                                 "identity_probs" in b else "")
+                        + " of the frames around this one, the true position circled",
+              "film": "The clip as the model sees it (grey: the curtain): the true digit's box solid, the predicted "
+                      "one dashed; above each frame, the true digit → the predicted one",
+              "identity": "Which digit the model believes it is, frame by frame"}
+    return stepper_payload(trace, identity, ("occlusion", layer, memory), start, views, rows, labels)
+
+
+__all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "prediction_html", "belief_html",
+           "window", "served_folder", "PLAY_INTERVAL_MS", "BELIEF_FRAMES", "FILM_FRAMES"]

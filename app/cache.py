@@ -167,6 +167,13 @@ def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: 
     return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, start, images)
 
 
+@st.cache_data(max_entries=16, show_spinner="Drawing every frame's belief…")
+def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool,
+                      start: int) -> dict[str, Any]:
+    """Every chunk's Occlusion views for the browser (:func:`app.browser_stepper.occlusion_payload`)."""
+    return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory, start)
+
+
 @st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")
 def volume_renderings(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], field: str, mode: str,
                       index: int) -> list[bytes]:
@@ -264,6 +271,6 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
 
 
 __all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "explore_payload", "volume_series", "volume_renderings",
+           "sample_trace", "explore_payload", "occlusion_payload", "volume_series", "volume_renderings",
            "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
            "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction"]

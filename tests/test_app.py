@@ -22,12 +22,13 @@ from analysis.figures.chunk_input import chunk_outcome
 from analysis.figures.state import POINT_FLOOR
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
+from analysis.measures.occlusion import belief
 from analysis.traces.training_log import addressing_history
 from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
 from analysis.measures.world import apply_linear, decoded_map, map_probe, write_position_fit
 from app import cache, layout, stepper
-from app.browser_stepper import prediction_html
+from app.browser_stepper import BELIEF_FRAMES, prediction_html, window
 from app.figure_cache import FigureCache
 from app.stepper import advance
 from tensor_memory import load_checkpoint
@@ -130,7 +131,7 @@ def test_pyvista_renders_every_chunk_when_asked(default_trace):
     assert len(renders) == default_trace.num_chunks and len(set(renders)) > 1  # one image a chunk, not one for all
     first = base64.b64decode(renders[0].removeprefix("data:image/png;base64,"))
     assert first.startswith(b"\x89PNG") and sent["labels"]["render"].endswith("PyVista volume rendering")
-    assert [row["cells"] for row in sent["rows"]][0] == [["input", "card"], ["volume"], ["render"]]
+    assert sent["rows"][0]["cells"] == [["input", "card"], ["volume"], ["render"]]
 
 
 def test_play_steps_on_its_own_and_pause_stops(monkeypatch):
@@ -196,7 +197,14 @@ def test_a_sample_is_one_hashable_order_free_value():
 def test_every_page_renders_its_content(default_trace):
     at = start(**{"keep.diagnose.samples": 8})
     ok(at.switch_page("views/occlusion.py").run())
-    assert any(m.value == "##### Belief frame by frame" for m in at.markdown)
+    sent, K, b = payload(at), default_trace.num_chunks, belief(default_trace)
+    assert {"heading": "Belief frame by frame"} in sent["rows"]  # the frames step in the browser
+    assert not any(b.key in ("previous", "next", "play") for b in at.button)
+    for k in range(K):  # every frame's belief window, its numbers and the memory's energy go at once
+        titles = " ".join(a["text"] for a in sent["cells"]["belief"][k]["layout"]["annotations"])
+        assert all(f"frame {j}" in titles for j in window(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
+        assert f"{b['truth_probability'][k]:.1%}" in sent["cells"]["belief_card"][k]
+        assert chart(at, f"‖h‖² after chunk {k}", k)
     labels = {m.label: m.value for m in at.metric}
     hidden = default_trace.meta["occluded"].astype(bool)
     right = default_trace.chunks["prediction"] == default_trace.chunks["target"]

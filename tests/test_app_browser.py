@@ -288,11 +288,18 @@ def test_image_and_video_views(browser, server):
     assert drawn(panels) > 10 and drawn(overlay) > 10
     page.screenshot(path=str(ARTIFACTS / "app-images.png"), full_page=True)
     visit(page, "Occlusion", "moving_digits-tensor")
-    strip = page.locator(".js-plotly-plot").filter(has_text="true → predicted digit").first
+    stepper = view(page)  # the clip, the belief and the energy step in the browser
+    strip = stepper.locator(".js-plotly-plot").filter(has_text="true → predicted digit").first
     strip.wait_for()
     settle(page)
     assert drawn(strip) > 10
     page.screenshot(path=str(ARTIFACTS / "app-video.png"), full_page=True)
+    k, last = chunk(page)
+    to = k - 1 if k == last else k + 1
+    stepper.get_by_role("button", name="Previous" if to < k else "Next", exact=True).click()
+    stepper.get_by_text(f"Chunk {to} / {last}").wait_for()
+    stepper.get_by_text(f"at frame {to}:").wait_for()  # the belief's numbers follow
+    assert stepper.locator(".js-plotly-plot").filter(has_text=f"‖h‖² after chunk {to}").count() == 1
     page.close()
 
 

@@ -27,7 +27,7 @@ from tensor_memory import load_checkpoint
 from tensor_memory.training.evaluation import task_with
 from tensor_memory.training import train
 
-from app_helpers import CHECKPOINTS, chart, ok, start, values
+from app_helpers import CHECKPOINTS, chart, ok, payload, start, values
 
 SHIPPED = CHECKPOINTS / "moving_digits-tensor"
 S, CELLS, T = 16, 256, 12  # the task's defaults: 16 × 16 frames, 12 frames
@@ -251,11 +251,12 @@ def check_video_page(at, path: Path) -> None:
     assert metrics["Right on hidden frames"] == f"{b['joint_correct'][hidden].mean():.0%}"
     assert metrics["Place right on visible frames"] == f"{b['correct'][~hidden].mean():.0%}"
     assert metrics["Digit right on hidden frames"] == f"{b['identity_correct'][hidden].mean():.0%}"
-    position = chart(at, "belief: predicted position")
-    k = int(at.session_state["chunk"])
-    first = int(np.clip(k - 4, 0, max(sample.num_chunks - 8, 0)))
-    np.testing.assert_allclose(values(position["data"][0]["z"]).ravel(), b["probs"][first].ravel(), rtol=1e-6)
-    identity = chart(at, "identity belief")
+    sent, k = payload(at), int(at.session_state["chunk"])  # the frames step in the browser: every frame's views
+    for shown_at in (k, sample.num_chunks - 1):
+        first = int(np.clip(shown_at - 4, 0, max(sample.num_chunks - 8, 0)))
+        position = sent["cells"]["belief"][shown_at]
+        np.testing.assert_allclose(values(position["data"][0]["z"]).ravel(), b["probs"][first].ravel(), rtol=1e-6)
+    identity = sent["cells"]["identity"][k]
     np.testing.assert_allclose(values(identity["data"][0]["z"]), b["identity_probs"].T, rtol=1e-6)
     # An intervention's belief is summed over the digits the same way.
     at.radio(key="intervention.kind").set_value("zero")
@@ -266,8 +267,8 @@ def check_video_page(at, path: Path) -> None:
     assert any(m.value == "**Belief, memory zeroed**" for m in at.markdown)
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     shown = [spec for spec in specs if "identity belief" in spec["layout"].get("title", {}).get("text", "")]
-    assert len(shown) == 3  # the sample's, the untouched run's, the zeroed run's
-    np.testing.assert_allclose(values(shown[2]["data"][0]["z"]), run["identity_probs"].T, rtol=1e-6)
+    assert len(shown) == 2  # the untouched run's and the zeroed run's (the sample's is in the browser's payload)
+    np.testing.assert_allclose(values(shown[1]["data"][0]["z"]), run["identity_probs"].T, rtol=1e-6)
     ok(at.button(key="survival").click().run())
     table = at.dataframe[0].value
     assert list(table.columns) == ["occlusion length L", "digit and place", "place", "digit"]

@@ -1,7 +1,8 @@
 """Occlusion: the belief through the occlusion, the memory's energy, and interventions against the untouched run.
 
 For a moving-digits checkpoint the clip is shown as a video (its frames, the true and predicted digit on each), the
-position belief summed over identity, and the identity belief beside it.
+position belief summed over identity, and the identity belief beside it. The frames step in the browser
+(:func:`app.browser_stepper.occlusion_payload`); the interventions run on the server.
 """
 
 from __future__ import annotations
@@ -9,18 +10,16 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis.figures import belief_figure, slices_figure
+from analysis.figures import belief_figure
+from analysis.figures.occlusion_views import KIND_NAMES, intervention_figure, survival_figure
+from analysis.figures.video import identity_belief_figure
 from analysis.measures.interventions import KINDS
-from analysis.measures.occlusion import TASKS, belief, belief_of, memory_energy, occlusion_memory
-from analysis.figures.occlusion_views import KIND_NAMES, energy_figure, intervention_figure, survival_figure
-from analysis.figures.video import filmstrip_figure, identity_belief_figure
-from analysis.figures.views import slice_index
-from tensor_memory.memory.geometry import from_voxels, nearest_voxel
-from app import cache, layout, state, stepper
+from analysis.measures.occlusion import TASKS, belief, belief_of, occlusion_memory
+from app import browser_stepper, cache, layout, state, stepper
+from app.browser_stepper import BELIEF_FRAMES, window
 from tensor_memory.errors import EXPECTED_ERRORS, describe
+from tensor_memory.memory.geometry import from_voxels, nearest_voxel
 
-BELIEF_FRAMES = 8  # frames drawn side by side at most (their titles need the room)
-FILM_FRAMES = 12  # frames of the moving-digits filmstrip at most
 SURVIVAL_SAMPLES = 64
 INTERVENTION_KEY = "intervention"  # (sample, the last intervention asked for on it as cache arguments)
 
@@ -28,21 +27,15 @@ context = state.current()
 layout.require_checkpoint(context, "Occlusion", "runs the checkpoint again on new occlusions and interventions")
 is_occlusion = context.task in TASKS  # the ball, or a moving digit
 is_digits = context.task == "moving_digits"
-stepper.stepped_page(context, "Occlusion", f"What the model believes while the {'digit' if is_digits else 'ball'} is "
-                                            "hidden, what its memory holds, and what changes when the memory is "
-                                            "taken away.")
-trace, chunk = context.trace, context.chunk
-
-
-def window(start: int, width: int) -> list[int]:
-    """``width`` consecutive frames from ``start``, kept inside the clip."""
-    first = int(np.clip(start, 0, max(trace.num_chunks - width, 0)))
-    return list(range(first, min(first + width, trace.num_chunks)))
-
-
-def position_belief(run_belief: dict, frames: list[int], key: str, height: int) -> None:
-    layout.chart(belief_figure(run_belief["probs"].reshape(len(run_belief["probs"]), -1), run_belief["truth"],
-                               run_belief["occluded"], size=size, frames=frames), key, height=height)
+layout.header(context, "Occlusion", f"What the model believes while the {'digit' if is_digits else 'ball'} is hidden, "
+                                    "what its memory holds, and what changes when the memory is taken away. The "
+                                    "frames step in your browser.")
+layout.require_trace(context)
+if context.num_chunks == 0:
+    st.info("This sample has no chunks to step through: the sequence is shorter than one memory chunk. Make the "
+            "horizon longer in the sidebar.")
+    st.stop()
+trace, chunk = context.trace, stepper.opening_chunk(context)
 
 
 def percent(value: float | None) -> str:
@@ -58,63 +51,37 @@ if is_occlusion:
     b = belief(trace)
     size = b["probs"].shape[1]
     hidden, shown = b["occluded"], ~b["occluded"]
-    if is_digits:
-        film = window(chunk - FILM_FRAMES // 2, FILM_FRAMES)
-        st.markdown("##### The clip")
-        layout.chart(filmstrip_figure(trace, film), "filmstrip")
-        st.caption(f"Frames {film[0]}–{film[-1]} as the model sees them (grey: the curtain), the true digit's box "
-                   "solid, the predicted one dashed; above each, the true digit → the predicted one.")
-    frames = window(chunk - BELIEF_FRAMES // 2, BELIEF_FRAMES)
-    st.markdown("##### Belief frame by frame")
-    position_belief(b, frames, "belief", 250)
     right = b["joint_correct"] if is_digits else b["correct"]
-    hidden_col, visible_col, truth_col, *digit_col = st.columns(4 if is_digits else 3)
-    hidden_col.metric("Right on hidden frames", rate(right, hidden),
-                      help="Frames behind the curtain, this sample." + (" Digit and place both right." if is_digits
-                                                                       else ""))
-    visible_col.metric("Right on visible frames", rate(right, shown))
-    truth_col.metric(f"p({'true place' if is_digits else 'truth'}) at frame {chunk}",
-                     f"{b['truth_probability'][chunk]:.1%}")
+    columns = iter(st.columns(6 if is_digits else 2))
+    next(columns).metric("Right on hidden frames", rate(right, hidden),
+                         help="Frames behind the curtain, this sample." + (" Digit and place both right." if is_digits
+                                                                          else ""))
+    next(columns).metric("Right on visible frames", rate(right, shown))
     if is_digits:
-        digit_col[0].metric(f"p(true digit) at frame {chunk}", f"{b['identity_truth_probability'][chunk]:.1%}")
-        columns = iter(st.columns(4))
         for where, flags in (("hidden", hidden), ("visible", shown)):
             for what, hits in (("Place", b["correct"]), ("Digit", b["identity_correct"])):
                 next(columns).metric(f"{what} right on {where} frames", rate(hits, flags))
-    st.caption(f"Frames {frames[0]}–{frames[-1]}: the predicted position distribution"
-               + (" (summed over the digits)" if is_digits else "") + ", the true position circled. "
-               "Step the chunk to move the window.")
-    if is_digits:
-        st.markdown("##### Which digit the model believes it is")
-        layout.chart(identity_belief_figure(b, chunk), "identity_belief", height=320)
 else:
     st.info(f"The belief views need an occlusion or moving_digits checkpoint; {context.ref.label} is a {context.task} "
             "one. The memory's energy and the interventions below work for every Tensor Memory checkpoint.",
             icon=":material/info:")
-
-if not layout.memory_notice(context, "The memory's energy and the interventions"):
+memory = layout.memory_notice(context, "The memory's energy and the interventions")
+if is_occlusion or memory:
+    browser_stepper.chunk_stepper(cache.occlusion_payload(context.ref, context.sample, context.layer, memory, chunk),
+                                  key="occlusion_stepper")
+if not memory:
     st.stop()
 lay = trace.layer(context.layer)
 occluded = trace.meta["occluded"][:trace.num_chunks] if is_occlusion else None
-
-st.markdown("##### What the memory holds")
 if is_occlusion:
     held = occlusion_memory(trace, context.layer)
     if held["last_visible"] is not None:
         write = ", ".join(f"{v:.1f}" for v in held["write_voxel"])
         near = sum(held["read_within_2sigma"])
-        st.markdown(f"The last visible frame ({held['last_visible']}) wrote at voxel (x, y, z) = ({write}) with "
-                    f"σ = {held['sigma_voxels']:.2f} voxels; {near} of the {len(held['occluded_chunks'])} reads during "
-                    f"the occlusion land within 2σ of it (median distance "
-                    f"{np.median(held['read_distance_voxels']):.2f} voxels).")
-energy_col, slice_col = st.columns([1.2, 1])
-with energy_col:
-    layout.chart(energy_figure(lay, chunk, occluded), "energy", height=440)
-with slice_col:
-    st.markdown(f"**‖h‖² after chunk {chunk}**, through its write")
-    layout.chart(slices_figure(memory_energy(lay)[chunk], slice_index(trace, context.layer, chunk, "write")),
-                 "energy_slices", height=280)
-    st.caption("The energy each voxel of the hidden state holds after the current chunk.")
+        st.markdown(f"**Where the last sight went.** The last visible frame ({held['last_visible']}) wrote at voxel "
+                    f"(x, y, z) = ({write}) with σ = {held['sigma_voxels']:.2f} voxels; {near} of the "
+                    f"{len(held['occluded_chunks'])} reads during the occlusion land within 2σ of it (median "
+                    f"distance {np.median(held['read_distance_voxels']):.2f} voxels).")
 
 st.markdown("##### Interventions")
 if not context.checkpoint.model.backbone.config.causal:
@@ -177,11 +144,12 @@ if numbers["accuracy_baseline"] is not None:
     drop_col.metric("Mean drop in p(truth)", f"{numbers['target_probability_drop']:+.3f}")
 layout.chart(intervention_figure(result), "intervention", height=320)
 if is_occlusion:
-    shown = window(result.chunk - 2, BELIEF_FRAMES)
+    frames = window(result.chunk + 2, BELIEF_FRAMES, trace.num_chunks)  # from two frames before the intervention
     for run, name in ((result.baseline, "untouched"), (result.intervened, KIND_NAMES[result.kind])):
         run_belief = belief_of(run["probs"][:trace.num_chunks], run["prediction"], result.meta, size)
         st.markdown(f"**Belief, {name}**")
-        position_belief(run_belief, shown, f"belief_{name}", 230)
+        layout.chart(belief_figure(run_belief["probs"].reshape(len(run_belief["probs"]), -1), run_belief["truth"],
+                                   run_belief["occluded"], size=size, frames=frames), f"belief_{name}", height=230)
         if is_digits:
             layout.chart(identity_belief_figure(run_belief, result.chunk), f"identity_belief_{name}", height=300)
 if numbers["chunks_changed"] == 0:
