@@ -1,4 +1,4 @@
-"""The chunk stepper in the browser, for Explore and Occlusion: a small custom component shipped in the package.
+"""The chunk stepper in the browser (Explore, Occlusion, Diagnose): a small custom component shipped in the package.
 
 Once a sample is captured, every chunk's views go to the browser in one payload: on Explore the
 annotation track, the input and the prediction, the volume, its PyVista rendering, the slices, the
@@ -33,10 +33,10 @@ import streamlit.components.v1 as components
 
 from analysis.figures.annotations import annotation_figure
 from analysis.figures.base import TEMPLATE
-from analysis.figures.chunk_input import chunk_outcome
+from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome
 from analysis.figures.occlusion_views import energy_figure
-from analysis.figures.state import slices_figure
-from analysis.figures.timeline import belief_figure
+from analysis.figures.state import slices_figure, volume_figure
+from analysis.figures.timeline import belief_figure, timeline_figure
 from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import SLICE_ANCHORS, explore_figures, slice_index
 from analysis.measures.occlusion import TASKS as OCCLUSION_TASKS, belief, memory_energy
@@ -115,11 +115,11 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
 
 def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start: int,
                     views: Callable[[int, dict[str, Any]], dict[str, Any]], rows: list[dict[str, Any]],
-                    labels: Optional[dict[str, str]] = None) -> dict[str, Any]:
+                    labels: Optional[dict[str, str]] = None, heights: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Every chunk's views for :func:`chunk_stepper`: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly
     figure, an HTML text, or a PNG image's bytes; ``outcome`` is its :func:`chunk_outcome`), beside the annotation
-    track; ``rows`` lays the names out. ``identity`` names the sample: the browser keeps its chunk while only
-    ``settings`` change."""
+    track; ``rows`` lays the names out, ``heights`` (pixels) adds to :data:`HEIGHTS`. ``identity`` names the sample:
+    the browser keeps its chunk while only ``settings`` change."""
     cells: dict[str, list[Any]] = {}
     kinds, events, template = {"track": "figure"}, [], shared_template()
     for k in range(trace.num_chunks):
@@ -136,7 +136,7 @@ def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start:
     return {"id": hashlib.sha256(repr((identity, settings)).encode()).hexdigest()[:16],
             "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": trace.num_chunks,
             "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds,
-            "labels": labels or {}, "heights": {name: HEIGHTS.get(name) for name in kinds}, "rows": rows,
+            "labels": labels or {}, "heights": {name: {**HEIGHTS, **(heights or {})}.get(name) for name in kinds}, "rows": rows,
             "events": events, "template": template}
 
 
@@ -162,6 +162,38 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
             {"widths": [1.2, 1, 1], "cells": [["trajectory"], ["sigma"], ["gates"]]}]
     settings = (layer, series.field, series.mode, series.index, kind, anchor, images is not None)
     return stepper_payload(trace, identity, settings, start, views, rows, labels)
+
+
+def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Hashable, kind: str,
+                       start: int) -> dict[str, Any]:
+    """Two checkpoints on one sample side by side, stepping together: for each (name, its trace, its volume series or
+    None) the input with its prediction, the prediction against the truth, the volume and the timeline. The
+    annotation track and the events are the first's; both traces must have the same chunks (ValueError)."""
+    (first, trace, _), (second, other, _) = sides
+    if trace.num_chunks != other.num_chunks:
+        raise ValueError(f"{first} has {trace.num_chunks} chunks on this sample and {second} {other.num_chunks}: "
+                         f"their memory chunks differ, so no chunk of one is a chunk of the other")
+    named = dict(zip("ab", sides))
+
+    def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        for side, (_, run, series) in named.items():
+            shown[f"{side}_input"] = chunk_input_figure(run, k)
+            shown[f"{side}_card"] = prediction_html(outcome if run is trace else chunk_outcome(run, k),
+                                                    run.has_predictions)
+            if series is not None:
+                shown[f"{side}_volume"] = volume_figure(series.values[k], kind, f"{series.label} after chunk {k}",
+                                                        value_range=series.value_range)
+            shown[f"{side}_timeline"] = timeline_figure(run, k)
+        return shown
+
+    parts = ("input", "card", "volume", "timeline")
+    rows = [{"widths": [1, 1], "cells": [[f"{side}_{part}" for part in parts if part != "volume" or series is not None]
+                                         for side, (_, _, series) in named.items()]}]
+    labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
+    heights = {f"{side}_{part}": HEIGHTS[part] for side in named for part in ("input", "volume", "timeline")}
+    settings = ("compare", first, second, kind, tuple(s is None for _, _, s in sides))
+    return stepper_payload(trace, identity, settings, start, views, rows, labels, heights)
 
 
 def window(chunk: int, width: int, count: int) -> list[int]:
@@ -201,8 +233,7 @@ def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], me
             shown["belief_card"] = belief_html(b, k)
         if energy is not None:
             shown["energy"] = energy_figure(lay, k, occluded)
-            shown["energy_slices"] = slices_figure(energy[k], slice_index(trace, layer, k, "write"),
-                                                   f"‖h‖² after chunk {k}, through its write")
+            shown["energy_slices"] = slices_figure(energy[k], slice_index(trace, layer, k, "write"))
         return shown
 
     rows: list[dict[str, Any]] = []
@@ -217,9 +248,10 @@ def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], me
                         + " of the frames around this one, the true position circled",
               "film": "The clip as the model sees it (grey: the curtain): the true digit's box solid, the predicted "
                       "one dashed; above each frame, the true digit → the predicted one",
-              "identity": "Which digit the model believes it is, frame by frame"}
+              "identity": "Which digit the model believes it is, frame by frame",
+              "energy_slices": "‖h‖² after this chunk, through its write"}
     return stepper_payload(trace, identity, ("occlusion", layer, memory), start, views, rows, labels)
 
 
-__all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "prediction_html", "belief_html",
+__all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "comparison_payload", "prediction_html", "belief_html",
            "window", "served_folder", "PLAY_INTERVAL_MS", "BELIEF_FRAMES", "FILM_FRAMES"]

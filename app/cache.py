@@ -23,6 +23,7 @@ from analysis.measures.compare import checkpoint_summary
 from analysis.measures.images import Reconstruction, reconstruct
 from analysis.measures.language import TokenLosses, token_losses
 from analysis.traces.export import trace_bytes
+from analysis.traces.finite import nonfinite_fields
 from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import InterventionResult, intervene
 from analysis.measures.occlusion import belief_survival
@@ -174,6 +175,21 @@ def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], 
     return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory, start)
 
 
+@st.cache_data(max_entries=8, show_spinner="Running the sample through both checkpoints…")
+def comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], sample: Sample, layer: Optional[str], view: Any,
+                       start: int) -> dict[str, Any]:
+    """Two checkpoints of one task on the session's sample, side by side for the browser
+    (:func:`app.browser_stepper.comparison_payload`): the first's memory ``layer`` and the other's last, drawn as
+    ``view`` (:class:`app.layout.VolumeView`) says; no volume for a checkpoint without a memory to show."""
+    sides = []
+    for ref, shown_layer in zip(refs, (layer, None)):
+        trace = sample_trace(ref, sample)
+        drawable = load(ref).has_memory and not nonfinite_fields(trace)
+        series = volume_series(ref, sample, shown_layer, view.field, view.mode, view.index) if drawable else None
+        sides.append((ref.label, trace, series))
+    return browser_stepper.comparison_payload(sides, (refs, sample), view.kind, start)
+
+
 @st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")
 def volume_renderings(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], field: str, mode: str,
                       index: int) -> list[bytes]:
@@ -271,6 +287,6 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
 
 
 __all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "explore_payload", "occlusion_payload", "volume_series", "volume_renderings",
+           "sample_trace", "explore_payload", "occlusion_payload", "comparison_payload", "volume_series", "volume_renderings",
            "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
            "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction"]

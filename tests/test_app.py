@@ -22,7 +22,9 @@ from analysis.figures.chunk_input import chunk_outcome
 from analysis.figures.state import POINT_FLOOR
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
-from analysis.measures.occlusion import belief
+from analysis.traces.predictions import prediction_trace
+from analysis.measures.occlusion import belief, memory_energy
+from analysis.figures.views import slice_index
 from analysis.traces.training_log import addressing_history
 from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
@@ -198,13 +200,15 @@ def test_every_page_renders_its_content(default_trace):
     at = start(**{"keep.diagnose.samples": 8})
     ok(at.switch_page("views/occlusion.py").run())
     sent, K, b = payload(at), default_trace.num_chunks, belief(default_trace)
+    energy = memory_energy(default_trace.layer())  # (K, D, H, W)
     assert {"heading": "Belief frame by frame"} in sent["rows"]  # the frames step in the browser
     assert not any(b.key in ("previous", "next", "play") for b in at.button)
     for k in range(K):  # every frame's belief window, its numbers and the memory's energy go at once
         titles = " ".join(a["text"] for a in sent["cells"]["belief"][k]["layout"]["annotations"])
         assert all(f"frame {j}" in titles for j in window(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
         assert f"{b['truth_probability'][k]:.1%}" in sent["cells"]["belief_card"][k]
-        assert chart(at, f"‖h‖² after chunk {k}", k)
+        z = slice_index(default_trace, None, k, "write")[0]  # the slices go through the chunk's write
+        np.testing.assert_allclose(values(sent["cells"]["energy_slices"][k]["data"][0]["z"]), energy[k][z], rtol=1e-5)
     labels = {m.label: m.value for m in at.metric}
     hidden = default_trace.meta["occluded"].astype(bool)
     right = default_trace.chunks["prediction"] == default_trace.chunks["target"]
@@ -235,6 +239,27 @@ def test_every_page_renders_its_content(default_trace):
     assert labels["R², writes → ball (visible frames)"] == f"{fit['r2_visible']:.2f}"
     ok(at.switch_page("views/explore.py").run())
     assert counter(at).startswith("#### Chunk")
+
+
+def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trace):
+    at = start(**{"keep.diagnose.samples": 8})
+    ok(at.switch_page("views/diagnose.py").run())
+    sent, K = payload(at), default_trace.num_chunks  # occlusion-tensor beside its counterpart, occlusion-base
+    base = prediction_trace(load_checkpoint(CHECKPOINTS / "occlusion-base"), seed=0, index=0, **DEFAULT_PARAMS)
+    assert sent["count"] == K and sent["labels"]["a_input"] == "occlusion-tensor"
+    assert sent["labels"]["b_input"] == "occlusion-base"
+    assert sent["rows"][0]["cells"] == [["a_input", "a_card", "a_volume", "a_timeline"],
+                                        ["b_input", "b_card", "b_timeline"]]  # base: no memory to draw
+    series = state_series(default_trace.layer(), "h", "norm")
+    for k in range(K):
+        assert sent["cells"]["a_card"][k] == prediction_html(chunk_outcome(default_trace, k), True)
+        assert sent["cells"]["b_card"][k] == prediction_html(chunk_outcome(base, k), True)
+        shown = drawn_volume(sent["cells"]["a_volume"][k], series.values[k].shape)
+        held = ~np.isnan(shown)
+        np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
+    assert any(c != sent["cells"]["b_card"][0] for c in sent["cells"]["b_card"])  # the sides step, not stand still
+    ok(at.selectbox(key="diagnose.other.occlusion-tensor").set_value("coordinate_binding-tensor").run())
+    assert payload(at) is None and any("another task" in i.value for i in at.info)
 
 
 def test_explore_shows_where_the_writes_put_the_ball_on_request(default_trace):

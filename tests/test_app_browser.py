@@ -244,6 +244,24 @@ def test_other_pages_render(browser, server):
     page.close()
 
 
+def test_diagnose_steps_both_checkpoints_together_in_the_browser(browser, server):
+    page = open_app(browser, server)
+    visit(page, "Diagnose")
+    stepper = view(page)  # occlusion-tensor beside occlusion-base, on the session's sample
+    stepper.get_by_text("occlusion-base", exact=True).wait_for()
+    settle(page)
+    k, last = chunk(page)
+    to = k - 1 if k == last else k + 1
+    stepper.get_by_role("button", name="Previous" if to < k else "Next", exact=True).click()
+    stepper.get_by_text(f"Chunk {to} / {last}").wait_for()
+    volume = stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {to}")
+    assert volume.count() == 1 and drawn(volume.first) > 10  # the tensor side's memory follows
+    frames = stepper.locator(".js-plotly-plot").filter(has_text=f"frame {to}")
+    assert frames.count() == 2  # both sides show the new frame with their own prediction
+    page.screenshot(path=str(ARTIFACTS / "app-compare.png"), full_page=True)
+    page.close()
+
+
 def choose_checkpoint(page, name: str) -> None:
     box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first
     box.click()
@@ -299,7 +317,7 @@ def test_image_and_video_views(browser, server):
     stepper.get_by_role("button", name="Previous" if to < k else "Next", exact=True).click()
     stepper.get_by_text(f"Chunk {to} / {last}").wait_for()
     stepper.get_by_text(f"at frame {to}:").wait_for()  # the belief's numbers follow
-    assert stepper.locator(".js-plotly-plot").filter(has_text=f"‖h‖² after chunk {to}").count() == 1
+    assert stepper.locator(".js-plotly-plot").filter(has_text="memory energy").count() == 1
     page.close()
 
 

@@ -1,4 +1,5 @@
-"""Diagnose: the addressing report over many samples, and two checkpoints side by side."""
+"""Diagnose: the addressing report over many samples, and two checkpoints side by side (their summaries, and both
+on the session's sample stepping together in the browser)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import streamlit as st
 from analysis.figures.compare import comparison_figure
 from analysis.figures.training import addressing_history_figure
 from analysis.measures.compare import comparison_note, comparison_rows
-from app import cache, layout, state, world_view
+from app import browser_stepper, cache, layout, state, stepper, world_view
 from app.cache import CheckpointRef, Sample
 from app.sidebar import checkpoint_options
 from tensor_memory.checkpoint import CheckpointError
@@ -139,3 +140,18 @@ for column, summary in ((left, mine), (right, theirs)):
         st.metric(headline, format_metric(headline, summary["metrics"].get(headline), percent_digits=1))
 layout.chart(comparison_figure(mine, theirs), "comparison", height=320)
 st.dataframe(comparison_rows(mine, theirs), hide_index=True, width="stretch")
+
+st.markdown("##### Both on this sample, chunk by chunk")
+if not same_task:
+    st.info(f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
+            f"{context.task} task to step both side by side.", icon=":material/info:")
+    st.stop()
+try:
+    both = cache.comparison_payload((context.ref, other_ref), context.sample, context.layer, layout.volume_view(),
+                                    stepper.opening_chunk(context))
+except EXPECTED_ERRORS as error:
+    st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
+    st.stop()
+browser_stepper.chunk_stepper(both, key="comparison_stepper")
+st.caption("Both run the session's sample and step together in your browser; the 3D view and the channels are "
+           "Explore's settings.")
