@@ -204,6 +204,7 @@ def test_play_steps_on_its_own_and_pause_stops(browser, server):
     stepper.get_by_text("Chunk 2 / 11").wait_for()
     stepper.get_by_role("button", name="Play", exact=True).click()
     stepper.get_by_text("Chunk 4 / 11").wait_for(timeout=60_000)  # two steps, nobody clicking
+    page.screenshot(path=str(ARTIFACTS / "app-explore-playing.png"))
     stepper.get_by_role("button", name="Pause", exact=True).click()
     stopped = chunk(page)
     page.wait_for_timeout(2500)  # playing, it would have moved twice
