@@ -25,16 +25,22 @@ def prepare_opening_page() -> None:
 
     while not runtime.exists():  # the caches live in the server's runtime: use them, not a private copy
         time.sleep(0.05)
-    # Outside a script run Streamlit warns once per cached call that there is no ScriptRunContext: expected here.
-    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
-    opening_page_work()
+    # Outside a script run Streamlit warns at each cached call that there is no ScriptRunContext: expected here.
+    # The logger is the process's, so its level is put back once the work is done.
+    logger = logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        opening_page_work()
+    finally:
+        logger.setLevel(level)
 
 
 def opening_page_work() -> None:
     """The checkpoint, the sample and Explore's payload of the opening page, asked for exactly as the page asks
-    (its defaults: seed 0 with the task's own settings, the last memory layer, the default view, the sample's key
-    chunk), so the page finds them cached. A ``--trace`` file or a pretrained memory opens on another page:
-    nothing is prepared for them."""
+    (its defaults: seed 0 with the task's own settings, the last memory layer, the default view or none when there
+    is no memory to draw, the sample's key chunk), so the page finds them cached. A ``--trace`` file or a
+    pretrained memory opens on a page of its own (the trace, the MiniLM page): nothing is prepared for them."""
     from analysis.figures import use_template_by_default
     from analysis.figures.annotations import key_chunk
     from app import cache, state
@@ -47,8 +53,9 @@ def opening_page_work() -> None:
         return
     ref, sample = cache.CheckpointRef.of(folder, label), cache.Sample()
     trace = cache.sample_trace(ref, sample)
-    if cache.load(ref).has_memory:
-        cache.explore_payload(ref, sample, trace.layer_names[-1], VolumeView(), key_chunk(trace))
+    layer = trace.layer_names[-1] if trace.layer_names else None
+    drawable = layer is not None and state.memory_note(ref, cache.load(ref), trace) is None  # as Context decides
+    cache.explore_payload(ref, sample, layer, VolumeView() if drawable else None, key_chunk(trace))
 
 
 def _prepare_quietly() -> None:

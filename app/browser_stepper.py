@@ -1,12 +1,12 @@
-"""The chunk stepper in the browser (Explore, Occlusion, Diagnose): a small custom component shipped in the package.
+"""The chunk stepper in the browser (Explore, Occlusion, Diagnose): a small custom component in the package.
 
 Once a sample is captured, every chunk's views go to the browser in one payload: on Explore the
-annotation track, the input and the prediction, the volume, its PyVista rendering, the slices, the
-trajectories, σ, the gates and the timeline; on Occlusion the belief around the frame (the
-filmstrip and the identity belief of a digit) and the memory's energy. Previous, Next, Play/Pause,
-the slider and the arrow keys then show another chunk there (``browser/stepper.js``), with no
-message to the server: the server runs again only when the sample, the checkpoint, the layer or a
-view setting changes.
+annotation track, the input and the prediction, the volume (and PyVista's rendering, when it is
+asked for), the slices, the trajectories, σ, the gates and the timeline; on Occlusion the belief
+around the frame (the filmstrip and the identity belief of a digit) and the memory's energy; on
+Diagnose two checkpoints on one sample side by side. Previous, Next, Play/Pause, the slider and the
+arrow keys then show another chunk there (``browser/stepper.js``), with no message to the server:
+the server runs again only when the sample, the checkpoint, the layer or a view setting changes.
 
 The component is a folder Streamlit serves: ``browser/index.html`` and ``browser/stepper.js`` beside
 the installed Plotly's own ``plotly.min.js`` (copied once into a folder named by their digest; no
@@ -17,6 +17,7 @@ CDN). It speaks Streamlit's component messages directly (``componentReady``, ``r
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import json
@@ -53,6 +54,7 @@ BELIEF_FRAMES = 8  # the Occlusion page's belief: frames side by side at most (t
 FILM_FRAMES = 12  # the moving digit's filmstrip: frames at most
 
 
+@functools.lru_cache(maxsize=1)
 def served_folder() -> Path:
     """The component's folder: its two files and the installed Plotly's plotly.min.js, made once per version."""
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -115,7 +117,8 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
 
 def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start: int,
                     views: Callable[[int, dict[str, Any]], dict[str, Any]], rows: list[dict[str, Any]],
-                    labels: Optional[dict[str, str]] = None, heights: Optional[dict[str, int]] = None) -> dict[str, Any]:
+                    labels: Optional[dict[str, str]] = None,
+                    heights: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Every chunk's views for :func:`chunk_stepper`: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly
     figure, an HTML text, or a PNG image's bytes; ``outcome`` is its :func:`chunk_outcome`), beside the annotation
     track; ``rows`` lays the names out, ``heights`` (pixels) adds to :data:`HEIGHTS`. ``identity`` names the sample:
@@ -136,8 +139,8 @@ def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start:
     return {"id": hashlib.sha256(repr((identity, settings)).encode()).hexdigest()[:16],
             "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": trace.num_chunks,
             "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds,
-            "labels": labels or {}, "heights": {name: {**HEIGHTS, **(heights or {})}.get(name) for name in kinds}, "rows": rows,
-            "events": events, "template": template}
+            "labels": labels or {}, "heights": {name: {**HEIGHTS, **(heights or {})}.get(name) for name in kinds},
+            "rows": rows, "events": events, "template": template}
 
 
 def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
@@ -164,11 +167,12 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
     return stepper_payload(trace, identity, settings, start, views, rows, labels)
 
 
-def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Hashable, kind: str,
-                       start: int) -> dict[str, Any]:
+def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Hashable,
+                       settings: Hashable, kind: str, start: int) -> dict[str, Any]:
     """Two checkpoints on one sample side by side, stepping together: for each (name, its trace, its volume series or
     None) the input with its prediction, the prediction against the truth, the volume and the timeline. The
-    annotation track and the events are the first's; both traces must have the same chunks (ValueError)."""
+    annotation track and the events are the first's; both traces must have the same chunks (ValueError).
+    ``settings`` names what else decides the series (the layer, the field, the reduction)."""
     (first, trace, _), (second, other, _) = sides
     if trace.num_chunks != other.num_chunks:
         raise ValueError(f"{first} has {trace.num_chunks} chunks on this sample and {second} {other.num_chunks}: "
@@ -192,8 +196,8 @@ def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], i
                                          for side, (_, _, series) in named.items()]}]
     labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
     heights = {f"{side}_{part}": HEIGHTS[part] for side in named for part in ("input", "volume", "timeline")}
-    settings = ("compare", first, second, kind, tuple(s is None for _, _, s in sides))
-    return stepper_payload(trace, identity, settings, start, views, rows, labels, heights)
+    shown = ("compare", first, second, settings, kind, tuple(s is None for _, _, s in sides))
+    return stepper_payload(trace, identity, shown, start, views, rows, labels, heights)
 
 
 def window(chunk: int, width: int, count: int) -> list[int]:
@@ -253,5 +257,5 @@ def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], me
     return stepper_payload(trace, identity, ("occlusion", layer, memory), start, views, rows, labels)
 
 
-__all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "comparison_payload", "prediction_html", "belief_html",
-           "window", "served_folder", "PLAY_INTERVAL_MS", "BELIEF_FRAMES", "FILM_FRAMES"]
+__all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "comparison_payload",
+           "prediction_html", "belief_html", "window", "served_folder", "PLAY_INTERVAL_MS", "BELIEF_FRAMES", "FILM_FRAMES"]

@@ -89,7 +89,7 @@ def memory_notice(context: Context, what: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class VolumeView:
-    """How the Explore page draws the memory's volumes (remembered across pages; Export reuses it)."""
+    """How the Explore page draws the memory's volumes (remembered across pages; Export and Diagnose reuse it)."""
 
     field: str = "h"
     mode: str = "norm"

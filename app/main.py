@@ -1,4 +1,5 @@
-"""Tensor Memory Explorer: ``streamlit run app/main.py`` (what ``make run`` does).
+"""Tensor Memory Explorer: ``streamlit run app/main.py`` (``make run`` runs ``python -m app``: this, with the opening
+page prepared while the server starts).
 
 Every run: the sidebar chooses a checkpoint, a sample and a memory layer; the sample's trace is
 captured (cached); the session's :class:`app.state.Context` is published; the chosen page draws.

@@ -188,6 +188,21 @@ def test_a_sample_is_one_hashable_order_free_value():
         cache.Sample.of(3, {"frames": 12, "occlusion_start": 2}))
     assert sample.params == {"frames": 12, "occlusion_start": 2} and sample.seed == 3
     assert sample.with_task_defaults() == cache.Sample(3) and cache.Sample(3).params == {}
+
+    @dataclasses.dataclass
+    class Own:
+        frames: int = 12
+        occlusion_length: int = 4
+
+    @dataclasses.dataclass
+    class Other:
+        frames: int = 20
+        occlusion_length: int = 4
+
+    chosen = cache.Sample.of(3, {"frames": 12, "occlusion_length": 6}, Own())  # the task's own settings left out
+    assert chosen == cache.Sample(3, (("occlusion_length", 6),))
+    assert chosen.carried_to(Own(), Own()) == chosen  # another checkpoint of the same config: the same sample
+    assert chosen.carried_to(Own(), Other()) == cache.Sample(3, (("frames", 12), ("occlusion_length", 6)))
     ref = cache.CheckpointRef.of(DEFAULT, "occlusion-tensor")
     trace = cache.sample_trace(ref, cache.Sample.of(4, DEFAULT_PARAMS))
     expected = capture(DEFAULT, seed=4, progress=False, **DEFAULT_PARAMS)
@@ -258,6 +273,12 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
         held = ~np.isnan(shown)
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
     assert any(c != sent["cells"]["b_card"][0] for c in sent["cells"]["b_card"])  # the sides step, not stand still
+    first_layer = default_trace.layer_names[0]  # another memory layer: a new payload, which the browser redraws
+    ok(at.selectbox(key="layer_choice").set_value(first_layer).run())
+    other = state_series(default_trace.layer(first_layer), "h", "norm")
+    assert payload(at)["id"] != sent["id"]
+    shown = drawn_volume(payload(at)["cells"]["a_volume"][0], other.values[0].shape)
+    np.testing.assert_allclose(shown[~np.isnan(shown)], other.values[0][~np.isnan(shown)], rtol=1e-5)
     ok(at.selectbox(key="diagnose.other.occlusion-tensor").set_value("coordinate_binding-tensor").run())
     assert payload(at) is None and any("another task" in i.value for i in at.info)
 

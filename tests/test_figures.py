@@ -150,6 +150,10 @@ def test_volume_figure_point_cloud_marks_the_voxels_that_hold_something():
     scene = fig.layout.scene  # the whole grid whatever is drawn, in its proportions
     assert (scene.xaxis.range, scene.yaxis.range, scene.zaxis.range) == ((-0.5, 4.5), (-0.5, 3.5), (-0.5, 2.5))
     assert (scene.aspectratio.x, scene.aspectratio.y, scene.aspectratio.z) == pytest.approx((1.0, 0.8, 0.6))
+    signed = np.zeros((3, 4, 5), dtype=np.float32)
+    signed[0, 0, 0], signed[1, 1, 1], signed[2, 2, 2] = -2.0, 1.0, 0.2  # a principal component: both signs count
+    cloud = F.volume_figure(signed, kind="points", value_range=(-2, 1)).data[0]
+    assert sorted(zip(cloud.z, cloud.y, cloud.x, cloud.customdata)) == [(0, 0, 0, -2.0), (1, 1, 1, 1.0)]
     empty = F.volume_figure(np.zeros((2, 2, 2), dtype=np.float32), kind="points", value_range=(0, 1))
     assert len(empty.data[0].x) == 0  # nothing held: nothing drawn, the axes still there
 

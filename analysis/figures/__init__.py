@@ -28,7 +28,7 @@ from analysis.figures.state import slices_figure, volume_figure
 from analysis.figures.timeline import belief_figure, frame_figure, timeline_figure
 
 __all__ = ["TEMPLATE", "MARGIN", "COLORSCALE", "READ_COLOUR", "WRITE_COLOUR", "CURRENT_COLOUR", "TRUTH_COLOUR",
-           "PREDICTION_COLOUR", "AXIS_TITLES", "GATE_LINES", "finish", "templated", "use_template_by_default", "rgb", "flag_runs", "voxel_scene",
-           "mark_current",
+           "PREDICTION_COLOUR", "AXIS_TITLES", "GATE_LINES", "finish", "templated", "use_template_by_default", "rgb",
+           "flag_runs", "voxel_scene", "mark_current",
            "volume_figure", "slices_figure", "trajectory_figure", "sigma_figure", "gates_figure", "timeline_figure",
            "belief_figure", "frame_figure"]

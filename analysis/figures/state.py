@@ -18,7 +18,7 @@ def _values(values: np.ndarray) -> np.ndarray:
     return check_array(values, 3, "values", "(D, H, W)").astype(np.float32)
 
 
-VOLUME_KINDS = {"points": "point cloud", "isosurface": "isosurfaces", "volume": "volume"}  # the first: the default
+VOLUME_KINDS = {"points": "point cloud", "isosurface": "isosurfaces", "volume": "volume"}  # the app opens on the first
 POINT_FLOOR = 0.2  # the point cloud leaves out voxels below this share of the colour range (as the volume fades them)
 
 
@@ -28,7 +28,8 @@ def volume_figure(values: np.ndarray, kind: str = "volume", title: str = "", opa
 
     ``kind`` ``"volume"`` (go.Volume: 15 surfaces, default opacity 0.2), ``"isosurface"`` (go.Isosurface: 4
     surfaces, default opacity 0.6) or ``"points"`` (go.Scatter3d: a marker at every voxel holding at least
-    :data:`POINT_FLOOR` of the range, larger for larger values, default opacity 0.8; the lightest to draw).
+    :data:`POINT_FLOOR` of the range above its low end, or of the largest magnitude when the range takes in
+    negative values, larger for larger values, default opacity 0.8; the lightest to draw).
     ``value_range`` (low, high) fixes the colours and levels, so that stepping through chunks does not
     rescale them; by default the data's range is used. The axes span the whole grid whatever is drawn.
     """
@@ -38,7 +39,10 @@ def volume_figure(values: np.ndarray, kind: str = "volume", title: str = "", opa
     colours = dict(cmin=low, cmax=high, colorscale=COLORSCALE, colorbar=dict(thickness=12, len=0.8))
     hover = "x %{x}, y %{y}, z %{z}<br>value %{customdata:.3f}<extra></extra>"
     if kind == "points":
-        share = (array - low) / (high - low)  # colour_range keeps high > low
+        if low < 0:  # a signed field (one channel, a principal component): a voxel holds its value either way
+            share = np.abs(array) / max(-low, abs(high))
+        else:
+            share = (array - low) / (high - low)  # colour_range keeps high > low
         shown = share >= POINT_FLOOR  # (D, H, W) mask
         trace = go.Scatter3d(x=x[shown], y=y[shown], z=z[shown], mode="markers", customdata=array[shown],
                              marker=dict(color=array[shown], size=3 + 9 * np.clip(share[shown], 0, 1),

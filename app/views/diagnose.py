@@ -127,7 +127,9 @@ except CheckpointError as error:
     st.error(f"Could not load {other_label} to compare: {error}")
     st.stop()
 same_task = other_loaded.checkpoint.task.name == context.task
-theirs = measured(other_ref, context.sample if same_task else context.sample.with_task_defaults(), samples, None)
+their_sample = (context.sample.carried_to(context.checkpoint.task.config, other_loaded.checkpoint.task.config)
+                if same_task else context.sample.with_task_defaults())  # same task: the same settings
+theirs = measured(other_ref, their_sample, samples, None)
 note = comparison_note(mine, theirs)
 if note:
     st.warning(note, icon=":material/warning:")
@@ -147,8 +149,8 @@ if not same_task:
             f"{context.task} task to step both side by side.", icon=":material/info:")
     st.stop()
 try:
-    both = cache.comparison_payload((context.ref, other_ref), context.sample, context.layer, layout.volume_view(),
-                                    stepper.opening_chunk(context))
+    both = cache.comparison_payload((context.ref, other_ref), (context.sample, their_sample), context.layer,
+                                    layout.volume_view(), stepper.opening_chunk(context))
 except EXPECTED_ERRORS as error:
     st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
     st.stop()
