@@ -39,10 +39,9 @@ def prepare_opening_page() -> None:
 def opening_page_work() -> None:
     """The checkpoint, the sample and Explore's payload of the opening page, asked for exactly as the page asks
     (its defaults: seed 0 with the task's own settings, the last memory layer, the default view or none when there
-    is no memory to draw, the sample's key chunk), so the page finds them cached. A ``--trace`` file or a
+    is no memory to draw), so the page finds them cached. A ``--trace`` file or a
     pretrained memory opens on a page of its own (the trace, the MiniLM page): nothing is prepared for them."""
     from analysis.figures import use_template_by_default
-    from analysis.figures.annotations import key_chunk
     from app import cache, state
     from app.layout import VolumeView
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
@@ -55,7 +54,7 @@ def opening_page_work() -> None:
     trace = cache.sample_trace(ref, sample)
     layer = trace.layer_names[-1] if trace.layer_names else None
     drawable = layer is not None and state.memory_note(ref, cache.load(ref), trace) is None  # as Context decides
-    cache.explore_payload(ref, sample, layer, VolumeView() if drawable else None, key_chunk(trace))
+    cache.explore_payload(ref, sample, layer, VolumeView() if drawable else None)
 
 
 def _prepare_quietly() -> None:

@@ -73,14 +73,15 @@ def served_folder() -> Path:
     return folder
 
 
-def chunk_stepper(payload: dict[str, Any], key: str) -> None:
-    """Draw the stepper and every view of a :func:`stepper_payload`; nothing comes back to the server.
+def chunk_stepper(payload: dict[str, Any], start: int, key: str) -> None:
+    """Draw the stepper and every view of a :func:`stepper_payload`, opening on chunk ``start`` when the sample is
+    new to the browser; nothing comes back to the server.
 
     Declared on every call: Streamlit registers a component only when it is declared inside a script run,
     and this module may first be imported outside one (``python -m app`` prepares the opening page in a
     thread of its own)."""
     component = components.declare_component("chunk_stepper", path=str(served_folder()))
-    component(payload=payload, key=key, default=None)
+    component(payload={**payload, "start": int(start)}, key=key, default=None)
 
 
 def prediction_html(outcome: dict[str, Any], predicts: bool) -> str:
@@ -115,7 +116,7 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start: int,
+def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable,
                     views: Callable[[int, dict[str, Any]], dict[str, Any]], rows: list[dict[str, Any]],
                     labels: Optional[dict[str, str]] = None,
                     heights: Optional[dict[str, int]] = None) -> dict[str, Any]:
@@ -138,13 +139,13 @@ def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable, start:
         events.append(outcome["event"])
     return {"id": hashlib.sha256(repr((identity, settings)).encode()).hexdigest()[:16],
             "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": trace.num_chunks,
-            "start": int(start), "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds,
+            "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds,
             "labels": labels or {}, "heights": {name: {**HEIGHTS, **(heights or {})}.get(name) for name in kinds},
             "rows": rows, "events": events, "template": template}
 
 
 def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
-                    kind: str, anchor: str, start: int, images: Optional[list[bytes]] = None) -> dict[str, Any]:
+                    kind: str, anchor: str, images: Optional[list[bytes]] = None) -> dict[str, Any]:
     """The Explore page's views of every chunk: with ``series`` (a memory to draw) the full page, else the input,
     the prediction and the timeline; ``images`` the PyVista renderings (PNG, one a chunk) when they are shown."""
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +155,7 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
 
     if series is None:
         rows = [{"widths": [1, 1], "cells": [["input"], ["card", "timeline"]]}]
-        return stepper_payload(trace, identity, (layer, None), start, views, rows)
+        return stepper_payload(trace, identity, (layer, None), views, rows)
     labels = {"slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
     top = {"widths": [1, 1.6], "cells": [["input", "card"], ["volume"]]}
     if images is not None:
@@ -164,11 +165,11 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
             {"heading": "Where it reads and writes, and how it gates"},
             {"widths": [1.2, 1, 1], "cells": [["trajectory"], ["sigma"], ["gates"]]}]
     settings = (layer, series.field, series.mode, series.index, kind, anchor, images is not None)
-    return stepper_payload(trace, identity, settings, start, views, rows, labels)
+    return stepper_payload(trace, identity, settings, views, rows, labels)
 
 
 def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Hashable,
-                       settings: Hashable, kind: str, start: int) -> dict[str, Any]:
+                       settings: Hashable, kind: str) -> dict[str, Any]:
     """Two checkpoints on one sample side by side, stepping together: for each (name, its trace, its volume series or
     None) the input with its prediction, the prediction against the truth, the volume and the timeline. The
     annotation track and the events are the first's; both traces must have the same chunks (ValueError).
@@ -197,7 +198,7 @@ def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], i
     labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
     heights = {f"{side}_{part}": HEIGHTS[part] for side in named for part in ("input", "volume", "timeline")}
     shown = ("compare", first, second, settings, kind, tuple(s is None for _, _, s in sides))
-    return stepper_payload(trace, identity, shown, start, views, rows, labels, heights)
+    return stepper_payload(trace, identity, shown, views, rows, labels, heights)
 
 
 def window(chunk: int, width: int, count: int) -> list[int]:
@@ -215,8 +216,7 @@ def belief_html(b: dict[str, Any], k: int) -> str:
     return f"<div class='card plain'>{text}</div>"
 
 
-def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], memory: bool,
-                      start: int) -> dict[str, Any]:
+def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], memory: bool) -> dict[str, Any]:
     """The Occlusion page's views of every chunk: for an occlusion or moving-digits trace the belief around the
     frame (and the filmstrip and the identity belief of a digit); with ``memory`` the layer's energy and slices."""
     b = belief(trace) if trace.info.get("task") in OCCLUSION_TASKS else None
@@ -254,7 +254,7 @@ def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], me
                       "one dashed; above each frame, the true digit → the predicted one",
               "identity": "Which digit the model believes it is, frame by frame",
               "energy_slices": "‖h‖² after this chunk, through its write"}
-    return stepper_payload(trace, identity, ("occlusion", layer, memory), start, views, rows, labels)
+    return stepper_payload(trace, identity, ("occlusion", layer, memory), views, rows, labels)
 
 
 __all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "comparison_payload",

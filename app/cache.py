@@ -161,48 +161,37 @@ def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: st
     return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
 
 
-def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], view: Optional[Any],
-                    start: int) -> dict[str, Any]:
-    """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`), opening on chunk ``start``;
-    ``view`` (a :class:`app.layout.VolumeView`, None without memory views) says how the volumes are drawn."""
-    return {**_explore_views(ref, sample, layer, view), "start": int(start)}
-
-
-def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool,
-                      start: int) -> dict[str, Any]:
-    """Every chunk's Occlusion views for the browser (:func:`app.browser_stepper.occlusion_payload`)."""
-    return {**_occlusion_views(ref, sample, layer, memory), "start": int(start)}
-
-
-def comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
-                       layer: Optional[str], view: Any, start: int) -> dict[str, Any]:
-    """Two checkpoints of one task, each on its ``samples`` (the same task settings), side by side for the browser
-    (:func:`app.browser_stepper.comparison_payload`): the first's memory ``layer`` and the other's last, drawn as
-    ``view`` (:class:`app.layout.VolumeView`) says; no volume for a checkpoint without a memory to show."""
-    drawn = (view.field, view.mode, view.index, view.kind)  # what the comparison draws of the view
-    return {**_comparison_views(refs, samples, layer, drawn), "start": int(start)}
-
-
-# The payloads are cached without the chunk they open on: a session coming back at another chunk finds them.
 @st.cache_data(max_entries=16, show_spinner="Drawing every chunk's views…")
-def _explore_views(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str],
-                   view: Optional[Any]) -> dict[str, Any]:
+def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str],
+                    view: Optional[Any]) -> dict[str, Any]:
+    """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`); ``view`` (a
+    :class:`app.layout.VolumeView`, None without memory views) says how the volumes are drawn."""
     trace = trace_of(ref, sample)
     if view is None:
-        return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write", 0)
+        return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write")
     series = volume_series(ref, sample, layer, view.field, view.mode, view.index)
     images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index) if view.rendered else None
-    return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, 0, images)
+    return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, images)
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing every frame's belief…")
-def _occlusion_views(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool) -> dict[str, Any]:
-    return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory, 0)
+def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool) -> dict[str, Any]:
+    """Every chunk's Occlusion views for the browser (:func:`app.browser_stepper.occlusion_payload`)."""
+    return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory)
+
+
+def comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
+                       layer: Optional[str], view: Any) -> dict[str, Any]:
+    """Two checkpoints of one task, each on its ``samples`` (the same task settings), side by side for the browser
+    (:func:`app.browser_stepper.comparison_payload`): the first's memory ``layer`` and the other's last, drawn as
+    ``view`` (:class:`app.layout.VolumeView`) says; no volume for a checkpoint without a memory to show."""
+    return _comparison_payload(refs, samples, layer, (view.field, view.mode, view.index, view.kind))
 
 
 @st.cache_data(max_entries=8, show_spinner="Running the sample through both checkpoints…")
-def _comparison_views(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
-                      layer: Optional[str], drawn: tuple[str, str, int, str]) -> dict[str, Any]:
+def _comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
+                        layer: Optional[str], drawn: tuple[str, str, int, str]) -> dict[str, Any]:
+    """:func:`comparison_payload`, cached on only what it draws of the view (PyVista or the slices change nothing)."""
     field, mode, index, kind = drawn
     sides = []
     for ref, sample, shown_layer in zip(refs, samples, (layer, None)):
@@ -210,7 +199,7 @@ def _comparison_views(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[
         drawable = load(ref).has_memory and not nonfinite_fields(trace)
         series = volume_series(ref, sample, shown_layer, field, mode, index) if drawable else None
         sides.append((ref.label, trace, series))
-    return browser_stepper.comparison_payload(sides, (refs, samples), (layer, field, mode, index), kind, 0)
+    return browser_stepper.comparison_payload(sides, (refs, samples), (layer, field, mode, index), kind)
 
 
 @st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")

@@ -150,10 +150,10 @@ if not same_task:
     st.stop()
 try:
     both = cache.comparison_payload((context.ref, other_ref), (context.sample, their_sample), context.layer,
-                                    layout.volume_view(), stepper.opening_chunk(context))
+                                    layout.volume_view())
 except EXPECTED_ERRORS as error:
     st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
     st.stop()
-browser_stepper.chunk_stepper(both, key="comparison_stepper")
+browser_stepper.chunk_stepper(both, stepper.opening_chunk(context), key="comparison_stepper")
 st.caption("Both run the session's sample and step together in your browser; the 3D view and the channels are "
            "Explore's settings.")

@@ -62,8 +62,8 @@ trace, view = context.trace, None
 if context.has_memory_views:
     lay = trace.layer(context.layer)
     view = volume_controls(lay.channels, [f for f in FIELDS if getattr(lay, f) is not None])
-payload = cache.explore_payload(context.ref, context.sample, context.layer, view, stepper.opening_chunk(context))
-browser_stepper.chunk_stepper(payload, key="explore_stepper")
+payload = cache.explore_payload(context.ref, context.sample, context.layer, view)
+browser_stepper.chunk_stepper(payload, stepper.opening_chunk(context), key="explore_stepper")
 if view is None:
     layout.memory_notice(context, "The memory views")
     st.stop()

@@ -67,7 +67,7 @@ else:
             icon=":material/info:")
 memory = layout.memory_notice(context, "The memory's energy and the interventions")
 if is_occlusion or memory:
-    browser_stepper.chunk_stepper(cache.occlusion_payload(context.ref, context.sample, context.layer, memory, chunk),
+    browser_stepper.chunk_stepper(cache.occlusion_payload(context.ref, context.sample, context.layer, memory), chunk,
                                   key="occlusion_stepper")
 if not memory:
     st.stop()
