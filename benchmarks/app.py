@@ -167,7 +167,7 @@ def main() -> None:
     print(f"\nFrom `streamlit run app/main.py` (new process, nothing cached) to ({args.starts} start(s)):\n")
     print(f"{'what':<62} {'median':>8} {'max':>8}   (s)")
     for label, values in (("server healthy (/_stcore/health)", [h for h, _ in starts]),
-                          ("first page drawn in Chromium (counter, 3D scenes, PyVista)", [d for _, d in starts])):
+                          ("first page drawn in Chromium (counter, 3D scenes; PyVista off)", [d for _, d in starts])):
         print(f"{label:<62} {statistics.median(values):8.1f} {max(values):8.1f}")
     print("\nTargets: step < 300 ms median with the trace cached; first page < 10 s after the server starts.")
 
