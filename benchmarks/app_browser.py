@@ -13,8 +13,10 @@ step is timed from the click until the new "Chunk k / K" is shown and the app ha
 Printed: the seconds until the server answers, the first-page time (from opening the page), the
 step time p50 and p95 over every step of every session, the mean of each session's last five steps
 against its first five, the server's CPU seconds per step while stepping (user + system, from
-/proc) and the server's peak resident memory (VmHWM). ``--view`` chooses the Plotly 3D view
-clicked before stepping. Needs Debian's /usr/bin/chromium.
+/proc), the server's peak resident memory (VmHWM), and the session errors: a session that waits
+more than ``--patience`` seconds for its first page or for one step stops there, and what its page
+shows is printed (the app's status widget, each frame's counter and canvases). ``--view`` chooses
+the Plotly 3D view clicked before stepping. Needs Debian's /usr/bin/chromium.
 
     .venv/bin/python benchmarks/app_browser.py --sessions 1 --steps 20
     .venv/bin/python benchmarks/app_browser.py --sessions 8 --steps 10 --runs 3
@@ -55,6 +57,9 @@ def parse_args() -> argparse.Namespace:
                         "server starts; default) or plain streamlit run app/main.py")
     p.add_argument("--open-after", type=float, default=0.0, metavar="S",
                    help="seconds between the server answering and the sessions opening the page (default 0: at once)")
+    p.add_argument("--patience", type=float, default=300.0, metavar="S",
+                   help="seconds a session waits for its first page or for one step before it counts as a session "
+                        "error, printed with what its page shows (default 300)")
     p.add_argument("--view", choices=list(VOLUME_KINDS.values()), default=None,
                    help="the Plotly 3D view to click before stepping, by its name on the page (default: the page's "
                         "own)")
@@ -126,11 +131,8 @@ async def painted(where) -> None:
     await where.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
 
 
-async def open_first_page(browser, url: str, view) -> tuple[object, float]:
-    """A new session's page and the seconds until its first page is drawn."""
-    context = await browser.new_context(viewport={"width": 1600, "height": 1800})
-    page = await context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+async def open_first_page(page, url: str, view) -> float:
+    """Seconds until the session's first page is drawn (then ``view`` clicked, if one is named)."""
     start = time.perf_counter()
     await page.goto(url)
     where = await stepper_of(page)
@@ -143,7 +145,7 @@ async def open_first_page(browser, url: str, view) -> tuple[object, float]:
         await page.get_by_role("radio", name=view, exact=True).first.click()  # a segmented control's option
         await settle(page)
         await painted(await stepper_of(page))
-    return page, drawn
+    return drawn
 
 
 async def stepper_of(page):
@@ -155,27 +157,67 @@ async def stepper_of(page):
         await page.wait_for_timeout(50)
 
 
-async def step(page, steps: int) -> list[float]:
-    """Seconds per step: Next to the last chunk, then Previous back, and so on."""
+async def one_step(page, where, direction: int) -> tuple[float, int]:
+    """Seconds for one step, Next (``direction`` 1) or Previous (-1), turning back at either end; and the direction."""
+    k, last = await counter(where)
+    if not 0 <= k + direction <= last:
+        direction = -direction
+    start = time.perf_counter()
+    await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).click()
+    await where.get_by_text(f"Chunk {k + direction} / {last}", exact=True).wait_for()
+    if await page.locator(BUSY).count():  # the server is running the step (a server-side stepper)
+        await settle(page)
+    await painted(where)
+    return time.perf_counter() - start, direction
+
+
+async def step(page, steps: int, patience: float) -> tuple[list[float], str]:
+    """Seconds per step (Next to the last chunk, then Previous back, and so on), and why the session stopped early
+    if a step took longer than ``patience`` ("" if it did not)."""
     times, direction, where = [], 1, stepper(page)
-    for _ in range(steps):
-        k, last = await counter(where)
-        if not 0 <= k + direction <= last:
-            direction = -direction
-        start = time.perf_counter()
-        await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).click()
-        await where.get_by_text(f"Chunk {k + direction} / {last}", exact=True).wait_for()
-        if await page.locator(BUSY).count():  # the server is running the step (a server-side stepper)
-            await settle(page)
-        await painted(where)
-        times.append(time.perf_counter() - start)
-    return times
+    for s in range(steps):
+        try:
+            seconds, direction = await asyncio.wait_for(one_step(page, where, direction), patience)
+        except asyncio.TimeoutError:
+            return times, f"step {s + 1} not done in {patience:g} s; {await what_it_shows(page)}"
+        times.append(seconds)
+    return times, ""
+
+
+async def open_session(browser, url: str, args: argparse.Namespace) -> tuple[object, float, str]:
+    """A new session (a browser context) and the seconds until its first page is drawn; or why it was not drawn
+    within ``--patience``."""
+    context = await browser.new_context(viewport={"width": 1600, "height": 1800})
+    page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        return page, await asyncio.wait_for(open_first_page(page, url, args.view), args.patience), ""
+    except asyncio.TimeoutError:
+        return page, float("nan"), f"first page not drawn in {args.patience:g} s; {await what_it_shows(page)}"
+
+
+async def what_it_shows(page) -> str:
+    """What a stalled session's page shows: the app's status widget, and each frame's counter and Plotly canvases."""
+    status = page.locator(BUSY)
+    shown = [f"status widget {(await status.first.inner_text()).strip()!r}" if await status.count() else
+             "no status widget"]
+    text = " ".join((await page.locator("section.main, [data-testid='stMain']").first.inner_text()).split()) \
+        if await page.locator("section.main, [data-testid='stMain']").count() else "(no main section)"
+    shown.append(f"the page reads {text[:300]!r}")
+    for frame in page.frames:
+        try:
+            seen = await frame.evaluate("() => [(document.getElementById('counter') || {}).textContent || null, "
+                                        "document.querySelectorAll('.js-plotly-plot canvas').length]")
+        except Exception as error:  # noqa: BLE001 (a frame detached while it was read)
+            seen = f"unreadable ({type(error).__name__})"
+        shown.append(f"frame {frame.url.rsplit('/', 1)[-1][:40] or '(page)'}: counter, canvases {seen}")
+    return "; ".join(shown)
 
 
 async def one_run(args: argparse.Namespace) -> dict[str, object]:
     from playwright.async_api import async_playwright
 
-    sessions, steps, view = args.sessions, args.steps, args.view
+    sessions, steps = args.sessions, args.steps
     launched = time.perf_counter()
     server, url = start_server(args.launcher)
     up = time.perf_counter() - launched
@@ -183,21 +225,24 @@ async def one_run(args: argparse.Namespace) -> dict[str, object]:
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
             await asyncio.sleep(args.open_after)
-            opened = await asyncio.gather(*(open_first_page(browser, url, view) for _ in range(sessions)))
+            opened = await asyncio.gather(*(open_session(browser, url, args) for _ in range(sessions)))
             cpu_before = cpu_seconds(server.pid)
-            stepped = await asyncio.gather(*(step(page, steps) for page, _ in opened))
+            stepped = await asyncio.gather(*(step(page, steps, args.patience) for page, _, error in opened
+                                             if not error))
             cpu = cpu_seconds(server.pid) - cpu_before
             memory = peak_memory_gb(server.pid)
             await browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
-    every = sorted(t for times in stepped for t in times)
-    return {"up": up, "first": [d for _, d in opened], "p50": statistics.median(every),
+    errors = [error for _, _, error in opened if error] + [error for _, error in stepped if error]
+    every = sorted(t for times, _ in stepped for t in times) or [float("nan")]
+    return {"up": up, "first": [d for _, d, error in opened if not error] or [float("nan")], "errors": errors,
+            "p50": statistics.median(every),
             "p95": every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))],
-            "first5": statistics.mean(statistics.mean(t[:5]) for t in stepped),
-            "last5": statistics.mean(statistics.mean(t[-5:]) for t in stepped),
-            "cpu_per_step": cpu / len(every), "memory_gb": memory}
+            "first5": statistics.mean([statistics.mean(t[:5]) for t, _ in stepped if t] or [float("nan")]),
+            "last5": statistics.mean([statistics.mean(t[-5:]) for t, _ in stepped if t] or [float("nan")]),
+            "cpu_per_step": cpu / max(1, sum(len(t) for t, _ in stepped)), "memory_gb": memory}
 
 
 def main() -> None:
@@ -208,13 +253,15 @@ def main() -> None:
           f"{args.steps} steps, view {args.view or 'as the page opens'}, server {args.launcher}, pages opened "
           f"{args.open_after:g} s after it answers\n")
     print("| run | server answers (s) | first page (s, median / max) | step p50 (s) | step p95 (s) "
-          "| first five / last five (s) | server CPU a step (s) | server peak memory (GB) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| first five / last five (s) | server CPU a step (s) | server peak memory (GB) | session errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in range(1, args.runs + 1):
         r = asyncio.run(one_run(args))
-        print(f"| {run} | {r['up']:.1f} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | {r['p50']:.2f} | "
-              f"{r['p95']:.2f} | {r['first5']:.2f} / {r['last5']:.2f} | {r['cpu_per_step']:.3f} | "
-              f"{r['memory_gb']:.2f} |", flush=True)
+        print(f"| {run} | {r['up']:.1f} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | "
+              f"{r['p50']:.2f} | {r['p95']:.2f} | {r['first5']:.2f} / {r['last5']:.2f} | {r['cpu_per_step']:.3f} | "
+              f"{r['memory_gb']:.2f} | {len(r['errors'])} |", flush=True)
+        for error in r["errors"]:
+            print(f"  run {run}, a session: {error}", flush=True)
 
 
 if __name__ == "__main__":

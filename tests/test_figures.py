@@ -432,3 +432,39 @@ def test_plotter_html_exports_the_scene():
     finally:
         plotter.close()
     assert "<html" in html.lower() and "OfflineLocalView" in html
+
+
+RACE = """
+import threading
+import analysis.figures  # what the app's sessions import before building a figure
+import plotly.graph_objects as go
+
+failures = []
+
+def import_pandas():  # as Streamlit does in another session's thread
+    import pandas  # noqa: F401
+
+def build_figures():
+    try:
+        while importer.is_alive():
+            go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]), layout=dict(title="t"))
+    except Exception as error:
+        failures.append(repr(error))
+
+importer, builder = threading.Thread(target=import_pandas), threading.Thread(target=build_figures)
+importer.start(); builder.start(); importer.join(); builder.join()
+print(failures)
+"""
+
+
+def test_figures_built_while_another_thread_imports_pandas():
+    """Plotly reads pandas from sys.modules without importing it: without analysis.figures importing it whole first,
+    a figure built while another thread imports pandas fails ('partially initialized module'), as the app's first
+    page did for 7 of 8 visitors on a cold server. Run in a fresh interpreter, where pandas is not yet imported."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", RACE], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

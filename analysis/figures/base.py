@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+# Imported whole before any figure is built: Plotly looks pandas up in sys.modules without importing it, so a figure
+# built in one thread while another thread is still importing pandas fails ("partially initialized module 'pandas'
+# has no attribute 'Series'"). The app's sessions are threads: eight visitors on a cold server met it. A thread past
+# this import has waited on Python's import lock until pandas was complete.
+import pandas  # noqa: F401
 import plotly.graph_objects as go
 import plotly.io as pio
 
