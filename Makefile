@@ -5,6 +5,8 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Where `make run` listens: this machine only; HOST=0.0.0.0 serves your network.
+HOST ?= 127.0.0.1
 
 .PHONY: run test setup browser bench clean
 
@@ -19,8 +21,9 @@ setup: $(STAMP)
 
 # The explorer opens on checkpoints/occlusion-tensor with a sample already captured
 # (python -m app: streamlit run app/main.py, the opening page prepared while the server starts).
+# It listens on $(HOST); `make run HOST=0.0.0.0` lets others on your network in (a class: README).
 run: $(STAMP)
-	$(PY) -m app
+	$(PY) -m app --server.address $(HOST)
 
 test: $(STAMP) browser
 	$(PY) -m pytest

@@ -9,10 +9,12 @@ which every session shares: the first visitor then finds the opening page ready 
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 MAIN = Path(__file__).resolve().parent / "main.py"
 
@@ -66,7 +68,35 @@ def _prepare_quietly() -> None:
               f"visit instead.", file=sys.stderr)
 
 
+def option(argv: list[str], name: str) -> Optional[str]:
+    """The value of Streamlit option ``--name`` on a command line (``--name VALUE`` or ``--name=VALUE``), or None."""
+    for i, arg in enumerate(argv):
+        if arg == f"--{name}" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def exposure_warning(argv: list[str]) -> Optional[str]:
+    """The line to print when the server listens beyond this machine (an address that is not a loopback one)."""
+    address = option(argv, "server.address")
+    if address is None or address == "localhost":
+        return None  # .streamlit/config.toml: 127.0.0.1
+    try:
+        if ipaddress.ip_address(address).is_loopback:
+            return None
+    except ValueError:  # a host name: it may be anything
+        pass
+    port = option(argv, "server.port") or "8501"
+    return (f"The explorer listens on {address}:{port}: anyone who can reach this port can upload checkpoints and "
+            f"run them on this machine.")
+
+
 def main() -> None:
+    warning = exposure_warning(sys.argv[1:])
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     threading.Thread(target=_prepare_quietly, name="prepare-opening-page", daemon=True).start()
     from streamlit.web import cli
 

@@ -13,13 +13,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
 TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace file the app opens on, instead
+DATA_ROOT_ENV = "TENSOR_MEMORY_DATA_ROOT"  # the one folder whose data uploaded checkpoints may read
+LOCAL_HOST = "127.0.0.1"  # where the app listens unless told otherwise (.streamlit/config.toml says so too)
 
 DESCRIPTION = (
     "Start the Tensor Memory Explorer, a Streamlit app: load a trained checkpoint, step through a sample chunk by "
     "chunk and watch the memory in 3D, see the occlusion belief and interventions, diagnose addressing, walk "
     "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
     "--checkpoint names another folder, or on a trace file with --trace (any model's, written by "
-    "analysis.trace_model or `tensor-memory trace`); stop it with Ctrl-C.")
+    "analysis.trace_model or `tensor-memory trace`); stop it with Ctrl-C. It listens on this machine only "
+    "unless --host says otherwise, and shows errors in one line (with --debug, their tracebacks too).")
 
 
 def _port(text: str) -> int:
@@ -43,7 +46,14 @@ def _app(args: argparse.Namespace) -> int:
         path = Path(args.trace).expanduser().resolve()
         load_trace(path)  # likewise: a file that is not a valid trace is refused here
         env[TRACE_ENV] = str(path)
-    command = [sys.executable, "-m", "app", "--server.port", str(args.port)]  # app/__main__.py: streamlit run, prepared
+    if args.data_root:
+        root = Path(args.data_root).expanduser().resolve()
+        if not root.is_dir():
+            raise ValueError(f"--data-root {args.data_root}: is not a folder; name the folder that holds the data "
+                             f"uploaded checkpoints may read")
+        env[DATA_ROOT_ENV] = str(root)
+    command = [sys.executable, "-m", "app", "--server.port", str(args.port),  # app/__main__.py: streamlit run, prepared
+               "--server.address", args.host, "--client.showErrorDetails", "full" if getattr(args, "debug", False) else "none"]
     try:
         return subprocess.call(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
     except KeyboardInterrupt:
@@ -59,7 +69,14 @@ def add_app_parser(subparsers: Any) -> None:
     app.add_argument("--trace", metavar="FILE", help="trace file to open on (a .safetensors trace of any model, "
                                                      "from analysis.trace_model or `tensor-memory trace`)")
     app.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
+    app.add_argument("--host", default=LOCAL_HOST,
+                     help=f"address to listen on (default {LOCAL_HOST}: this machine only); 0.0.0.0 serves every "
+                          f"network this machine is on, and then anyone who can reach the port can upload checkpoints "
+                          f"and run them on this machine")
+    app.add_argument("--data-root", metavar="DIR",
+                     help="the one folder whose data (a corpus, pictures, videos) uploaded checkpoints may read; by "
+                          "default an upload whose task reads a folder of this machine is refused")
     app.set_defaults(func=_app)
 
 
-__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV"]
+__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV", "DATA_ROOT_ENV", "LOCAL_HOST"]

@@ -14,9 +14,9 @@ from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache
 from .cache import CheckpointRef, Sample, TraceRef
-from .state import shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
-from .upload import (MAX_UPLOAD_BYTES, UploadError, checkpoint_label, discard_trace_upload, discard_upload,
-                     save_trace_upload, unpack_checkpoint)
+from .state import data_root, shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
+from .upload import (MAX_UPLOAD_BYTES, UploadError, check_data_paths, checkpoint_label, discard_trace_upload,
+                     discard_upload, save_trace_upload, unpack_checkpoint)
 
 CHOICE_KEY = "checkpoint_choice"
 UPLOAD_KEY = "checkpoint_upload"
@@ -80,6 +80,11 @@ def _check_upload(file: Any) -> tuple[Optional[str], str]:
     except UploadError as error:
         return None, f"Could not use {file.name}: {error}"
     label = checkpoint_label(folder, file.name)
+    try:
+        check_data_paths(folder, data_root())  # before loading: building its task may read those folders
+    except UploadError as error:
+        discard_upload(folder)
+        return None, f"Could not use {file.name}: {error}"
     try:
         loaded = cache.load(CheckpointRef.of(folder, label))
     except CheckpointError as error:

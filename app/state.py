@@ -24,7 +24,7 @@ from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache
 from .cache import CheckpointRef, Loaded, Sample, TraceRef
-from .cli import CHECKPOINT_ENV, TRACE_ENV
+from .cli import CHECKPOINT_ENV, DATA_ROOT_ENV, TRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints"
@@ -58,6 +58,13 @@ def startup_trace() -> Optional[tuple[str, Path]]:
         return None
     path = Path(chosen).expanduser().resolve()
     return trace_label(path.name), path
+
+
+def data_root() -> Optional[Path]:
+    """The folder whose data uploaded checkpoints may read (``$TENSOR_MEMORY_DATA_ROOT``, set by ``tensor-memory app
+    --data-root``); None: uploads may read no data of this server."""
+    chosen = os.environ.get(DATA_ROOT_ENV)
+    return Path(chosen).expanduser().resolve() if chosen else None
 
 
 def trace_label(name: str) -> str:

@@ -22,8 +22,11 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE
-from tensor_memory.files import atomic_write_bytes
+from typing import Optional
+
+from tensor_memory.checkpoint import CONFIG_FILE, MAX_CONFIG_BYTES, MODEL_FILE
+from tensor_memory.files import atomic_write_bytes, read_json
+from tensor_memory.tasks import data_paths
 
 MAX_UPLOAD_BYTES = 64 << 20  # the archive; keep in step with server.maxUploadSize in .streamlit/config.toml
 MAX_UNPACKED_BYTES = 600 << 20  # everything unpacked: the weights file alone may be 512 MiB
@@ -152,6 +155,31 @@ def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     return target
 
 
+def check_data_paths(folder: Path, data_root: Optional[Path]) -> None:
+    """An UploadError unless every folder of user data the unpacked checkpoint's task would read (a corpus, pictures,
+    videos: :func:`tensor_memory.tasks.data_paths`) lies under ``data_root``, the one folder the person serving the
+    app lets uploads read; with no data root, none may. An upload must not make the server read a path it names,
+    so the answer never says whether a path exists. A config.json that cannot be read passes: loading refuses it."""
+    try:
+        config = read_json(folder / CONFIG_FILE, MAX_CONFIG_BYTES, CONFIG_FILE)
+    except (ValueError, OSError):
+        return
+    task = config.get("task") if isinstance(config, dict) else None
+    paths = data_paths(task.get("name"), task.get("params")) if isinstance(task, dict) else {}
+    if not paths:
+        return
+    named = ", ".join(f"task.params.{field}" for field in paths)
+    if data_root is None:
+        raise UploadError(f"its task reads data from a folder on this server ({named}), and uploads may not name "
+                          f"server paths; whoever serves the app can allow folders under one data root "
+                          f"(tensor-memory app --data-root DIR)")
+    root = Path(os.path.realpath(data_root))
+    for field, value in paths.items():
+        if not Path(os.path.realpath(value)).is_relative_to(root):  # what the task would open, links followed
+            raise UploadError(f"task.params.{field} names a folder outside the data root this app reads uploads' "
+                              f"data from; give a path under {root}")
+
+
 def save_trace_upload(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     """Keep an uploaded trace file under ``root``/traces (named by its digest) and return its path, not yet
     validated: ``load_trace`` checks it as it checks any trace file. The same size limit as checkpoints."""
@@ -183,5 +211,5 @@ def checkpoint_label(folder: Path, upload_name: str) -> str:
     return f"{Path(upload_name).stem} (upload {folder.name[:8]})"
 
 
-__all__ = ["unpack_checkpoint", "discard_upload", "checkpoint_label", "save_trace_upload", "discard_trace_upload",
-           "UploadError", "MAX_UPLOAD_BYTES"]
+__all__ = ["check_data_paths", "unpack_checkpoint", "discard_upload", "checkpoint_label", "save_trace_upload",
+           "discard_trace_upload", "UploadError", "MAX_UPLOAD_BYTES"]

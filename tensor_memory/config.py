@@ -26,6 +26,10 @@ MARKER_STD = 0.02
 class ConfigBase:
     """Mixin giving a dataclass ``to_dict`` / ``from_dict`` with strict key checking."""
 
+    # The fields that name folders of the user's own data for a task to read (a corpus, pictures, videos). A
+    # checkpoint uploaded to a shared app must not make the server read a path of its choosing (app/upload.py).
+    DATA_PATHS: tuple[str, ...] = ()
+
     def to_dict(self) -> dict[str, Any]:
         out = {}
         for field in dataclasses.fields(self):  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, before or after the command
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    args.debug = debug  # the app shows its errors' details to the browser only then
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -432,7 +432,7 @@ def test_app_command_runs_streamlit_on_the_chosen_checkpoint(monkeypatch):
     assert args.func(args) == 0
     (command, cwd, env), = calls
     assert command[1:3] == ["-m", "app"]  # app/__main__.py: streamlit run app/main.py, the opening page prepared
-    assert command[-2:] == ["--server.port", "8765"] and cwd == ROOT
+    assert command[3:5] == ["--server.port", "8765"] and cwd == ROOT
     assert env[cli.CHECKPOINT_ENV] == str(CHECKPOINTS / "map_building-tensor")
     args = parser.parse_args(["app", "--checkpoint", str(ROOT / "tests")])
     with pytest.raises(ValueError, match="config.json"):
@@ -460,7 +460,7 @@ def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
         assert ahead and page and ahead[0] == page[0], name
     ref, sample, layer, view = next(args for n, args in asked["ahead"] if n == "explore_payload")
     assert sample == cache.Sample(0) and view == layout.VolumeView() and layer.endswith("blocks.1.memory")
-    assert "run: $(STAMP)\n\t$(PY) -m app\n" in (ROOT / "Makefile").read_text()  # what make run starts
+    assert "run: $(STAMP)\n\t$(PY) -m app --server.address $(HOST)\n" in (ROOT / "Makefile").read_text()  # make run
 
 
 def test_figure_cache_builds_once_and_drops_the_oldest():

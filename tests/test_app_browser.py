@@ -10,6 +10,7 @@ Screenshots go to test-artifacts/ (git-ignored) for people to look at.
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
 import re
 import socket
@@ -58,14 +59,17 @@ def trace_server(tmp_path_factory):
     yield from serve({TRACE_ENV: str(path)}, "streamlit-trace-server.log")
 
 
-def serve(env: Optional[dict] = None, log_name: str = "streamlit-server.log"):
-    """Run the app on a free port until the generator is closed; yields its URL."""
+def serve(env: Optional[dict] = None, log_name: str = "streamlit-server.log", command: Optional[list[str]] = None):
+    """Run the app on a free port until the generator is closed (``streamlit run app/main.py``, or ``command`` and
+    ``--port PORT``); yields its URL on 127.0.0.1."""
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / log_name, "w")
-    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
-                                "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    command = [*command, "--port", str(port)] if command else [
+        sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -338,4 +342,45 @@ def test_explore_on_a_traced_hugging_face_model(browser, trace_server):
     page.get_by_text("Addressing report", exact=True).wait_for()  # the header's blurb says it too
     page.get_by_text("the one sample this trace recorded").wait_for()  # the caption: drawn after the heading
     settle(page)
+    page.close()
+
+
+def other_address() -> Optional[str]:
+    """An address of this machine that is not a loopback one (the one its route out leaves from), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # UDP: nothing is sent, the kernel only picks the route and the address
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def test_tensor_memory_app_answers_on_this_machine_only_unless_told(browser):
+    """``tensor-memory app`` listens on 127.0.0.1: the page opens there and the machine's other address refuses the
+    connection; ``--host 0.0.0.0`` answers there too and says in one line who can then use the machine."""
+    other = other_address()
+    if other is None:
+        pytest.skip("this machine has no address but loopback ones")
+    cli = [sys.executable, "-m", "tensor_memory_cli", "app"]
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    served = serve(None, "streamlit-local.log", cli)
+    url = next(served)
+    try:
+        assert page.goto(url).ok
+        elsewhere = url.replace("127.0.0.1", other)
+        with pytest.raises(sync_api.Error, match="ERR_CONNECTION_REFUSED"):
+            page.goto(elsewhere, timeout=15_000)
+    finally:
+        served.close()
+    served = serve(None, "streamlit-network.log", [*cli, "--host", "0.0.0.0"])
+    url = next(served)
+    try:
+        assert page.goto(url.replace("127.0.0.1", other)).ok
+    finally:
+        served.close()
+    said = (ARTIFACTS / "streamlit-network.log").read_text()
+    assert "anyone who can reach this port can upload checkpoints and run them on this machine" in said
+    assert "anyone who can reach" not in (ARTIFACTS / "streamlit-local.log").read_text()
     page.close()

@@ -53,6 +53,11 @@ def bad_uploads(tmp: Path) -> dict[str, tuple[bytes, str]]:
     config = json.loads((good / "config.json").read_text())
     config["model"]["layers"] = 1_000_000
     (hostile / "config.json").write_text(json.dumps(config))
+    server_path = tmp / "server_path"  # a CUB checkpoint whose task would read /etc on the server
+    shutil.copytree(CHECKPOINTS / "masked_patches-tensor", server_path)
+    config = json.loads((server_path / "config.json").read_text())
+    config["task"]["params"].update(source="cub", path="/etc")
+    (server_path / "config.json").write_text(json.dumps(config))
     slip = io.BytesIO()
     with zipfile.ZipFile(slip, "w") as archive:
         archive.writestr("../config.json", "{}")
@@ -62,7 +67,9 @@ def bad_uploads(tmp: Path) -> dict[str, tuple[bytes, str]]:
             "truncated.zip": (zipped(truncated), "truncated"),
             "other-task.zip": (zipped(other_task), "unknown task"),
             "slip.zip": (slip.getvalue(), "unsafe path"),
-            "hostile.zip": (zipped(hostile), "BackboneConfig.layers must be at most 64")}
+            "hostile.zip": (zipped(hostile), "BackboneConfig.layers must be at most 64"),
+            "server-path.zip": (zipped(server_path), "reads data from a folder on this server (task.params.path), "
+                                                     "and uploads may not name server paths")}
 
 
 def test_bad_uploads_say_what_is_wrong_and_keep_the_checkpoint(tmp_path):

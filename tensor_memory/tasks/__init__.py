@@ -31,4 +31,12 @@ def make_task(name: str, params: Optional[dict[str, Any]] = None) -> Task:
     return cls(cls.Config.from_dict(params or {}))
 
 
-__all__ = ["Batch", "Task", "TASKS", "TaskModel", "make_task", "derive_seed"]
+def data_paths(name: Any, params: Any) -> dict[str, str]:
+    """The folders of the user's data that task ``name`` would read with ``params`` (a config's ``task.params`` as
+    read, not yet validated): each of its config's ``DATA_PATHS`` fields that is set. Nothing is opened."""
+    if name not in TASKS or not isinstance(params, dict):
+        return {}
+    return {field: str(params[field]) for field in TASKS[name].Config.DATA_PATHS if params.get(field)}
+
+
+__all__ = ["Batch", "Task", "TASKS", "TaskModel", "make_task", "derive_seed", "data_paths"]

@@ -40,6 +40,7 @@ TOP_K = 5  # top5_accuracy
 
 @dataclasses.dataclass
 class ActionRecognitionConfig(ConfigBase):
+    DATA_PATHS = ("path", "lists")
     path: str = ""  # required: the UCF-101 folder holding <ClassName>/v_<Class>_gXX_cYY.avi (or frame folders)
     lists: str = ""  # the folder of classInd.txt, trainlist0N.txt, testlist0N.txt; "": looked for beside `path`
     fold: int = 1  # which trainlist0N / testlist0N (1, 2 or 3)

@@ -35,6 +35,7 @@ TOKENIZER_FILE = "tokenizer.json"  # beside model.safetensors in a checkpoint
 
 @dataclasses.dataclass
 class LanguageModellingConfig(ConfigBase):
+    DATA_PATHS = ("path",)
     corpus: str = "python-docs"  # "python-docs" (shipped, subword) | "wikitext" (word-level, at `path`)
     path: str = ""  # wikitext: the folder holding wiki.{train,valid,test}.tokens
     seq_len: int = 128  # tokens a sample feeds the model

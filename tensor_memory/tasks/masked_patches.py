@@ -47,6 +47,7 @@ SOURCE_CODES = {"photo": 0, "face": 1, "cub": 2}  # meta["origin"][0]
 
 @dataclasses.dataclass
 class MaskedPatchesConfig(ConfigBase):
+    DATA_PATHS = ("path",)
     source: str = "skimage"  # "skimage" (shipped photographs and faces) | "cub" (CUB-200-2011 at `path`)
     path: str = ""  # cub: the CUB_200_2011 folder holding images.txt, train_test_split.txt and images/
     image_size: int = 24  # crops are image_size × image_size pixels
