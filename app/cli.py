@@ -52,8 +52,9 @@ def _app(args: argparse.Namespace) -> int:
             raise ValueError(f"--data-root {args.data_root}: is not a folder; name the folder that holds the data "
                              f"uploaded checkpoints may read")
         env[DATA_ROOT_ENV] = str(root)
+    details = "full" if getattr(args, "debug", False) else "none"  # tracebacks in the browser only for developers
     command = [sys.executable, "-m", "app", "--server.port", str(args.port),  # app/__main__.py: streamlit run, prepared
-               "--server.address", args.host, "--client.showErrorDetails", "full" if getattr(args, "debug", False) else "none"]
+               "--server.address", args.host, "--client.showErrorDetails", details]
     try:
         return subprocess.call(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
     except KeyboardInterrupt:

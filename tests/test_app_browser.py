@@ -66,8 +66,8 @@ def serve(env: Optional[dict] = None, log_name: str = "streamlit-server.log", co
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / log_name, "w")
     command = [*command, "--port", str(port)] if command else [
-        sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false"]
+        sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+        "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
