@@ -143,3 +143,68 @@ def test_an_unwritable_out_is_refused_before_any_work(tmp_path):
         locked.mkdir(mode=0o500)
         with pytest.raises(ValueError, match="not writable"):
             train(tiny_config(steps=2), locked, progress=False)
+
+
+LONG_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_training import tiny_config
+from tensor_memory.training import train
+train(tiny_config(steps=100_000, eval_every=2), {out!r}, progress=False)
+"""
+
+
+def running_train(out: Path):
+    """A ``train`` in another process on ``out``, once it holds the folder and has saved a resume file."""
+    import subprocess
+    import sys
+
+    tests = str(Path(__file__).resolve().parent)
+    process = subprocess.Popen([sys.executable, "-c", LONG_RUN.format(tests=tests, out=str(out))],
+                               cwd=Path(tests).parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not ((out / "train.lock").is_file() and (out / RESUME_FILE).is_file()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the first run did not start: {process.stderr.read().decode()[-2000:]}")
+        time.sleep(0.1)
+    return process
+
+
+def test_a_second_train_on_a_folder_being_written_is_refused_naming_the_process(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = running_train(out)
+    try:
+        for flags in ({}, {"overwrite": True}, {"resume": True}):
+            start = time.perf_counter()
+            with pytest.raises(ValueError, match=f"another training run \\(process {first.pid}\\) is writing there"):
+                train(tiny_config(steps=4), out, progress=False, **flags)
+            assert time.perf_counter() - start < 5, flags
+        for flags in ([], ["--overwrite"], ["--resume"]):
+            assert cli_main(["train", "--task", "no_harm", "--backbone", "base", "--out", str(out), "--steps", "2",
+                             "--no-progress", *flags]) == 2
+            said = capsys.readouterr().err.strip()
+            assert f"(process {first.pid}) is writing there" in said and "\n" not in said, said
+        assert first.poll() is None  # the first run goes on, its files in place
+        assert {"config.json", "train_log.jsonl", RESUME_FILE} <= {p.name for p in out.iterdir()}
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_killed_runs_lock_does_not_block_its_resume(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    first = running_train(out)
+    first.kill()  # SIGKILL: no clean-up; the lock file stays, with the dead process's id
+    first.wait()
+    assert (out / "train.lock").read_text().strip() == str(first.pid)
+    with pytest.raises(ValueError, match="already holds a run"):  # free, but still the folder of a run
+        train(tiny_config(steps=4), out, progress=False)
+    with safe_open(str(out / RESUME_FILE), framework="pt") as handle:
+        saved = int(handle.metadata()["step"])
+    kill_run_at(monkeypatch, tiny_config(steps=100_000, eval_every=2), out, call=3, resume=True)
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert steps[-1] == saved + 2  # resumed from the killed run's resume file, two steps done, the third cut
+    assert not (out / "train.lock").exists()  # an ending run, even by an error, leaves the folder free
+    train(tiny_config(steps=4), out, progress=False, overwrite=True)  # and the next run takes it
+    assert not (out / "train.lock").exists() and (out / "model.safetensors").is_file()

@@ -29,8 +29,8 @@ def tiny_config(kind: str = "tensor", steps: int = 12, **training_fields) -> dic
                          "eval_batches": 1, "log_every": 1, **training_fields}}
 
 
-def kill_run_at(monkeypatch, config: dict, out: Path, call: int) -> None:
-    """Train until the ``call``-th loss computation, where the process 'dies' (KeyboardInterrupt)."""
+def kill_run_at(monkeypatch, config: dict, out: Path, call: int, resume: bool = False) -> None:
+    """Train (or resume) until the ``call``-th loss computation, where the process 'dies' (KeyboardInterrupt)."""
     original, calls = loop.loss_on, []
 
     def dying_loss(model, task, batch):
@@ -41,7 +41,7 @@ def kill_run_at(monkeypatch, config: dict, out: Path, call: int) -> None:
 
     monkeypatch.setattr(loop, "loss_on", dying_loss)
     with pytest.raises(KeyboardInterrupt):
-        train(config, out, progress=False)
+        train(config, out, resume=resume, progress=False)
     monkeypatch.setattr(loop, "loss_on", original)
 
 

@@ -11,6 +11,7 @@ tensor_memory_cli train …`` (PyTorch DDP: gloo on CPU, nccl on GPU).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -32,6 +33,7 @@ from ..tasks import Batch, Task, TaskModel
 from .config import TrainConfig, resolve
 from .evaluation import evaluate
 from .log import LOG_FILE, read_training_log
+from .lock import check_free, hold_run_folder
 from .resume import load_resume, save_resume
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 
@@ -190,12 +192,14 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     an earlier run is refused unless ``resume`` or ``overwrite`` (which replaces that run) is given.
     """
     run = _set_up(config, Path(out), resume, overwrite)
-    start = _restore(run, resume)
-    if run.world.main:
-        _prepare_out(run, start)
-    writer = _tensorboard(run.out) if run.world.main else None
-    _loop(run, start, writer, progress)
-    metrics = _finish(run, writer) if run.world.main else {}
+    # One writer per folder: the main process holds it from before the first write to the last (lock.py).
+    with hold_run_folder(run.out) if run.world.main else contextlib.nullcontext():
+        start = _restore(run, resume)
+        if run.world.main:
+            _prepare_out(run, start)
+        writer = _tensorboard(run.out) if run.world.main else None
+        _loop(run, start, writer, progress)
+        metrics = _finish(run, writer) if run.world.main else {}
     if run.world.world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -212,6 +216,8 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) ->
     world = init_distributed()
     if cfg.batch_size % world.world:
         raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
+    if world.main:
+        check_free(out)  # a run still writing there: say so, not that the folder "holds a run"
     check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = TaskModel(task, backbone)

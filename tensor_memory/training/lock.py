@@ -1,0 +1,82 @@
+"""One writer per run folder: ``train`` holds ``<out>/train.lock`` while it runs.
+
+The lock is the operating system's (``fcntl.flock``) on that file, which holds the process id of
+its holder. A second ``train`` on the same folder (fresh, with ``--overwrite`` or ``--resume``) is
+refused in one line naming that process, before it writes anything. A run that was killed leaves
+the file but not the lock, which the system releases with the process: the next run finds the
+file unlocked, recognises the process id in it as gone, and takes the lock as its own. A run that
+ends, even by an error, removes the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Iterator, Optional
+
+LOCK_FILE = "train.lock"
+
+
+class RunFolderBusy(ValueError):
+    """Another training run is writing in the folder; the message names its process."""
+
+
+def _recorded_pid(fd: int) -> Optional[int]:
+    """The process id written in an open lock file, or None if it holds none (yet)."""
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _busy(out: Path, pid: Optional[int]) -> RunFolderBusy:
+    who = f"process {pid}" if pid else "another process"
+    return RunFolderBusy(f"--out {out}: another training run ({who}) is writing there; wait for it to end, stop it, "
+                         f"or choose another --out")
+
+
+def check_free(out: Path) -> None:
+    """:class:`RunFolderBusy` if a running ``train`` holds ``out``; writes nothing (``out`` may not exist)."""
+    try:
+        fd = os.open(Path(out) / LOCK_FILE, os.O_RDONLY)
+    except OSError:  # no lock file (or no folder): nobody is writing there
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(Path(out), _recorded_pid(fd)) from None
+    finally:
+        os.close(fd)  # closing releases the shared lock taken just to look
+
+
+@contextlib.contextmanager
+def hold_run_folder(out: Path) -> Iterator[None]:
+    """Hold ``out`` (created if missing) for the block: :class:`RunFolderBusy` at once if another run holds it."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _recorded_pid(fd)
+            os.close(fd)
+            raise _busy(out, pid) from None
+        try:  # the file may have been removed by the run that held it, between our open and our lock
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # a lock on a removed file guards nothing: take the new one
+    try:
+        os.ftruncate(fd, 0)  # a killed run's process id, if it left one
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # removed while still locked: a run waiting on the old file tries again
+        os.close(fd)
+
+
+__all__ = ["LOCK_FILE", "RunFolderBusy", "check_free", "hold_run_folder"]
