@@ -198,6 +198,52 @@ def _regular_file(path: Path, cap: int, what: str) -> int:
     return info.st_size
 
 
+FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_user_file(path: PathLike, cap: int, what: str, fix: str = "") -> bytes:
+    """The bytes of ``path``, a regular file of at most ``cap`` bytes: how every file a user names is read.
+
+    Nothing can block: the file is opened without waiting (``O_NONBLOCK``), and what was opened, links followed,
+    must be a regular file (a named pipe, ``/dev/zero`` or a folder is refused unread); at most ``cap`` bytes are
+    read, so a file that grows while it is read is refused too. A missing file raises ``FileNotFoundError`` for the
+    caller to say where it should come from; every other problem a :class:`FileFormatError` naming the file, what it
+    should be (``what``) and ``fix`` (", …" appended)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise FileFormatError(f"{path}: cannot read {what}: {error.strerror or error}{fix}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in FILE_KINDS if test(mode)), "not a regular file")
+            raise FileFormatError(f"{path}: is {kind}, not {what} (a regular file){fix}")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise FileFormatError(f"{path}: larger than the {_amount(cap)} {what} may be{fix}")
+    except OSError as error:
+        raise FileFormatError(f"{path}: cannot read {what}: {error.strerror or error}{fix}") from None
+    finally:
+        os.close(fd)
+
+
+def _amount(size: int) -> str:
+    """A size in the unit people would say: 16 MB, 64 KB, 99 bytes."""
+    if size >= 2**20:
+        return f"{size / 2**20:.0f} MB"
+    return f"{size / 2**10:.0f} KB" if size >= 2**10 else f"{size} bytes"
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -214,8 +260,8 @@ def _reject_constant(name: str) -> Any:
 def read_json(path: PathLike, cap: int, what: str = "the JSON file") -> dict[str, Any]:
     """A JSON object from ``path``: strict JSON (no NaN, no duplicate keys), UTF-8, at most ``cap`` bytes."""
     path = Path(path)
-    _regular_file(path, cap, what)
-    raw = path.read_bytes()
+    _regular_file(path, cap, what)  # its own lines for a missing file and a file over the cap
+    raw = read_user_file(path, cap, what)
     if not raw.strip():
         raise FileFormatError(f"{path}: {what} is empty; it should hold a JSON object (re-save the checkpoint)")
     try:
@@ -345,4 +391,4 @@ def _entry(path: Path, name: str, entry: Any, data_len: int, redo: str) -> Tenso
 
 __all__ = ["FileFormatError", "PathLike", "FLOAT_DTYPES", "TensorInfo", "atomic_write_bytes", "atomic_write_text",
            "dumps_json", "finite_or_none", "json_type", "read_json", "read_safetensors_layout",
-           "remove_stale_temp_files", "check_output_path", "RUN_FILES"]
+           "remove_stale_temp_files", "check_output_path", "RUN_FILES", "read_user_file"]

@@ -27,6 +27,7 @@ from torch import nn
 
 from .. import limits as L
 from ..config import ConfigBase, require_int
+from ..files import read_user_file
 from .data import corpus as C
 from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy, split_of
 
@@ -97,9 +98,7 @@ class LanguageModelling(Task):
     def restore(self, directory: Path) -> None:
         path = Path(directory) / TOKENIZER_FILE
         try:
-            if path.stat().st_size > C.MAX_TOKENIZER_BYTES:
-                raise C.FileFormatError(f"{path}: over {C.MAX_TOKENIZER_BYTES >> 20} MB, not a tokenizer file")
-            text = path.read_text(encoding="utf-8")
+            text = read_user_file(path, C.MAX_TOKENIZER_BYTES, "a tokenizer file").decode("utf-8")  # never blocks
         except FileNotFoundError:
             raise C.FileFormatError(f"{path}: missing {TOKENIZER_FILE}; a language-model checkpoint keeps its "
                                     f"tokenizer beside the weights (copy the whole directory)") from None

@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ...files import FileFormatError
+from ...files import FileFormatError, read_user_file
 
 SPLITS = ("train", "valid", "test")
 SOURCES = ("skimage", "cub")
@@ -44,6 +45,7 @@ PHOTO_SPLITS = {
 FACES_TEST_EVERY = 10  # lfw_subset image i goes to test when i % 10 == 0, to valid when i % 10 == 1
 CUB_VALID_EVERY = 10  # one official-train image in ten (by a hash of its path) is held out for validation
 MAX_IMAGE_PIXELS = 50_000_000  # a decoded image larger than this is refused (a decompression bomb)
+MAX_IMAGE_BYTES = 256 << 20  # an image file; CUB's largest is under 1 MB
 CUB_CACHE_BYTES = 2 << 30  # decoded CUB images kept per split: 2 GiB
 CUB_ASPECT = 1.5  # a CUB photograph is about 1.5 times as wide as it is high
 MAX_LIST_BYTES = 16 << 20  # images.txt / train_test_split.txt of CUB are about 400 KB
@@ -204,7 +206,7 @@ def read_image(path: Path, channels: int) -> np.ndarray:
     from PIL import Image
 
     try:
-        with Image.open(path) as handle:
+        with Image.open(io.BytesIO(read_user_file(path, MAX_IMAGE_BYTES, "an image"))) as handle:  # never blocks
             if handle.width * handle.height > MAX_IMAGE_PIXELS:
                 raise FileFormatError(f"{path}: {handle.width}×{handle.height} pixels, over the "
                                       f"{MAX_IMAGE_PIXELS:,} an image may have")

@@ -109,14 +109,16 @@ def _read_lines(path: Path) -> list[tuple[int, list[str]]]:
 def read_classes(path: Path) -> tuple[str, ...]:
     """classInd.txt's class names by 0-based label; its ids must be 1..n, each once."""
     by_id: dict[int, str] = {}
+    names: set[str] = set()
     for number, fields in _read_lines(path):
         if len(fields) != 2 or not fields[0].isdigit():
             raise FileFormatError(f"{path}, line {number}: expected '<class id> <ClassName>', got "
                                   f"{' '.join(fields)[:80]!r}")
         key, name = int(fields[0]), fields[1]
-        if key in by_id or name in by_id.values():
+        if key in by_id or name in names:  # a set: linear in the list's length
             raise FileFormatError(f"{path}, line {number}: class id {key} or name {name!r} appears twice")
         by_id[key] = name
+        names.add(name)
     if not by_id:
         raise FileFormatError(f"{path}: lists no classes; {UCF_HELP}")
     if sorted(by_id) != list(range(1, len(by_id) + 1)):

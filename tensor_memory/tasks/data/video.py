@@ -11,6 +11,7 @@ missing, corrupt or empty video or an unreadable image raises one
 from __future__ import annotations
 
 import collections
+import io
 import re
 import stat
 import threading
@@ -19,12 +20,13 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...files import FileFormatError
-from .images import MAX_IMAGE_PIXELS
+from ...files import FileFormatError, read_user_file
+from .images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from .ucf101 import UCF_HELP
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MAX_FRAMES = 2048  # frames decoded per video at most (UCF-101's longest clip has 1,776); the rest are ignored
+MAX_VIDEO_BYTES = 1 << 30  # a video file; UCF-101's largest is about 30 MB
 MAX_CACHE_BYTES = 2 << 30  # decoded small videos kept in memory (UCF-101 at 32×32 RGB is ~7.6 GB in all)
 
 
@@ -69,7 +71,7 @@ def read_frame_folder(folder: Path, size: int, channels: int, max_frames: int = 
     frames = []
     for file in files[:max_frames]:
         try:
-            with Image.open(file) as handle:
+            with Image.open(io.BytesIO(read_user_file(file, MAX_IMAGE_BYTES, "an image"))) as handle:  # never blocks
                 if handle.width * handle.height > MAX_IMAGE_PIXELS:
                     raise FileFormatError(f"{file}: {handle.width}×{handle.height} pixels, over the "
                                           f"{MAX_IMAGE_PIXELS:,} a frame may have")
@@ -87,7 +89,7 @@ def read_avi(path: Path, size: int, channels: int, max_frames: int = MAX_FRAMES)
 
     frames = []
     try:
-        with av.open(str(path)) as container:
+        with av.open(io.BytesIO(read_user_file(path, MAX_VIDEO_BYTES, "a video"))) as container:  # never blocks
             if not container.streams.video:
                 raise FileFormatError(f"{path}: not a readable video: it holds no video stream; re-download it")
             stream = container.streams.video[0]

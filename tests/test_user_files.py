@@ -1,0 +1,113 @@
+"""Files a user names are read by one helper (tensor_memory.files.read_user_file): only a regular file under its cap,
+and nothing can block. Named pipes and devices where a picture, a video or a checkpoint's tokenizer is expected are
+refused at once, naming the file; the lists' parsers are linear in their length."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tensor_memory import load_checkpoint
+from tensor_memory.files import FileFormatError, read_user_file
+from tensor_memory.tasks.data import images as I
+from tensor_memory.tasks.data import ucf101 as U
+from tensor_memory.tasks.data import video as V
+
+from test_dataset_loaders import cub, cub_copy, ucf  # noqa: F401 (fixtures)
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+
+
+def at_once(call, seconds: float = 10.0):
+    """What ``call()`` raised, within ``seconds``; a call still running then is a failure (it would block for good)."""
+    outcome = {}
+
+    def run():
+        try:
+            call()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)  # a daemon: a blocked read cannot keep pytest from exiting
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"blocked for over {seconds} s"
+    return outcome.get("error")
+
+
+def test_only_a_regular_file_under_its_cap_is_read(tmp_path):
+    good = tmp_path / "good.txt"
+    good.write_bytes(b"x" * 100)
+    assert read_user_file(good, 100, "a list") == b"x" * 100
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    cases = {pipe: "is a named pipe, not a list", zero: "is a character device, not a list",
+             tmp_path: "is a folder, not a list", good: "larger than the 99 bytes a list may be"}
+    for path, problem in cases.items():
+        error = at_once(lambda: read_user_file(path, 99 if path == good else 1 << 20, "a list", "; pass the list"))
+        assert isinstance(error, FileFormatError) and str(error).startswith(f"{path}: "), (path, error)
+        assert problem in str(error) and str(error).endswith("; pass the list"), str(error)
+    with pytest.raises(FileNotFoundError):  # the caller says where it should come from
+        read_user_file(tmp_path / "missing", 10, "a list")
+
+
+def test_a_named_pipe_or_device_where_a_picture_is_expected_is_refused_at_once(cub, tmp_path):  # noqa: F811
+    folder = cub_copy(cub, tmp_path)
+    test = I.cub_split_paths(folder)["test"]
+    test[0].unlink()
+    os.mkfifo(test[0])  # (a link to /dev/zero resolves outside images/: refused before any image is read)
+    pool = I.cub_pool(str(folder), "test", 3, 16)
+    error = at_once(lambda: pool.fetch(0))
+    assert isinstance(error, FileFormatError) and re.match(f"{re.escape(str(test[0]))}: is a named pipe, not an image",
+                                                           str(error))
+    assert pool.fetch(1).shape == (16, 24, 3)  # the others still load
+
+
+def test_a_named_pipe_where_a_video_is_expected_is_refused_at_once(ucf, tmp_path):  # noqa: F811
+    video = tmp_path / "v_Pipe_g01_c01.avi"
+    os.mkfifo(video)
+    error = at_once(lambda: V.read_video(video, 16, 3, V.FrameCache(1 << 20)))
+    assert isinstance(error, FileFormatError) and str(error).startswith(f"{video}: is a named pipe, not a video")
+    frames = tmp_path / "frames"
+    shutil.copytree(next(p for p in ucf["frames"].rglob("*") if p.is_dir() and any(p.glob("*.png"))), frames)
+    count = len(list(frames.glob("*.png")))
+    first = sorted(frames.glob("*.png"))[0]
+    first.unlink()
+    os.mkfifo(first)  # in a frame folder, only regular files are frames: the pipe is passed over, never opened
+    read = {}
+    assert at_once(lambda: read.update(frames=V.read_video(frames, 16, 3, V.FrameCache(1 << 20)))) is None
+    assert len(read["frames"]) == min(count - 1, V.MAX_FRAMES)
+
+
+@pytest.mark.parametrize("swap", ["pipe", "dev-zero"])
+def test_a_checkpoint_whose_tokenizer_is_a_pipe_or_a_device_is_refused_at_once(tmp_path, swap):
+    folder = tmp_path / "lm"
+    shutil.copytree(CHECKPOINTS / "language_modelling-tensor", folder)
+    tokenizer = folder / "tokenizer.json"
+    tokenizer.unlink()
+    os.mkfifo(tokenizer) if swap == "pipe" else tokenizer.symlink_to("/dev/zero")
+    start = time.perf_counter()
+    error = at_once(lambda: load_checkpoint(folder))
+    assert isinstance(error, ValueError) and str(error).startswith(f"{tokenizer}: is a "), error
+    assert time.perf_counter() - start < 10
+
+
+def test_class_lists_are_read_in_linear_time(tmp_path):
+    lines = 200_000
+    path = tmp_path / "classInd.txt"
+    path.write_text("".join(f"{k} Class{k}\n" for k in range(1, lines + 1)))
+    start = time.perf_counter()
+    classes = U.read_classes(path)
+    assert len(classes) == lines and classes[-1] == f"Class{lines}"
+    assert time.perf_counter() - start < 5  # quadratic, it took minutes (40k lines: 16 s)
+    path.write_text("1 A\n2 B\n3 A\n")
+    with pytest.raises(FileFormatError, match="line 3: class id 3 or name 'A' appears twice"):
+        U.read_classes(path)
