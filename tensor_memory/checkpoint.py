@@ -22,6 +22,7 @@ silently wrong model.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -30,7 +31,7 @@ import torch
 
 from .backbone import BackboneConfig, check_budget
 from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_write_bytes, atomic_write_text,
-                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout,
+                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout, read_user_file,
                     remove_stale_temp_files)
 from .tasks import TASKS, Task, TaskModel, make_task
 
@@ -40,6 +41,8 @@ SCHEMA_VERSION = 2
 V1_DEFAULTS = {"model": {"positions": "sinusoidal"}, "memory": {"summary_norm": False},
                "task_params": {"occlusion": {"head": "joint"}}}
 RECORD_KEY = "trained_config"  # safetensors metadata: the task and model sections the weights were trained with
+SIDE_FILES_KEY = "side_files_sha256"  # safetensors metadata: {file beside the weights: its SHA-256}, e.g. a tokenizer
+MAX_SIDE_FILE_BYTES = 64 << 20  # a tokenizer of a 267k-word vocabulary is ~6 MB
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -93,13 +96,14 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     tensors = {name: value.detach().to("cpu", dtype=dtype if dtype and value.is_floating_point() else None,
                                        copy=True).contiguous()
                for name, value in model.state_dict().items()}
-    data = save_safetensors(tensors, metadata={"format": "pt", "schema_version": str(SCHEMA_VERSION),
-                                               RECORD_KEY: trained_record(config)})
+    side_files = task.files_to_save()
+    digests = {name: sha256(text.encode("utf-8")) for name, text in side_files.items()}  # as atomic_write_text writes
+    data = save_safetensors(tensors, metadata=weights_metadata(config, digests))
 
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(directory)  # what an earlier save, killed mid-write, left behind
     atomic_write_bytes(directory / MODEL_FILE, data)
-    for name, text in task.files_to_save().items():
+    for name, text in side_files.items():
         atomic_write_text(directory / name, text)
     atomic_write_text(directory / CONFIG_FILE, config_text)
     if metrics_text is not None:
@@ -111,9 +115,29 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
 # The integrity record: the weights file keeps the task and model it was trained with
 # ---------------------------------------------------------------------------------------
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def weights_metadata(config: dict[str, Any], digests: dict[str, str]) -> dict[str, str]:
+    """The weights file's metadata: the training configuration and the SHA-256 of each file saved beside it."""
+    return {"format": "pt", "schema_version": str(SCHEMA_VERSION), RECORD_KEY: trained_record(config),
+            SIDE_FILES_KEY: json.dumps(digests, sort_keys=True)}
+
+
 def trained_record(config: dict[str, Any]) -> str:
     """The part of a config that decides what the weights mean (task and model), as canonical JSON."""
-    return json.dumps({"task": config["task"], "model": config["model"]}, sort_keys=True, separators=(",", ":"))
+    return record_of(decisive(config))
+
+
+def decisive(config: dict[str, Any]) -> dict[str, Any]:
+    """The sections of a task checkpoint's config that decide what its weights mean."""
+    return {"task": config["task"], "model": config["model"]}
+
+
+def record_of(sections: dict[str, Any]) -> str:
+    """Config sections as the canonical JSON a weights file records."""
+    return json.dumps(sections, sort_keys=True, separators=(",", ":"))
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -122,8 +146,9 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def _check_record(model_path: Path, config_path: Path, metadata: dict[str, str], config: dict[str, Any]) -> None:
-    """config.json must still say what the weights were trained with; the first field that differs is named."""
+def check_record(model_path: Path, config_path: Path, metadata: dict[str, str], sections: dict[str, Any]) -> None:
+    """config.json's ``sections`` must still say what the weights were trained with (the record in the weights file's
+    metadata); the first field that differs is named."""
     if RECORD_KEY not in metadata:
         raise CheckpointError(f"{model_path}: holds no record of the configuration it was trained with (saved by "
                               f"an older version); if {CONFIG_FILE} is unchanged since training, add the record "
@@ -133,12 +158,47 @@ def _check_record(model_path: Path, config_path: Path, metadata: dict[str, str],
     except (ValueError, RecursionError):
         raise CheckpointError(f"{model_path}: its record of the training configuration is not valid JSON; "
                               f"re-save the checkpoint") from None
-    now = _flat({"task": config["task"], "model": config["model"]})
+    now = _flat(sections)
     for key in sorted(set(recorded) | set(now)):
         if recorded.get(key, "(absent)") != now.get(key, "(absent)"):
             raise CheckpointError(f"{config_path}: {key} is {now.get(key, '(absent)')!r}, but the weights were "
                                   f"trained with {recorded.get(key, '(absent)')!r}; restore {CONFIG_FILE} (the "
                                   f"weights file records the configuration it was trained with)")
+
+
+def side_file_digests(directory: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """The SHA-256 of each file ``names`` lists in ``directory``, read as every user file is (never blocking)."""
+    digests = {}
+    for name in names:
+        path = directory / name
+        try:
+            digests[name] = sha256(read_user_file(path, MAX_SIDE_FILE_BYTES, f"the checkpoint's {name}"))
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: missing {name}; the checkpoint keeps it beside the weights (copy the "
+                                  f"whole directory)") from None
+    return digests
+
+
+def check_side_files(model_path: Path, metadata: dict[str, str], names: tuple[str, ...]) -> None:
+    """Each file ``names`` lists beside the weights must be the one they were saved with (its SHA-256 in the weights
+    file's metadata): another valid tokenizer would give wrong results without a word."""
+    if not names:
+        return
+    try:
+        recorded = json.loads(metadata[SIDE_FILES_KEY])
+    except KeyError:
+        raise CheckpointError(f"{model_path}: holds no record of the files saved beside it ({', '.join(names)}; "
+                              f"saved by an older version); if they are unchanged since training, add the record "
+                              f"with: tensor-memory migrate --checkpoint {model_path.parent}") from None
+    except ValueError:
+        recorded = None
+    if not isinstance(recorded, dict):
+        raise CheckpointError(f"{model_path}: its record of the files saved beside it is not a JSON object; "
+                              f"re-save the checkpoint")
+    for name, digest in side_file_digests(model_path.parent, names).items():
+        if digest != recorded.get(name):
+            raise CheckpointError(f"{model_path.parent / name}: is not the {name} these weights were saved with (its SHA-256 differs "
+                                  f"from the one {model_path.name} records); restore the checkpoint's own {name}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,22 +302,24 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
     Never unpickles. Raises :class:`CheckpointError` (a ``ValueError``) naming the file and the
     problem for anything malformed, for a ``config.json`` that no longer says what the weights were
     trained with, and for a model over the memory budget (``backbone/budget.py``).
-    ``require_record=False`` skips the first of those for a checkpoint saved before the weights kept
-    the record; only :func:`migrate_checkpoint` should need it.
+    The same for a file kept beside the weights (a tokenizer) that is not the one they were saved with.
+    ``require_record=False`` skips those two for a checkpoint saved before the weights kept the
+    records; only :func:`migrate_checkpoint` should need it.
     """
     directory = _checkpoint_folder(Path(path))
     model_path, config_path = directory / MODEL_FILE, directory / CONFIG_FILE
     config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
     config, task, backbone = _parse_config(config, str(config_path),
                                            f" (fix {CONFIG_FILE} or re-save the checkpoint)")
+    header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)  # its header only: no tensor read
+    if require_record:  # before anything is built: an edited checkpoint is refused in well under a second
+        check_record(model_path, config_path, metadata, decisive(config))
+        check_side_files(model_path, metadata, task.side_files)
     try:  # one sequence at inference must fit: the smallest use of a checkpoint
         check_budget(backbone, task.tokens, 1, training=False, where=str(config_path))
     except ValueError as error:
         raise CheckpointError(str(error)) from None
     task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
-    header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)
-    if require_record:
-        _check_record(model_path, config_path, metadata, config)
     model = _load_model(model_path, header, task, backbone, config_path).to(device).eval()
     metrics_path = directory / METRICS_FILE
     metrics = read_json(metrics_path, MAX_METRICS_BYTES, METRICS_FILE) if metrics_path.exists() else None
@@ -320,13 +382,23 @@ def _load_model(model_path: Path, header: dict[str, TensorInfo], task: Task, bac
 
 
 def migrate_checkpoint(path: PathLike) -> Path:
-    """Re-save an older checkpoint so that its weights file records ``config.json`` as it is now.
+    """Rewrite an older checkpoint's weights file so that its metadata records ``config.json`` and the files beside
+    it (a tokenizer) as they are now.
 
-    Trusts ``config.json``: run it only on a checkpoint whose config is the one it was trained with.
-    The weights and metrics are written back unchanged (every other check of loading still applies).
+    Trusts them: run it only on a checkpoint whose files are the ones it was trained with. Every other check of
+    loading still applies; the tensors are written back byte for byte, in the precision they were stored in, and no
+    other file is touched. Returns the checkpoint's directory.
     """
+    from safetensors import safe_open
+    from safetensors.torch import save as save_safetensors
+
     ckpt = load_checkpoint(path, require_record=False)
-    return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task)
+    weights = ckpt.path / MODEL_FILE
+    with safe_open(str(weights), framework="pt", device="cpu") as handle:
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    digests = side_file_digests(ckpt.path, ckpt.task.side_files)  # the files as they are on disk
+    atomic_write_bytes(weights, save_safetensors(tensors, metadata=weights_metadata(ckpt.config, digests)))
+    return ckpt.path
 
 
 def store_half_precision(path: PathLike) -> Path:
@@ -336,5 +408,5 @@ def store_half_precision(path: PathLike) -> Path:
     return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task, dtype=torch.float16)
 
 
-__all__ = ["SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
+__all__ = ["check_record", "record_of", "RECORD_KEY", "SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
            "check_against_model", "store_half_precision", "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]

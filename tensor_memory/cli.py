@@ -74,9 +74,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from .checkpoint import migrate_checkpoint
+    from pathlib import Path
 
-    print(f"Recorded the training configuration in {migrate_checkpoint(args.checkpoint) / 'model.safetensors'}")
+    from .checkpoint import migrate_checkpoint
+    from .pretrained.checkpoint import is_pretrained_memory, migrate_minilm
+
+    migrate = migrate_minilm if is_pretrained_memory(Path(args.checkpoint)) else migrate_checkpoint
+    print(f"Recorded the training configuration (and the files beside the weights) in "
+          f"{migrate(args.checkpoint) / 'model.safetensors'}")
     return 0
 
 

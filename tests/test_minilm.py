@@ -107,13 +107,19 @@ def test_shipped_checkpoint_references_the_base_and_reproduces_its_figures():
     assert metrics["accuracy"] > metrics["frozen"]["accuracy"]  # above the frozen model with the same head
 
 
-def test_a_checkpoint_for_another_base_model_is_refused(tmp_path):
+def test_a_checkpoint_for_another_base_model_is_refused(tmp_path, monkeypatch):
+    from tensor_memory.pretrained import checkpoint as P
+
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((SHIPPED / name).read_bytes())
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["base"]["weights_sha256"] = "0" * 64
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    installed = {**P.base_reference(), "weights_sha256": "0" * 64}  # another MiniLM installed than it was trained on
+    monkeypatch.setattr(P, "base_reference", lambda: installed)
     with pytest.raises(CheckpointError, match="installed one is"):
+        load_minilm_checkpoint(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["base"]["weights_sha256"] = "0" * 64  # config.json edited to match: the weights' record still says no
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="base.weights_sha256 is '0000.*but the weights were trained with"):
         load_minilm_checkpoint(tmp_path)
 
 

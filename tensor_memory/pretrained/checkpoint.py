@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 import torch
 
-from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
+from ..checkpoint import (MAX_CONFIG_BYTES, MAX_METRICS_BYTES, RECORD_KEY, CheckpointError, check_against_model,
+                          check_record, record_of)
 from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
 from .minilm import PACKAGE, weights_digest
 from .recall import RecallConfig, RecallModel
@@ -52,21 +53,36 @@ def save_minilm(directory: Path, model: RecallModel, training: dict[str, Any],
     tensors = {k: v.detach().to("cpu", dtype=dtype, copy=True).contiguous() for k, v in model.trained_state().items()}
     config = {"schema_version": SCHEMA_VERSION, "kind": KIND, "base": base_reference(),
               "recall": model.config.to_dict(), "memory": len(model.memories) > 0, "training": training}
-    atomic_write_bytes(directory / "model.safetensors", save_safetensors(tensors, metadata={"format": "pt"}))
+    record = {"format": "pt", RECORD_KEY: record_of(decisive(config))}  # what the weights were trained with
+    atomic_write_bytes(directory / "model.safetensors", save_safetensors(tensors, metadata=record))
     atomic_write_text(directory / "config.json", dumps_json(config))
     if metrics is not None:
         atomic_write_text(directory / "metrics.json", dumps_json(metrics))
     return directory
 
 
-def load_minilm_checkpoint(path: Path) -> tuple[RecallModel, dict[str, Any], Optional[dict[str, Any]]]:
-    """(model in eval mode, config, metrics) of a memory-on-MiniLM checkpoint; CheckpointError if unusable."""
+def decisive(config: dict[str, Any]) -> dict[str, Any]:
+    """The sections of a memory-on-MiniLM config that decide what its weights mean (absent ones as null)."""
+    return {key: config.get(key) for key in ("base", "recall", "memory")}
+
+
+def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
+                           ) -> tuple[RecallModel, dict[str, Any], Optional[dict[str, Any]]]:
+    """(model in eval mode, config, metrics) of a memory-on-MiniLM checkpoint; CheckpointError if unusable.
+
+    ``config.json`` must say what the weights were trained with (the record in their metadata), checked before
+    MiniLM loads; ``require_record=False`` skips that for a checkpoint saved before the record, only for
+    :func:`migrate_minilm`."""
     from safetensors import safe_open
 
     directory = Path(path)
-    config = read_json(directory / "config.json", MAX_CONFIG_BYTES, "config.json")
+    config_path, weights = directory / "config.json", directory / "model.safetensors"
+    config = read_json(config_path, MAX_CONFIG_BYTES, "config.json")
     if config.get("kind") != KIND or config.get("schema_version") != SCHEMA_VERSION:
-        raise CheckpointError(f"{directory / 'config.json'}: not a {KIND} checkpoint of schema {SCHEMA_VERSION}")
+        raise CheckpointError(f"{config_path}: not a {KIND} checkpoint of schema {SCHEMA_VERSION}")
+    header, record = read_safetensors_layout(weights, MAX_WEIGHTS_BYTES)  # its header only: no tensor read
+    if require_record:
+        check_record(weights, config_path, record, decisive(config))
     installed, wanted = base_reference(), config.get("base")
     if wanted != installed:
         raise CheckpointError(f"{directory}: trained on base model {wanted}, but the installed one is {installed}; "
@@ -74,11 +90,11 @@ def load_minilm_checkpoint(path: Path) -> tuple[RecallModel, dict[str, Any], Opt
     try:
         recall = RecallConfig.from_dict(config.get("recall"))
     except (ValueError, TypeError) as error:
-        raise CheckpointError(f"{directory / 'config.json'}: invalid recall config: {error}") from None
-    model = RecallModel(recall, memory=bool(config.get("memory")))
+        raise CheckpointError(f"{config_path}: invalid recall config: {error}") from None
+    if not isinstance(config.get("memory"), bool):
+        raise CheckpointError(f"{config_path}: 'memory' must be true or false, got {config.get('memory')!r}")
+    model = RecallModel(recall, memory=config["memory"])
     expected = model.trained_state()
-    weights = directory / "model.safetensors"
-    header, _ = read_safetensors_layout(weights, MAX_WEIGHTS_BYTES)
     check_against_model(weights, header, expected)
     with safe_open(str(weights), framework="pt", device="cpu") as handle:
         tensors = {name: handle.get_tensor(name).to(value.dtype) for name, value in expected.items()}
@@ -90,3 +106,19 @@ def load_minilm_checkpoint(path: Path) -> tuple[RecallModel, dict[str, Any], Opt
     metrics_path = directory / "metrics.json"
     metrics = read_json(metrics_path, MAX_METRICS_BYTES, "metrics.json") if metrics_path.exists() else None
     return model.eval(), config, metrics
+
+
+def migrate_minilm(path: Path) -> Path:
+    """Rewrite an older memory-on-MiniLM checkpoint's weights file so that its metadata records ``config.json`` as it
+    is now (trusting it: run it only on an unedited checkpoint); the tensors are written back byte for byte."""
+    from safetensors import safe_open
+    from safetensors.torch import save as save_safetensors
+
+    directory = Path(path)
+    _, config, _ = load_minilm_checkpoint(directory, require_record=False)
+    weights = directory / "model.safetensors"
+    with safe_open(str(weights), framework="pt", device="cpu") as handle:
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    record = {"format": "pt", RECORD_KEY: record_of(decisive(config))}
+    atomic_write_bytes(weights, save_safetensors(tensors, metadata=record))
+    return directory

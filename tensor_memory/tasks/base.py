@@ -88,6 +88,7 @@ class Task:
 
     name: ClassVar[str]
     Config: ClassVar[type[ConfigBase]]
+    side_files: ClassVar[tuple[str, ...]] = ()  # the names of what files_to_save writes beside the weights
     sweep_field: ClassVar[str]  # the parameter the paper's sweep varies
     sweep_values: ClassVar[tuple]
     outputs: ClassVar[str] = "classes"  # "classes" | "values"

@@ -60,6 +60,7 @@ class LanguageModellingConfig(ConfigBase):
 
 class LanguageModelling(Task):
     name = "language_modelling"
+    side_files = (TOKENIZER_FILE,)
     Config = LanguageModellingConfig
     sweep_field = "seq_len"
     sweep_values = ()  # one setting: the trained one
