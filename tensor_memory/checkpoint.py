@@ -197,8 +197,9 @@ def check_side_files(model_path: Path, metadata: dict[str, str], names: tuple[st
                               f"re-save the checkpoint")
     for name, digest in side_file_digests(model_path.parent, names).items():
         if digest != recorded.get(name):
-            raise CheckpointError(f"{model_path.parent / name}: is not the {name} these weights were saved with (its SHA-256 differs "
-                                  f"from the one {model_path.name} records); restore the checkpoint's own {name}")
+            raise CheckpointError(f"{model_path.parent / name}: is not the {name} these weights were saved with (its "
+                                  f"SHA-256 differs from the one {model_path.name} records); restore the checkpoint's "
+                                  f"own {name}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -408,5 +409,6 @@ def store_half_precision(path: PathLike) -> Path:
     return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task, dtype=torch.float16)
 
 
-__all__ = ["check_record", "record_of", "RECORD_KEY", "SCHEMA_VERSION", "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
-           "check_against_model", "store_half_precision", "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]
+__all__ = ["check_record", "record_of", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION", "CheckpointError", "Checkpoint",
+           "save_checkpoint", "load_checkpoint", "migrate_checkpoint", "check_against_model", "store_half_precision",
+           "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]
