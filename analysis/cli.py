@@ -40,17 +40,40 @@ def _param(text: str) -> tuple[str, Any]:
 
 def _trace(args: argparse.Namespace) -> int:
     from analysis.traces.capture import capture
+    from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
     check_output_path(args.out, args.overwrite)
-    trace = capture(args.checkpoint, seed=args.seed, index=args.index, gates=not args.no_gates,
-                    cells=not args.no_cells, progress=False if args.no_progress else None, volumes=args.volumes,
-                    **dict(args.param))
+    recording = dict(gates=not args.no_gates, cells=not args.no_cells, volumes=args.volumes,
+                     progress=False if args.no_progress else None)
+    if is_pretrained_memory(args.checkpoint):
+        trace = _minilm_trace(args, recording)
+    else:
+        trace = capture(args.checkpoint, seed=args.seed, index=args.index, **recording, **dict(args.param))
     path = trace.save(args.out)
     size = path.stat().st_size
-    print(f"Trace of {trace.info['checkpoint_name']} (task {trace.info.get('task')}, seed {args.seed}, index "
-          f"{args.index}): {trace.num_chunks} chunks, {len(trace.layers)} memory layer(s), "
-          f"{size / 1e6:.1f} MB → {path}")
+    sample = (f"task {trace.info['task']}, seed {args.seed}, index {args.index}" if trace.info.get("task") else
+              f"test document {args.index}")
+    print(f"Trace of {trace.info['checkpoint_name']} ({sample}): {trace.num_chunks} chunks, {len(trace.layers)} "
+          f"memory layer(s), {size / 1e6:.1f} MB → {path}")
     return 0
+
+
+def _minilm_trace(args: argparse.Namespace, recording: dict[str, Any]):
+    """``trace`` of a memory-on-MiniLM checkpoint: test document ``--index`` through MiniLM and its memory."""
+    from analysis.measures.pretrained import minilm_trace
+    from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
+    from tensor_memory.pretrained.recall import test_documents
+
+    if args.param:
+        raise ValueError("--param: a memory on MiniLM reads documents of its own task, which has no parameters")
+    model, _, _ = load_minilm_checkpoint(args.checkpoint)
+    if not 0 <= args.index < test_documents(model.config):
+        raise ValueError(f"--index {args.index}: the test split holds documents 0 to "
+                         f"{test_documents(model.config) - 1}")
+    trace = minilm_trace(model, args.index, f"all-MiniLM-L6-v2 + {Path(args.checkpoint).resolve().name}",
+                         **recording)
+    trace.info["checkpoint_name"] = Path(args.checkpoint).resolve().name
+    return trace
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -83,7 +106,12 @@ AUDIT_DESCRIPTION = (
 def _audit(args: argparse.Namespace) -> int:
     from analysis.measures.causality import audit_checkpoint
     from tensor_memory import load_checkpoint
+    from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
+    if is_pretrained_memory(args.checkpoint):
+        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, a bidirectional encoder that reads each window "
+                         f"whole by design: the causality audit is for causal language models; `tensor-memory eval` "
+                         f"and `tensor-memory trace` apply to it")
     result = audit_checkpoint(load_checkpoint(args.checkpoint), seed=args.seed)
     if args.json:
         print(json.dumps(result))

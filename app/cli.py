@@ -36,9 +36,11 @@ def _app(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.checkpoint:
         from tensor_memory.checkpoint import load_checkpoint
+        from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint, is_pretrained_memory
 
         folder = Path(args.checkpoint).expanduser().resolve()
-        load_checkpoint(folder)  # refuse a bad folder here, with its one-line reason, before starting a server
+        # refuse a bad folder here, with its one-line reason, before starting a server
+        check_minilm_checkpoint(folder) if is_pretrained_memory(folder) else load_checkpoint(folder)
         env[CHECKPOINT_ENV] = str(folder)
     if args.trace:
         from analysis.traces.trace import load_trace

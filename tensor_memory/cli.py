@@ -97,7 +97,9 @@ EVAL_DESCRIPTION = (
     "from its initial value, positive when the memory's read is amplified. masked_patches reports psnr (dB) "
     "and ssim per image over the hidden pixels, their '_mean_fill' floor (hidden pixels filled with the "
     "visible mean) and mse per hidden pixel; language_modelling adds cross_entropy (nats) and perplexity; "
-    "action_recognition walks the UCF-101 test list once and reports top-1 (accuracy) and top5_accuracy.")
+    "action_recognition walks the UCF-101 test list once and reports top-1 (accuracy) and top5_accuracy. A memory "
+    "on MiniLM (minilm-tensor) reports its recall of earlier windows' words on the first BATCHES x BATCH_SIZE "
+    "documents of the test split, in order (the seed does not apply; 8 x 64 is the 512 its metrics.json holds).")
 
 
 def _positive(text: str) -> int:
@@ -158,11 +160,39 @@ def _report(ckpt: Any, args: argparse.Namespace, result: dict, points: Optional[
     return "\n".join(head) + _table(varied + metrics, rows)
 
 
+def _eval_minilm(args: argparse.Namespace) -> int:
+    """``eval`` of a memory-on-MiniLM checkpoint: its recall on the first documents of the test split."""
+    from .pretrained.checkpoint import load_minilm_checkpoint
+    from .pretrained.recall import evaluate_recall, test_documents
+
+    if args.sweep:
+        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameter sweep; run eval "
+                         f"without --sweep")
+    model, config, _ = load_minilm_checkpoint(args.checkpoint)
+    documents = min(args.batches * args.batch_size, test_documents(model.config))
+    metrics = evaluate_recall(model, model.config, docs=documents, batch=args.batch_size)
+    backbone = "minilm" + ("+tensor" if config["memory"] else "")
+    if args.json:
+        print(json.dumps({"task": "minilm_recall", "backbone": backbone, "metrics": metrics}, allow_nan=False))
+        return 0
+    print("\n".join([f"checkpoint  {args.checkpoint}",
+                     f"task        recall of earlier windows' words, all-MiniLM-L6-v2 frozen (memory after layers "
+                     f"{config['recall']['layers']})" if config["memory"] else
+                     "task        recall of earlier windows' words, all-MiniLM-L6-v2 frozen (no memory)",
+                     f"evaluation  the first {documents} test documents, in order (no seed)", ""])
+          + _table(["metric", "value"], [[k, f"{v:.4f}" if isinstance(v, float) else str(v)]
+                                         for k, v in metrics.items()]))
+    return 0
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, load_checkpoint
+    from .pretrained.checkpoint import is_pretrained_memory
     from .training import evaluate_checkpoint, sweep
 
     try:
+        if is_pretrained_memory(args.checkpoint):
+            return _eval_minilm(args)
         ckpt = load_checkpoint(args.checkpoint)
         if args.sweep:
             points = sweep(ckpt, args.seed, args.batches, args.batch_size)

@@ -100,15 +100,8 @@ def upload(at: AppTest, name: str, data: bytes) -> AppTest:
 def minilm_trace(path: Path) -> Path:
     """A trace of the real all-MiniLM-L6-v2 with the shipped minilm-tensor memory after its last layer, read
     the way the recall model reads (one MiniLM call per window, the memory carried): a Hugging Face model's trace."""
-    from analysis import trace_model
+    from analysis.measures.pretrained import minilm_trace as trace_of
     from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
-    from tensor_memory.pretrained.minilm import word_pieces
-    from tensor_memory.pretrained.recall import recall_batch
 
     model, _, _ = load_minilm_checkpoint(CHECKPOINTS / "minilm-tensor")
-    ids = recall_batch(model.config, "test", [0])["ids"]  # (1, windows, L)
-    flat = ids.reshape(1, -1)  # (1, windows·L): one window per segment, as the recall model feeds them
-    pieces = [word_pieces().id_to_token(int(i)) for i in flat[0]]
-    tokens = [p[2:] if p.startswith("##") else f" {p}" for p in pieces]  # as text: "##" continues a word
-    return trace_model(model.encoder, {"input_ids": flat}, tokens=tokens, segment=ids.shape[-1],
-                       name="all-MiniLM-L6-v2 + minilm-tensor memory").save(path)
+    return trace_of(model, 0, "all-MiniLM-L6-v2 + minilm-tensor memory").save(path)

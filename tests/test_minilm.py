@@ -155,3 +155,42 @@ def test_a_trace_of_minilm_with_the_shipped_memory_is_what_the_recall_model_comp
     np.testing.assert_allclose(layer.mu_write, recorded.mu_write[0].numpy(), atol=1e-5)
     np.testing.assert_allclose(layer.read, recorded.read[0].numpy(), atol=1e-5)  # reads of what earlier windows wrote
     np.testing.assert_allclose(layer.h.astype(np.float32), recorded.h[0].numpy(), atol=2e-3, rtol=2e-3)
+
+
+def test_eval_of_the_shipped_minilm_checkpoint_gives_its_recorded_figures(capsys):
+    """The command line evaluates it as it was evaluated when shipped: the first 64 test documents, to the digit."""
+    from tensor_memory_cli import main
+
+    assert main(["eval", "--checkpoint", str(SHIPPED), "--batches", "1", "--batch-size", "64", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    shipped = json.loads((SHIPPED / "metrics.json").read_text())["first_64_documents"]
+    assert said["task"] == "minilm_recall" and said["backbone"] == "minilm+tensor"
+    assert said["metrics"]["asked"] == shipped["asked"] and said["metrics"]["documents"] == 64
+    assert said["metrics"]["accuracy"] == pytest.approx(shipped["accuracy"], abs=1e-9)
+    assert said["metrics"]["cross_entropy"] == pytest.approx(shipped["cross_entropy"], rel=1e-5)
+
+
+def test_trace_report_audit_and_app_on_the_shipped_minilm_checkpoint(tmp_path, capsys, monkeypatch):
+    from analysis.traces.trace import load_trace
+    from app import cli
+    from tensor_memory_cli import main
+
+    out = tmp_path / "minilm.trace.safetensors"
+    assert main(["trace", "--checkpoint", str(SHIPPED), "--index", "2", "--out", str(out), "--no-progress"]) == 0
+    assert "Trace of minilm-tensor (test document 2): 4 chunks, 1 memory layer(s)" in capsys.readouterr().out
+    trace = load_trace(out)
+    windows = P.recall_batch(P.RecallConfig(), "test", [2])["ids"]
+    assert trace.num_chunks == windows.shape[1] and len(trace.tokens) == windows.numel()  # document 2, word pieces
+    assert main(["report", "--trace", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace"]["checkpoint_name"] == "minilm-tensor"
+    assert main(["trace", "--checkpoint", str(SHIPPED), "--index", "100000", "--out", str(tmp_path / "x"),
+                 "--no-progress"]) == 2
+    assert "--index 100000: the test split holds documents 0 to" in capsys.readouterr().err
+    assert main(["audit", "--checkpoint", str(SHIPPED)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert "bidirectional" in said and "`tensor-memory eval` and `tensor-memory trace` apply" in said
+    assert "\n" not in said
+    started = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd, env: started.append(env) or 0)
+    assert main(["app", "--checkpoint", str(SHIPPED)]) == 0
+    assert started[0][cli.CHECKPOINT_ENV] == str(SHIPPED.resolve())

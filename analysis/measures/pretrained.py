@@ -15,6 +15,20 @@ from tensor_memory.pretrained.recall import RecallModel, recall_batch
 from analysis.measures.interventions import intervention_hooks
 
 
+def minilm_trace(model: RecallModel, document: int, name: str, **recording):
+    """A trace of test document ``document`` (of the test split) through the real MiniLM with the checkpoint's
+    memory, read the way the recall model reads it (one MiniLM call per window, the memory carried from window to window): a
+    Hugging Face model's trace, with the word pieces as its tokens."""
+    from analysis.traces.model import trace_model
+
+    ids = recall_batch(model.config, "test", [document])["ids"]  # (1, windows, L)
+    flat = ids.reshape(1, -1)  # (1, windows·L): one window per segment, as the recall model feeds them
+    pieces = [word_pieces().id_to_token(int(i)) for i in flat[0]]
+    tokens = [p[2:] if p.startswith("##") else f" {p}" for p in pieces]  # as text: "##" continues a word
+    return trace_model(model.encoder, {"input_ids": flat}, tokens=tokens, segment=ids.shape[-1], name=name,
+                       **recording)  # volumes, gates, cells, progress as trace_model takes them
+
+
 def recall_examples(model: RecallModel, document: int, top: int = 5) -> list[dict[str, Any]]:
     """Every asked piece of test document ``document``: its window, the truth, the top guesses with the
     memory and with every memory's read gate σ(γ) set to 0 (hooks; nothing edits the weights)."""

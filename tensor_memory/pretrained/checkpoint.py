@@ -66,15 +66,10 @@ def decisive(config: dict[str, Any]) -> dict[str, Any]:
     return {key: config.get(key) for key in ("base", "recall", "memory")}
 
 
-def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
-                           ) -> tuple[RecallModel, dict[str, Any], Optional[dict[str, Any]]]:
-    """(model in eval mode, config, metrics) of a memory-on-MiniLM checkpoint; CheckpointError if unusable.
-
-    ``config.json`` must say what the weights were trained with (the record in their metadata), checked before
-    MiniLM loads; ``require_record=False`` skips that for a checkpoint saved before the record, only for
-    :func:`migrate_minilm`."""
-    from safetensors import safe_open
-
+def check_minilm_checkpoint(path: Path, *, require_record: bool = True,
+                            ) -> tuple[dict[str, Any], RecallConfig, dict[str, Any]]:
+    """(config, its recall config, the weights file's header) of a memory-on-MiniLM checkpoint, checked as loading
+    checks it but without loading MiniLM or any weight (milliseconds); CheckpointError if unusable."""
     directory = Path(path)
     config_path, weights = directory / "config.json", directory / "model.safetensors"
     config = read_json(config_path, MAX_CONFIG_BYTES, "config.json")
@@ -93,6 +88,21 @@ def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
         raise CheckpointError(f"{config_path}: invalid recall config: {error}") from None
     if not isinstance(config.get("memory"), bool):
         raise CheckpointError(f"{config_path}: 'memory' must be true or false, got {config.get('memory')!r}")
+    return config, recall, header
+
+
+def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
+                           ) -> tuple[RecallModel, dict[str, Any], Optional[dict[str, Any]]]:
+    """(model in eval mode, config, metrics) of a memory-on-MiniLM checkpoint; CheckpointError if unusable.
+
+    ``config.json`` must say what the weights were trained with (the record in their metadata), checked before
+    MiniLM loads; ``require_record=False`` skips that for a checkpoint saved before the record, only for
+    :func:`migrate_minilm`."""
+    from safetensors import safe_open
+
+    directory = Path(path)
+    weights = directory / "model.safetensors"
+    config, recall, header = check_minilm_checkpoint(directory, require_record=require_record)
     model = RecallModel(recall, memory=config["memory"])
     expected = model.trained_state()
     check_against_model(weights, header, expected)

@@ -157,6 +157,11 @@ def evaluate_recall(model: RecallModel, config: RecallConfig, docs: int = 128, b
     return {"accuracy": correct / asked, "cross_entropy": nll / asked, "asked": int(asked), "documents": docs}
 
 
+def test_documents(config: RecallConfig) -> int:
+    """How many documents the test split holds at ``config``'s length."""
+    return len(_documents("test", config.window * config.windows))
+
+
 def sample_rows(split: str, config: RecallConfig, batch: int, seed: int) -> list[int]:
     count = len(_documents(split, config.window * config.windows))
     return random.Random(seed).sample(range(count), batch)
