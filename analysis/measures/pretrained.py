@@ -16,9 +16,9 @@ from analysis.measures.interventions import intervention_hooks
 
 
 def minilm_trace(model: RecallModel, document: int, name: str, **recording):
-    """A trace of test document ``document`` (of the test split) through the real MiniLM with the checkpoint's
-    memory, read the way the recall model reads it (one MiniLM call per window, the memory carried from window to window): a
-    Hugging Face model's trace, with the word pieces as its tokens."""
+    """A trace of test document ``document`` through the real MiniLM with the checkpoint's memory, read the way
+    the recall model reads it (one MiniLM call per window, the memory carried from window to window): a Hugging
+    Face model's trace, with the word pieces as its tokens."""
     from analysis.traces.model import trace_model
 
     ids = recall_batch(model.config, "test", [document])["ids"]  # (1, windows, L)
