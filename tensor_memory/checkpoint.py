@@ -317,7 +317,7 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
         check_record(model_path, config_path, metadata, decisive(config))
         check_side_files(model_path, metadata, task.side_files)
     try:  # one sequence at inference must fit: the smallest use of a checkpoint
-        check_budget(backbone, task.tokens, 1, training=False, where=str(config_path))
+        check_budget(backbone, task.tokens, 1, training=False, where=str(config_path), task=task)
     except ValueError as error:
         raise CheckpointError(str(error)) from None
     task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated

@@ -111,3 +111,18 @@ def test_class_lists_are_read_in_linear_time(tmp_path):
     path.write_text("1 A\n2 B\n3 A\n")
     with pytest.raises(FileFormatError, match="line 3: class id 3 or name 'A' appears twice"):
         U.read_classes(path)
+
+
+def test_pictures_no_crop_can_use_are_refused_naming_the_file(cub, tmp_path):  # noqa: F811
+    from PIL import Image
+
+    folder = cub_copy(cub, tmp_path)
+    test = I.cub_split_paths(folder)["test"]
+    Image.new("RGB", (2_000, 10)).save(test[0], format="PNG")  # (2,000,000 × 1 in the audit: the same check)
+    Image.new("RGB", (1, 1)).save(test[1], format="PNG")
+    pool = I.cub_pool(str(folder), "test", 3, 16)
+    with pytest.raises(FileFormatError, match=f"{re.escape(str(test[0]))}: 2000×10 pixels, sides 200 times apart"):
+        pool.fetch(0)
+    with pytest.raises(FileFormatError, match=f"{re.escape(str(test[1]))}: 1×1 pixels, too small to crop"):
+        pool.fetch(1)
+    assert pool.fetch(2).shape == (16, 24, 3)

@@ -40,7 +40,7 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
         raise ValueError(f"sample indices must be >= 0, got {list(indices)}")
     task = task_with(ckpt, task_params or None)
     check_budget(ckpt.model.backbone.config, task.tokens, len(indices), training=False,
-                 where="the sample's task parameters")
+                 where="the sample's task parameters", task=task)
     rows = [task.draw("trace", 1, seed, i) for i in indices]  # the synthetic tasks: sample(derive_seed("trace", …))
     cat = lambda name: {k: torch.cat([getattr(r, name)[k] for r in rows]) for k in getattr(rows[0], name)}  # noqa: E731
     return task, Batch(cat("inputs"), torch.cat([r.targets for r in rows]), torch.cat([r.mask for r in rows]),

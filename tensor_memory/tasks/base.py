@@ -102,6 +102,11 @@ class Task:
         raise NotImplementedError
 
     @property
+    def input_vocabulary(self) -> int:
+        """Token types the encoder embeds (a language model's vocabulary); 0 for tasks that embed none that grows."""
+        return 0
+
+    @property
     def output_width(self) -> int:
         """Numbers the head gives per position: the classes, or a values task's width."""
         return self.num_classes

@@ -124,6 +124,10 @@ class LanguageModelling(Task):
         return self.config.vocab_size
 
     @property
+    def input_vocabulary(self) -> int:
+        return self.config.vocab_size
+
+    @property
     def tokens(self) -> int:
         return self.config.seq_len
 

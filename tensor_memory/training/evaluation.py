@@ -66,7 +66,7 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     require_int("evaluate", "batch_size", batch_size, 1, L.MAX_BATCH)
     backbone = getattr(getattr(model, "backbone", None), "config", None)
     if backbone is not None:
-        check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate")
+        check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate", task=task)
     if progress is None:
         progress = sys.stderr.isatty()
     try:

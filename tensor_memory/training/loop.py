@@ -209,7 +209,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
 def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) -> Run:
     """Validate everything and build the model and optimizer, before anything is written."""
     task, backbone, cfg = resolve(config)
-    check_budget(backbone, task.tokens, cfg.batch_size, training=True, where="the training config")
+    check_budget(backbone, task.tokens, cfg.batch_size, training=True, where="the training config", task=task)
     full_config = {"schema_version": SCHEMA_VERSION,
                    "task": {"name": task.name, "params": task.config.to_dict()},
                    "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}

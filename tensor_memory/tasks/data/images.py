@@ -46,6 +46,8 @@ FACES_TEST_EVERY = 10  # lfw_subset image i goes to test when i % 10 == 0, to va
 CUB_VALID_EVERY = 10  # one official-train image in ten (by a hash of its path) is held out for validation
 MAX_IMAGE_PIXELS = 50_000_000  # a decoded image larger than this is refused (a decompression bomb)
 MAX_IMAGE_BYTES = 256 << 20  # an image file; CUB's largest is under 1 MB
+MIN_IMAGE_SIDE = 8  # pixels: a smaller picture scaled up to a crop holds only a few values
+MAX_ASPECT = 8  # its long side over its short side, at most (CUB's photographs are within 3)
 CUB_CACHE_BYTES = 2 << 30  # decoded CUB images kept per split: 2 GiB
 CUB_ASPECT = 1.5  # a CUB photograph is about 1.5 times as wide as it is high
 MAX_LIST_BYTES = 16 << 20  # images.txt / train_test_split.txt of CUB are about 400 KB
@@ -81,6 +83,19 @@ def as_float(image: np.ndarray, channels: int) -> np.ndarray:
     elif image.ndim == 2 and channels == 3:
         image = gray2rgb(image)
     return np.clip(image, 0.0, 1.0).astype(np.float32)
+
+
+def check_proportions(path: Path, shape: tuple[int, int]) -> None:
+    """A FileFormatError naming ``path`` for a picture that no crop can use: a side under :data:`MIN_IMAGE_SIDE`
+    pixels (scaled up, it is a blur of a few values), or sides more than :data:`MAX_ASPECT` apart (its short side
+    scaled to the crop, the long one would grow past any memory: a 2,000,000 × 1 image to 24 × 48,000,000)."""
+    h, w = shape
+    if min(h, w) < MIN_IMAGE_SIDE:
+        raise FileFormatError(f"{path}: {w}×{h} pixels, too small to crop (at least {MIN_IMAGE_SIDE} pixels a "
+                              f"side); remove it from the list or replace it")
+    if max(h, w) > MAX_ASPECT * min(h, w):
+        raise FileFormatError(f"{path}: {w}×{h} pixels, sides {max(h, w) / min(h, w):,.0f} times apart (at most "
+                              f"{MAX_ASPECT}); not a photograph to crop: remove it from the list or replace it")
 
 
 def scale_short_side(image: np.ndarray, side: int) -> np.ndarray:
@@ -229,7 +244,9 @@ def cub_pool(folder: str, split: str, channels: int, side: int) -> ImagePool:
 
     @functools.lru_cache(maxsize=max(64, int(CUB_CACHE_BYTES // per_image)))
     def fetch(index: int) -> np.ndarray:
-        return scale_short_side(read_image(paths[index], channels), side)
+        image = read_image(paths[index], channels)
+        check_proportions(paths[index], image.shape[:2])
+        return scale_short_side(image, side)
 
     return ImagePool([p.name for p in paths], fetch)
 
