@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tensor_memory.cli import seed
 from tensor_memory.files import check_output_path
 
 from analysis.traces.trace import VOLUME_DTYPES
@@ -199,7 +200,7 @@ def add_trace_parsers(subparsers: Any) -> None:
     trace = subparsers.add_parser("trace", help="record one sample through a checkpoint into a trace file",
                                   description=TRACE_DESCRIPTION)
     trace.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (a tensor backbone)")
-    trace.add_argument("--seed", type=int, default=0, help="sample stream seed (default 0)")
+    trace.add_argument("--seed", type=seed, default=0, help="sample stream seed (default 0)")
     trace.add_argument("--index", type=int, default=0, help="sample index within the stream (default 0)")
     trace.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.safetensors)")
     trace.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
@@ -229,7 +230,7 @@ def add_trace_parsers(subparsers: Any) -> None:
     audit = subparsers.add_parser("audit", help="check a checkpoint for leaks from future inputs (causality audit)",
                                   description=AUDIT_DESCRIPTION)
     audit.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (any backbone)")
-    audit.add_argument("--seed", type=int, default=0, help="seed of the evaluation sample and the noise (default 0)")
+    audit.add_argument("--seed", type=seed, default=0, help="seed of the evaluation sample and the noise (default 0)")
     audit.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     audit.set_defaults(func=_audit)
     _add_import_parser(subparsers)

@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any, Optional
 
+from . import limits as L
+
 
 def _demo(args: argparse.Namespace) -> int:
     import torch
@@ -53,7 +55,9 @@ def _demo(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .training import apply_overrides, load_run_config, train
+    import warnings
+
+    from .training import TrainingWarning, apply_overrides, load_run_config, train
 
     config_path = Path(args.config) if args.config else Path("configs") / f"{args.task}.toml"
     if args.config or config_path.exists():
@@ -66,7 +70,10 @@ def _train(args: argparse.Namespace) -> int:
              if value is not None]
     config = apply_overrides(config, extra + list(args.set))
     out = Path(args.out or Path("runs") / f"{args.task}-{args.backbone}")
-    metrics = train(config, out, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
+    with warnings.catch_warnings():  # a setting that cannot train well: one line, once the run is under way
+        warnings.simplefilter("always", TrainingWarning)
+        warnings.showwarning = lambda message, *_: print(f"tensor-memory train: warning: {message}", file=sys.stderr)
+        metrics = train(config, out, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
     if metrics:
         print(f"Finished: checkpoint in {out}; validation " +
               ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
@@ -102,6 +109,17 @@ EVAL_DESCRIPTION = (
     "documents of the test split, in order (the seed does not apply; 8 x 64 is the 512 its metrics.json holds).")
 
 
+def seed(text: str) -> int:
+    """A seed flag's value: a whole number from 0 to 2^63 − 1 (what every seed of a run may be)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= L.MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed is 0 to 2^63 − 1, got {value}")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -118,7 +136,7 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                                    description=EVAL_DESCRIPTION)
     parser.add_argument("--checkpoint", required=True, metavar="DIR",
                         help="checkpoint directory holding model.safetensors and config.json")
-    parser.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="evaluation seed (default 0)")
     parser.add_argument("--batches", type=_positive, default=8, help="number of batches (default 8)")
     parser.add_argument("--batch-size", type=_positive, default=64, help="sequences per batch (default 64)")
     parser.add_argument("--json", action="store_true",
@@ -219,7 +237,7 @@ def add_model_parsers(commands: Any) -> None:
         "demo", help="walk a sequence through one untrained memory layer and print each chunk's step",
         description="Run random tokens through one (untrained) memory layer and print, per chunk, where it "
                     "reads and writes (in voxel indices), the write spread σ, the size of the read and of h.")
-    demo.add_argument("--seed", type=int, default=0, help="random seed for weights and tokens (default 0)")
+    demo.add_argument("--seed", type=seed, default=0, help="random seed for weights and tokens (default 0)")
     demo.add_argument("--tokens", type=int, default=8, help="sequence length (default 8)")
     demo.add_argument("--chunk-size", type=int, default=1, help="tokens per read/write step (default 1)")
     demo.add_argument("--dim", type=int, default=32, help="token width d (default 32)")
@@ -240,7 +258,7 @@ def add_model_parsers(commands: Any) -> None:
     train.add_argument("--backbone", required=True, choices=KINDS, help="the context mechanism")
     train.add_argument("--config", help="TOML run config (sections task, model, backbone.KIND, training)")
     train.add_argument("--steps", type=int, help="training steps (overrides the config)")
-    train.add_argument("--seed", type=int, help="seed for initial weights and the data stream")
+    train.add_argument("--seed", type=seed, help="seed for initial weights and the data stream")
     train.add_argument("--out", help="output directory (default runs/TASK-BACKBONE)")
     train.add_argument("--resume", action="store_true",
                        help="continue a killed run from the last checkpoint in --out, exactly where it stopped")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 # Failures a bad input, a full disk or too large a request can cause; anything else is a bug.
 EXPECTED_ERRORS = (ValueError, FloatingPointError, OSError, MemoryError, RuntimeError)
 
@@ -10,6 +12,9 @@ def describe(error: BaseException) -> str:
     """One line for an error: what went wrong and, where it helps, what to do."""
     if isinstance(error, OSError):
         where = f"{error.filename}: " if error.filename else ""
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (f"{where}no space left on the disk it is on; free some space or write to another disk (a killed "
+                    f"or stopped training run continues with --resume, losing nothing)")
         return f"{where}{error.strerror or error}"
     if isinstance(error, MemoryError) or "can't allocate" in str(error) or "out of memory" in str(error).lower():
         return "out of memory; use a smaller batch, sequence or model"

@@ -75,11 +75,13 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
             mode = 0o644
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(error, OSError) and not error.filename:  # a failed write names no file: name the one meant
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from None
         raise
     _fsync_dir(path.parent)
 
@@ -121,6 +123,8 @@ def check_output_path(path: PathLike, overwrite: bool = False, inputs: tuple = (
     """
     path = Path(path)
     where = f"{option} {path}"
+    if any(ord(character) < 32 or ord(character) == 127 for character in str(path)):
+        raise ValueError(f"{option} {str(path)!r}: holds a control character (a newline, a tab); choose a plain name")
     if path.is_dir():
         raise ValueError(f"{where}: is a folder; give a file name inside it")
     parent = path.parent if str(path.parent) else Path(".")

@@ -21,8 +21,9 @@ MAX_TASK_ITEMS = 4096  # frames, observations, writes, queries, classes of a tas
 MAX_VOCAB = 1 << 20  # token types of a language model (WikiText-103 has 267,735)
 MAX_BATCH = 4096  # samples in one batch (training, evaluation)
 MAX_STEPS = 10_000_000  # training steps, evaluation batches
+MAX_SEED = 2**63 - 1  # a seed is a signed 64-bit number (what torch.manual_seed takes)
 MEMORY_BUDGET_BYTES = 16 << 30  # 16 GiB: what one model may need for a batch on this 24 GiB machine
 
 __all__ = ["MAX_LAYERS", "MAX_DIM", "MAX_HEADS", "MAX_MLP_RATIO", "MAX_GRID_SIDE", "MAX_GRID_CELLS", "MAX_CHANNELS",
-           "MAX_STATE_NUMBERS", "MAX_SLOTS", "MAX_SEQUENCE", "MAX_TASK_ITEMS", "MAX_VOCAB", "MAX_BATCH", "MAX_STEPS",
+           "MAX_STATE_NUMBERS", "MAX_SLOTS", "MAX_SEQUENCE", "MAX_TASK_ITEMS", "MAX_VOCAB", "MAX_BATCH", "MAX_STEPS", "MAX_SEED",
            "MEMORY_BUDGET_BYTES"]

@@ -23,7 +23,7 @@ def one_line(capsys) -> str:
 
 
 @pytest.mark.parametrize("error, words", [
-    (OSError(28, "No space left on device", "/data/x"), "/data/x: No space left on device"),
+    (OSError(28, "No space left on device", "/data/x"), "/data/x: no space left on the disk it is on; free some space"),
     (MemoryError(), "out of memory"),
     (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), "out of memory"),
     (KeyError("positions"), "unexpected KeyError: 'positions' (run again with --debug"),

@@ -11,6 +11,7 @@ from .. import limits as L
 from ..backbone import BackboneConfig
 from ..checkpoint import MAX_CONFIG_BYTES
 from ..config import ConfigBase, require_float, require_int
+from ..files import read_user_file
 from ..tasks import Task, make_task
 
 
@@ -38,7 +39,7 @@ class TrainConfig(ConfigBase):
         for name, minimum, maximum in (("steps", 1, L.MAX_STEPS), ("batch_size", 1, L.MAX_BATCH),
                                        ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
                                        ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
-                                       ("seed", 0, None), ("address_scaffold_steps", 0, L.MAX_STEPS)):
+                                       ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS)):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
@@ -67,18 +68,33 @@ def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
         size = Path(path).stat().st_size
         if size > MAX_CONFIG_BYTES or not Path(path).is_file():
             raise ValueError(f"{path}: not a run config (a TOML file of a few kilobytes); pass configs/TASK.toml")
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(read_user_file(path, MAX_CONFIG_BYTES, "a run config (a TOML file)").decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a run config; pass configs/TASK.toml") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ValueError(f"{path}: cannot read the config ({error})") from None
     unknown = sorted(set(data) - {"task", "model", "backbone", "training"})
     if unknown:
         raise ValueError(f"{path}: unknown section(s) {unknown}; expected task, model, backbone, training")
-    own = dict(data.get("backbone", {}).get(backbone, {}))
-    own_training = own.pop("training", {})
-    model = {**data.get("model", {}), **own, "kind": backbone}
-    task = data.get("task", {})
-    return {"task": {"name": task.get("name"), "params": dict(task.get("params", {}))},
-            "model": model, "training": {**data.get("training", {}), **own_training}}
+    own = _table(data, "backbone", path).get(backbone, {})
+    if not isinstance(own, dict):
+        raise ValueError(f"{path}: backbone.{backbone} must be a table of settings, got {own!r}")
+    own = dict(own)
+    own_training = _table(own, "training", path, f"backbone.{backbone}.")
+    own.pop("training", None)
+    model = {**_table(data, "model", path), **own, "kind": backbone}
+    task = _table(data, "task", path)
+    return {"task": {"name": task.get("name"), "params": dict(_table(task, "params", path, "task."))},
+            "model": model, "training": {**_table(data, "training", path), **own_training}}
+
+
+def _table(data: dict[str, Any], key: str, path: Path, prefix: str = "") -> dict[str, Any]:
+    """``data[key]`` when it is a TOML table (``{}`` when absent); a ValueError naming ``prefix + key`` otherwise."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {prefix}{key} must be a table ([{prefix}{key}] with name = value lines), got "
+                         f"{value!r}")
+    return value
 
 
 def _parse_value(text: str, current: Any, key: str) -> Any:
@@ -114,7 +130,8 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
         for part in path[:-1]:
             node = node.setdefault(part, {})
             default = default.get(part, {}) if isinstance(default, dict) else {}
-        current = node.get(path[-1], default.get(path[-1]) if isinstance(default, dict) else None)
+        known = default.get(path[-1]) if isinstance(default, dict) else None
+        current = known if known is not None else node.get(path[-1])  # the field's type, not a config file's value
         node[path[-1]] = _parse_value(text, current, key)
     return config
 
@@ -132,4 +149,18 @@ def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
     return task, backbone, TrainConfig.from_dict(config.get("training", {}))
 
 
-__all__ = ["TrainConfig", "load_run_config", "apply_overrides", "resolve"]
+class TrainingWarning(UserWarning):
+    """A training setting that is valid but cannot train well (:func:`config_warnings`)."""
+
+
+def config_warnings(cfg: TrainConfig) -> list[str]:
+    """Settings that are valid but cannot train well, each in one line that says what to change."""
+    warnings = []
+    if cfg.warmup_steps >= cfg.steps:
+        warnings.append(f"training.warmup_steps={cfg.warmup_steps} is not below training.steps={cfg.steps}: the "
+                        f"learning rate never reaches training.lr and the run ends still warming up; lower "
+                        f"warmup_steps (a tenth of the steps is usual) or raise steps")
+    return warnings
+
+
+__all__ = ["TrainConfig", "TrainingWarning", "load_run_config", "apply_overrides", "resolve", "config_warnings"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from ..files import RUN_FILES, atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
 from ..memory.addressing import layer_measures
 from ..tasks import Batch, Task, TaskModel
-from .config import TrainConfig, resolve
+from .config import TrainConfig, TrainingWarning, config_warnings, resolve
 from .evaluation import evaluate
 from .log import LOG_FILE, read_training_log
 from .lock import check_free, hold_run_folder
@@ -137,6 +138,8 @@ def init_distributed() -> Distributed:
 
 def check_out(out: Path, resume: bool, overwrite: bool) -> None:
     """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it."""
+    if any(ord(character) < 32 or ord(character) == 127 for character in str(out)):
+        raise ValueError(f"--out {str(out)!r}: holds a control character (a newline, a tab); choose a plain name")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
     found = [name for name in RUN_FILES if (out / name).exists()]
@@ -194,6 +197,8 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     run = _set_up(config, Path(out), resume, overwrite)
     # One writer per folder: the main process holds it from before the first write to the last (lock.py).
     with hold_run_folder(run.out) if run.world.main else contextlib.nullcontext():
+        for warning in config_warnings(run.cfg) if run.world.main else []:  # the run goes ahead: say what is amiss
+            warnings.warn(warning, TrainingWarning, stacklevel=2)
         start = _restore(run, resume)
         if run.world.main:
             _prepare_out(run, start)

@@ -62,9 +62,13 @@ def read_lines(path: Path) -> list[str]:
             data = path.read_bytes()
         if len(data) > MAX_SPLIT_BYTES:
             raise FileFormatError(f"{path}: expands past {MAX_SPLIT_BYTES >> 20} MB of text; not a corpus split")
-        return data.decode("utf-8").splitlines()
+        lines = data.decode("utf-8").splitlines()
     except (OSError, lzma.LZMAError, UnicodeDecodeError) as error:
         raise FileFormatError(f"{path}: cannot read the text ({error}); is it a UTF-8 text file?") from None
+    if not any(line.strip() for line in lines):
+        raise FileFormatError(f"{path}: holds no text; a corpus split must hold the text to train or evaluate on "
+                              f"(is it the right folder, fully downloaded?)")
+    return lines
 
 
 @functools.lru_cache(maxsize=8)

@@ -199,10 +199,17 @@ def cub_split_paths(folder: Path) -> dict[str, list[Path]]:
     if bad:
         raise FileFormatError(f"{folder / 'train_test_split.txt'}: image id(s) {bad} are neither 1 (train) nor 0 (test)")
     splits: dict[str, list[Path]] = {split: [] for split in SPLITS}
-    root = (folder / "images").resolve()
+    try:
+        root = (folder / "images").resolve()
+    except (RuntimeError, OSError):
+        raise FileFormatError(f"{folder / 'images'}: a loop of symbolic links, not the images folder") from None
     for key in sorted(paths):
         relative = paths[key]
-        path = (root / relative).resolve()
+        try:
+            path = (root / relative).resolve()
+        except (RuntimeError, OSError):  # a loop of symbolic links (Python 3.11 raises RuntimeError)
+            raise FileFormatError(f"{root / relative}: image {key} of images.txt is a loop of symbolic links; "
+                                  f"replace it with the picture itself") from None
         if root not in path.parents:  # '../../etc/passwd' in images.txt
             raise FileFormatError(f"{folder / 'images.txt'}: image {key} points outside images/ ({relative!r})")
         if flags[key] == "0":
