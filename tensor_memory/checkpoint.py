@@ -22,7 +22,6 @@ silently wrong model.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -31,8 +30,10 @@ import torch
 
 from .backbone import BackboneConfig, check_budget
 from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_write_bytes, atomic_write_text,
-                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout, read_user_file,
+                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout,
                     remove_stale_temp_files)
+from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_side_files, decisive, record_of,
+                        side_file_digests, sha256, trained_record, weights_metadata)
 from .tasks import TASKS, Task, TaskModel, make_task
 
 SCHEMA_VERSION = 2
@@ -40,9 +41,6 @@ SCHEMA_VERSION = 2
 # omit settings whose defaults changed; they are read with the values those models were built with.
 V1_DEFAULTS = {"model": {"positions": "sinusoidal"}, "memory": {"summary_norm": False},
                "task_params": {"occlusion": {"head": "joint"}}}
-RECORD_KEY = "trained_config"  # safetensors metadata: the task and model sections the weights were trained with
-SIDE_FILES_KEY = "side_files_sha256"  # safetensors metadata: {file beside the weights: its SHA-256}, e.g. a tokenizer
-MAX_SIDE_FILE_BYTES = 64 << 20  # a tokenizer of a 267k-word vocabulary is ~6 MB
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -109,97 +107,6 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     if metrics_text is not None:
         atomic_write_text(directory / METRICS_FILE, metrics_text)
     return directory
-
-
-# ---------------------------------------------------------------------------------------
-# The integrity record: the weights file keeps the task and model it was trained with
-# ---------------------------------------------------------------------------------------
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def weights_metadata(config: dict[str, Any], digests: dict[str, str]) -> dict[str, str]:
-    """The weights file's metadata: the training configuration and the SHA-256 of each file saved beside it."""
-    return {"format": "pt", "schema_version": str(SCHEMA_VERSION), RECORD_KEY: trained_record(config),
-            SIDE_FILES_KEY: json.dumps(digests, sort_keys=True)}
-
-
-def trained_record(config: dict[str, Any]) -> str:
-    """The part of a config that decides what the weights mean (task and model), as canonical JSON."""
-    return record_of(decisive(config))
-
-
-def decisive(config: dict[str, Any]) -> dict[str, Any]:
-    """The sections of a task checkpoint's config that decide what its weights mean."""
-    return {"task": config["task"], "model": config["model"]}
-
-
-def record_of(sections: dict[str, Any]) -> str:
-    """Config sections as the canonical JSON a weights file records."""
-    return json.dumps(sections, sort_keys=True, separators=(",", ":"))
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {k: v for key in sorted(value) for k, v in _flat(value[key], f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): value}
-
-
-def check_record(model_path: Path, config_path: Path, metadata: dict[str, str], sections: dict[str, Any]) -> None:
-    """config.json's ``sections`` must still say what the weights were trained with (the record in the weights file's
-    metadata); the first field that differs is named."""
-    if RECORD_KEY not in metadata:
-        raise CheckpointError(f"{model_path}: holds no record of the configuration it was trained with (saved by "
-                              f"an older version); if {CONFIG_FILE} is unchanged since training, add the record "
-                              f"with: tensor-memory migrate --checkpoint {model_path.parent}")
-    try:
-        recorded = _flat(json.loads(metadata[RECORD_KEY]))
-    except (ValueError, RecursionError):
-        raise CheckpointError(f"{model_path}: its record of the training configuration is not valid JSON; "
-                              f"re-save the checkpoint") from None
-    now = _flat(sections)
-    for key in sorted(set(recorded) | set(now)):
-        if recorded.get(key, "(absent)") != now.get(key, "(absent)"):
-            raise CheckpointError(f"{config_path}: {key} is {now.get(key, '(absent)')!r}, but the weights were "
-                                  f"trained with {recorded.get(key, '(absent)')!r}; restore {CONFIG_FILE} (the "
-                                  f"weights file records the configuration it was trained with)")
-
-
-def side_file_digests(directory: Path, names: tuple[str, ...]) -> dict[str, str]:
-    """The SHA-256 of each file ``names`` lists in ``directory``, read as every user file is (never blocking)."""
-    digests = {}
-    for name in names:
-        path = directory / name
-        try:
-            digests[name] = sha256(read_user_file(path, MAX_SIDE_FILE_BYTES, f"the checkpoint's {name}"))
-        except FileNotFoundError:
-            raise CheckpointError(f"{path}: missing {name}; the checkpoint keeps it beside the weights (copy the "
-                                  f"whole directory)") from None
-    return digests
-
-
-def check_side_files(model_path: Path, metadata: dict[str, str], names: tuple[str, ...]) -> None:
-    """Each file ``names`` lists beside the weights must be the one they were saved with (its SHA-256 in the weights
-    file's metadata): another valid tokenizer would give wrong results without a word."""
-    if not names:
-        return
-    try:
-        recorded = json.loads(metadata[SIDE_FILES_KEY])
-    except KeyError:
-        raise CheckpointError(f"{model_path}: holds no record of the files saved beside it ({', '.join(names)}; "
-                              f"saved by an older version); if they are unchanged since training, add the record "
-                              f"with: tensor-memory migrate --checkpoint {model_path.parent}") from None
-    except ValueError:
-        recorded = None
-    if not isinstance(recorded, dict):
-        raise CheckpointError(f"{model_path}: its record of the files saved beside it is not a JSON object; "
-                              f"re-save the checkpoint")
-    for name, digest in side_file_digests(model_path.parent, names).items():
-        if digest != recorded.get(name):
-            raise CheckpointError(f"{model_path.parent / name}: is not the {name} these weights were saved with (its "
-                                  f"SHA-256 differs from the one {model_path.name} records); restore the checkpoint's "
-                                  f"own {name}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -409,6 +316,6 @@ def store_half_precision(path: PathLike) -> Path:
     return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task, dtype=torch.float16)
 
 
-__all__ = ["check_record", "record_of", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION", "CheckpointError", "Checkpoint",
+__all__ = ["check_record", "record_of", "trained_record", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION", "CheckpointError", "Checkpoint",
            "save_checkpoint", "load_checkpoint", "migrate_checkpoint", "check_against_model", "store_half_precision",
            "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]

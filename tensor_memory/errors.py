@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import errno
 
+class FileFormatError(ValueError):
+    """A file that cannot be read as what it should be; the message says which file, why, and what to do."""
+
+
 # Failures a bad input, a full disk or too large a request can cause; anything else is a bug.
 EXPECTED_ERRORS = (ValueError, FloatingPointError, OSError, MemoryError, RuntimeError)
 
@@ -24,4 +28,4 @@ def describe(error: BaseException) -> str:
     return f"unexpected {type(error).__name__}: {first} (run again with --debug for the traceback)"
 
 
-__all__ = ["EXPECTED_ERRORS", "describe"]
+__all__ = ["EXPECTED_ERRORS", "FileFormatError", "describe"]

@@ -28,6 +28,9 @@ from typing import Any, Optional, Union
 
 import torch
 
+from .errors import FileFormatError
+from .user_files import check_plain_name, read_user_file
+
 MAX_HEADER_BYTES = 8 << 20  # safetensors JSON header: ~150 bytes per tensor
 
 # safetensors dtype name → (torch dtype, bytes per element). Weights must be one of the floating ones.
@@ -37,10 +40,6 @@ OTHER_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "I32": 4, "U32"
                 "F8_E4M3": 1, "F8_E5M2": 1}
 
 PathLike = Union[str, os.PathLike]
-
-
-class FileFormatError(ValueError):
-    """A file that cannot be read as what it should be; the message says which file, why, and what to do."""
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -123,8 +122,7 @@ def check_output_path(path: PathLike, overwrite: bool = False, inputs: tuple = (
     """
     path = Path(path)
     where = f"{option} {path}"
-    if any(ord(character) < 32 or ord(character) == 127 for character in str(path)):
-        raise ValueError(f"{option} {str(path)!r}: holds a control character (a newline, a tab); choose a plain name")
+    check_plain_name(path, option)
     if path.is_dir():
         raise ValueError(f"{where}: is a folder; give a file name inside it")
     parent = path.parent if str(path.parent) else Path(".")
@@ -200,52 +198,6 @@ def _regular_file(path: Path, cap: int, what: str) -> int:
         raise FileFormatError(f"{path}: {what} is {info.st_size / 2**20:.1f} MB, over the {cap / 2**20:.0f} MB "
                               f"limit for this file; it is not a checkpoint this project writes")
     return info.st_size
-
-
-FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def read_user_file(path: PathLike, cap: int, what: str, fix: str = "") -> bytes:
-    """The bytes of ``path``, a regular file of at most ``cap`` bytes: how every file a user names is read.
-
-    Nothing can block: the file is opened without waiting (``O_NONBLOCK``), and what was opened, links followed,
-    must be a regular file (a named pipe, ``/dev/zero`` or a folder is refused unread); at most ``cap`` bytes are
-    read, so a file that grows while it is read is refused too. A missing file raises ``FileNotFoundError`` for the
-    caller to say where it should come from; every other problem a :class:`FileFormatError` naming the file, what it
-    should be (``what``) and ``fix`` (", …" appended)."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise FileFormatError(f"{path}: cannot read {what}: {error.strerror or error}{fix}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in FILE_KINDS if test(mode)), "not a regular file")
-            raise FileFormatError(f"{path}: is {kind}, not {what} (a regular file){fix}")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, cap + 1 - total))
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > cap:
-                raise FileFormatError(f"{path}: larger than the {_amount(cap)} {what} may be{fix}")
-    except OSError as error:
-        raise FileFormatError(f"{path}: cannot read {what}: {error.strerror or error}{fix}") from None
-    finally:
-        os.close(fd)
-
-
-def _amount(size: int) -> str:
-    """A size in the unit people would say: 16 MB, 64 KB, 99 bytes."""
-    if size >= 2**20:
-        return f"{size / 2**20:.0f} MB"
-    return f"{size / 2**10:.0f} KB" if size >= 2**10 else f"{size} bytes"
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -395,4 +347,4 @@ def _entry(path: Path, name: str, entry: Any, data_len: int, redo: str) -> Tenso
 
 __all__ = ["FileFormatError", "PathLike", "FLOAT_DTYPES", "TensorInfo", "atomic_write_bytes", "atomic_write_text",
            "dumps_json", "finite_or_none", "json_type", "read_json", "read_safetensors_layout",
-           "remove_stale_temp_files", "check_output_path", "RUN_FILES", "read_user_file"]
+           "remove_stale_temp_files", "check_output_path", "RUN_FILES"]

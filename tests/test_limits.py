@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory import limits as L
 from tensor_memory.backbone import check_budget, estimated_bytes
-from tensor_memory.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint
+from tensor_memory.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint, trained_record
 from tensor_memory.files import read_safetensors_layout
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.tasks import make_task
@@ -97,7 +99,13 @@ def test_a_model_over_the_memory_budget_is_refused_before_it_is_built(tmp_path):
     def big(c):
         c["model"].update(layers=64, memory_layers=None)
         c["model"]["memory"].update(channels=128, grid=[64, 64, 64])
-    message = refused(edited(copy(tmp_path), big))
+    directory = edited(copy(tmp_path), big)
+    weights = directory / "model.safetensors"  # a hostile pair: the weights' record claims the same model
+    with safe_open(str(weights), framework="pt") as handle:
+        tensors, metadata = {k: handle.get_tensor(k) for k in handle.keys()}, dict(handle.metadata())
+    config = json.loads((directory / "config.json").read_text())
+    save_file(tensors, weights, metadata={**metadata, RECORD_KEY: trained_record(config)})
+    message = refused(directory)
     assert "over the 16 GiB budget" in message or "state numbers" in message
 
 

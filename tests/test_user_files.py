@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tensor_memory import load_checkpoint
-from tensor_memory.files import FileFormatError, read_user_file
+from tensor_memory.files import FileFormatError
+from tensor_memory.user_files import read_user_file
 from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.data import ucf101 as U
 from tensor_memory.tasks.data import video as V

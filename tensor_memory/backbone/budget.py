@@ -68,8 +68,8 @@ def check_budget(backbone: BackboneConfig, tokens: int, batch: int, training: bo
     grid = "" if memory is None else f", memory C={memory.channels} on {'×'.join(map(str, memory.grid))}"
     shares = ", ".join(f"{part} {size / 2**30:.1f}" for part, size in parts.items() if size >= 2**26)
     raise ValueError(f"{where}: a batch of {batch} × {tokens} tokens through this model (d={backbone.dim}, "
-                     f"{backbone.layers} layers{grid}) needs about {need / 2**30:.1f} GiB ({shares} GiB), over the "
-                     f"{L.MEMORY_BUDGET_BYTES / 2**30:.0f} GiB budget; lower {lower}")
+                     f"{backbone.layers} layers{grid}) needs about {need / 2**30:.1f} GiB, over the "
+                     f"{L.MEMORY_BUDGET_BYTES / 2**30:.0f} GiB budget ({shares} GiB); lower {lower}")
 
 
 def state_budget(backbone: BackboneConfig) -> dict[str, Optional[int]]:

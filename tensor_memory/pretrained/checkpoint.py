@@ -18,8 +18,8 @@ from typing import Any, Optional
 
 import torch
 
-from ..checkpoint import (MAX_CONFIG_BYTES, MAX_METRICS_BYTES, RECORD_KEY, CheckpointError, check_against_model,
-                          check_record, record_of)
+from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
+from ..integrity import RECORD_KEY, check_record, record_of
 from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
 from .minilm import PACKAGE, weights_digest
 from .recall import RecallConfig, RecallModel

@@ -11,7 +11,7 @@ from .. import limits as L
 from ..backbone import BackboneConfig
 from ..checkpoint import MAX_CONFIG_BYTES
 from ..config import ConfigBase, require_float, require_int
-from ..files import read_user_file
+from ..user_files import read_user_file
 from ..tasks import Task, make_task
 
 

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Union
 
+from ..user_files import read_user_file
+
 LOG_FILE = "train_log.jsonl"
 MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this
 
@@ -26,12 +28,12 @@ def read_training_log(path: Union[str, Path], allow_cut_last_line: bool = False)
     path = Path(path)
     if path.is_dir():
         path = path / LOG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no training log (checkpoints written by `tensor-memory train` have one)")
-    if path.stat().st_size > MAX_LOG_BYTES:
-        raise ValueError(f"{path}: {path.stat().st_size:,} bytes is more than a training log holds "
-                         f"({MAX_LOG_BYTES:,}); pass the train_log.jsonl the run wrote")
-    lines = path.read_bytes().split(b"\n")
+    try:
+        lines = read_user_file(path, MAX_LOG_BYTES, "a training log",
+                               "; pass the train_log.jsonl the run wrote").split(b"\n")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no training log (checkpoints written by `tensor-memory train` have "
+                                f"one)") from None
     entries = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():

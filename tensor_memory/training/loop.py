@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,14 +27,14 @@ from tqdm import tqdm
 
 from ..backbone import check_budget, state_budget
 from ..checkpoint import SCHEMA_VERSION, save_checkpoint
-from ..files import RUN_FILES, atomic_write_text, remove_stale_temp_files
+from ..files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
 from ..memory.addressing import layer_measures
 from ..tasks import Batch, Task, TaskModel
 from .config import TrainConfig, TrainingWarning, config_warnings, resolve
 from .evaluation import evaluate
 from .log import LOG_FILE, read_training_log
-from .lock import check_free, hold_run_folder
+from .run_folder import check_free, check_out, hold_run_folder
 from .resume import load_resume, save_resume
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 
@@ -136,24 +136,6 @@ def init_distributed() -> Distributed:
 # The run's folder
 # ---------------------------------------------------------------------------------------
 
-def check_out(out: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it."""
-    if any(ord(character) < 32 or ord(character) == 127 for character in str(out)):
-        raise ValueError(f"--out {str(out)!r}: holds a control character (a newline, a tab); choose a plain name")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
-    found = [name for name in RUN_FILES if (out / name).exists()]
-    if found and not (resume or overwrite):
-        raise ValueError(f"--out {out}: already holds a run ({', '.join(found)}); continue it with --resume, "
-                         f"replace it with --overwrite, or choose another --out")
-    if not out.exists():
-        parent = next((p for p in out.parents if p.exists()), Path("."))
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ValueError(f"--out {out}: cannot create the folder there ({parent} is not a writable folder)")
-    elif not os.access(out, os.W_OK):
-        raise ValueError(f"--out {out}: the folder is not writable")
-
-
 def _trim_log(path: Path, step: int) -> None:
     """Keep the log entries of steps a resumed run will not redo."""
     if path.exists():
@@ -195,7 +177,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     an earlier run is refused unless ``resume`` or ``overwrite`` (which replaces that run) is given.
     """
     run = _set_up(config, Path(out), resume, overwrite)
-    # One writer per folder: the main process holds it from before the first write to the last (lock.py).
+    # One writer per folder: the main process holds it from before the first write to the last (run_folder.py).
     with hold_run_folder(run.out) if run.world.main else contextlib.nullcontext():
         for warning in config_warnings(run.cfg) if run.world.main else []:  # the run goes ahead: say what is amiss
             warnings.warn(warning, TrainingWarning, stacklevel=2)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ...files import FileFormatError
+from ...user_files import read_user_file
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets"
 SHIPPED = ASSETS / "python-docs"
@@ -48,18 +49,13 @@ def split_path(corpus: str, folder: str, split: str) -> Path:
 def read_lines(path: Path) -> list[str]:
     """The lines of one split (xz-compressed or plain UTF-8), refused with a clear error if missing or huge."""
     try:
-        size = path.stat().st_size
-    except OSError:
+        data = read_user_file(path, MAX_SPLIT_BYTES, "a corpus split (a text file)")
+    except FileNotFoundError:
         raise FileFormatError(f"{path}: no such file; a WikiText folder holds wiki.train.tokens, "
                               f"wiki.valid.tokens and wiki.test.tokens (pass --set task.params.path=FOLDER)") from None
-    if not path.is_file() or size > MAX_SPLIT_BYTES:
-        raise FileFormatError(f"{path}: not a text split (a regular file under {MAX_SPLIT_BYTES >> 20} MB)")
     try:
-        if path.suffix == ".xz":
-            with lzma.open(path, "rb") as handle:
-                data = handle.read(MAX_SPLIT_BYTES + 1)
-        else:
-            data = path.read_bytes()
+        if path.suffix == ".xz":  # decompressed to the cap at most: a small bomb cannot fill the memory
+            data = lzma.LZMADecompressor().decompress(data, max_length=MAX_SPLIT_BYTES + 1)
         if len(data) > MAX_SPLIT_BYTES:
             raise FileFormatError(f"{path}: expands past {MAX_SPLIT_BYTES >> 20} MB of text; not a corpus split")
         lines = data.decode("utf-8").splitlines()

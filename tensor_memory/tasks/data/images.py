@@ -29,7 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from ...files import FileFormatError, read_user_file
+from ...files import FileFormatError
+from ...user_files import read_user_file, read_user_text
 
 SPLITS = ("train", "valid", "test")
 SOURCES = ("skimage", "cub")
@@ -163,16 +164,7 @@ CUB_HELP = ("a CUB-200-2011 folder holds images.txt, train_test_split.txt and im
 
 def _read_list(path: Path) -> list[tuple[int, str]]:
     """The ``<id> <value>`` lines of a CUB list file, refused with the line named when malformed."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        raise FileFormatError(f"{path}: no such file; {CUB_HELP}") from None
-    if not path.is_file() or size > MAX_LIST_BYTES:
-        raise FileFormatError(f"{path}: not a CUB list (a text file under {MAX_LIST_BYTES >> 20} MB)")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise FileFormatError(f"{path}: cannot read it ({error})") from None
+    lines = read_user_text(path, MAX_LIST_BYTES, "a CUB list", CUB_HELP).splitlines()
     rows, seen = [], set()
     for number, line in enumerate(lines, 1):
         if not line.strip():

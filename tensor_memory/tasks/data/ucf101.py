@@ -22,10 +22,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import stat
 from pathlib import Path, PurePosixPath
 
 from ...files import FileFormatError
+from ...user_files import read_user_text
 
 LISTS_FOLDER = "ucfTrainTestlist"
 CLASS_FILE = "classInd.txt"
@@ -93,16 +93,7 @@ def find_lists(path: Path, lists: str, fold: int) -> Path:
 
 def _read_lines(path: Path) -> list[tuple[int, list[str]]]:
     """(line number, whitespace-separated fields) of each non-blank line of a list file."""
-    try:
-        info = path.stat()
-    except OSError:
-        raise FileFormatError(f"{path}: no such file; {UCF_HELP}") from None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_LIST_BYTES:
-        raise FileFormatError(f"{path}: not a UCF-101 list (a text file under {MAX_LIST_BYTES >> 20} MB)")
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # the official files are ASCII with CRLF line ends
-    except (OSError, UnicodeDecodeError) as error:
-        raise FileFormatError(f"{path}: cannot read it as text ({error})") from None
+    text = read_user_text(path, MAX_LIST_BYTES, "a UCF-101 list", UCF_HELP)  # official: ASCII, CRLF line ends
     return [(number, line.split()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 

@@ -20,7 +20,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...files import FileFormatError, read_user_file
+from ...files import FileFormatError
+from ...user_files import read_user_file
 from .images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from .ucf101 import UCF_HELP
 

@@ -1,6 +1,6 @@
-"""One writer per run folder: ``train`` holds ``<out>/train.lock`` while it runs.
+"""A training run's folder: whether a run may write there (:func:`check_out`), and one writer at a time.
 
-The lock is the operating system's (``fcntl.flock``) on that file, which holds the process id of
+``train`` holds ``<out>/train.lock`` while it runs. The lock is the operating system's (``fcntl.flock``) on that file, which holds the process id of
 its holder. A second ``train`` on the same folder (fresh, with ``--overwrite`` or ``--resume``) is
 refused in one line naming that process, before it writes anything. A run that was killed leaves
 the file but not the lock, which the system releases with the process: the next run finds the
@@ -16,7 +16,27 @@ import os
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ..files import RUN_FILES
+from ..user_files import check_plain_name
+
 LOCK_FILE = "train.lock"
+
+
+def check_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it."""
+    check_plain_name(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if found and not (resume or overwrite):
+        raise ValueError(f"--out {out}: already holds a run ({', '.join(found)}); continue it with --resume, "
+                         f"replace it with --overwrite, or choose another --out")
+    if not out.exists():
+        parent = next((p for p in out.parents if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"--out {out}: cannot create the folder there ({parent} is not a writable folder)")
+    elif not os.access(out, os.W_OK):
+        raise ValueError(f"--out {out}: the folder is not writable")
 
 
 class RunFolderBusy(ValueError):
@@ -79,4 +99,4 @@ def hold_run_folder(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-__all__ = ["LOCK_FILE", "RunFolderBusy", "check_free", "hold_run_folder"]
+__all__ = ["LOCK_FILE", "RunFolderBusy", "check_out", "check_free", "hold_run_folder"]
