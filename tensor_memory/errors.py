@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 
+
 class FileFormatError(ValueError):
     """A file that cannot be read as what it should be; the message says which file, why, and what to do."""
 
