@@ -1,11 +1,12 @@
 """A training run's folder: whether a run may write there (:func:`check_out`), and one writer at a time.
 
 ``train`` holds ``<out>/train.lock`` while it runs. The lock is the operating system's
-(``fcntl.flock``) on that file, which holds the process id of its holder. A second ``train`` on the same folder (fresh, with ``--overwrite`` or ``--resume``) is
-refused in one line naming that process, before it writes anything. A run that was killed leaves
-the file but not the lock, which the system releases with the process: the next run finds the
-file unlocked, recognises the process id in it as gone, and takes the lock as its own. A run that
-ends, even by an error, removes the file.
+(``fcntl.flock``) on that file, which holds the process id of its holder. A second ``train`` on
+the same folder (fresh, with ``--overwrite`` or ``--resume``) is refused in one line naming that
+process, before it writes anything. A run that was killed leaves the file but not the lock, which
+the system releases with the process: the next run finds the file unlocked, recognises the process
+id in it as gone, and takes the lock as its own. A run that ends, even by an error, removes the
+file.
 """
 
 from __future__ import annotations
