@@ -68,9 +68,9 @@ def _minilm_trace(args: argparse.Namespace, recording: dict[str, Any]):
     if args.param:
         raise ValueError("--param: a memory on MiniLM reads documents of its own task, which has no parameters")
     model, _, _ = load_minilm_checkpoint(args.checkpoint)
-    if not 0 <= args.index < test_documents(model.config):
-        raise ValueError(f"--index {args.index}: the test split holds documents 0 to "
-                         f"{test_documents(model.config) - 1}")
+    count = test_documents(model.config)
+    if not 0 <= args.index < count:
+        raise ValueError(f"--index {args.index}: the test split holds documents 0 to {count - 1}")
     trace = minilm_trace(model, args.index, f"all-MiniLM-L6-v2 + {Path(args.checkpoint).resolve().name}",
                          **recording)
     trace.info["checkpoint_name"] = Path(args.checkpoint).resolve().name

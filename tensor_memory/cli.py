@@ -193,10 +193,9 @@ def _eval_minilm(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"task": "minilm_recall", "backbone": backbone, "metrics": metrics}, allow_nan=False))
         return 0
+    memory = f"memory after layers {config['recall']['layers']}" if config["memory"] else "no memory"
     print("\n".join([f"checkpoint  {args.checkpoint}",
-                     f"task        recall of earlier windows' words, all-MiniLM-L6-v2 frozen (memory after layers "
-                     f"{config['recall']['layers']})" if config["memory"] else
-                     "task        recall of earlier windows' words, all-MiniLM-L6-v2 frozen (no memory)",
+                     f"task        recall of earlier windows' words, all-MiniLM-L6-v2 frozen ({memory})",
                      f"evaluation  the first {documents} test documents, in order (no seed)", ""])
           + _table(["metric", "value"], [[k, f"{v:.4f}" if isinstance(v, float) else str(v)]
                                          for k, v in metrics.items()]))
