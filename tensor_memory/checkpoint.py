@@ -33,7 +33,7 @@ from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_
                     dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout,
                     remove_stale_temp_files)
 from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_side_files, decisive, record_of,
-                        side_file_digests, sha256, trained_record, weights_metadata)
+                        rewrite_metadata, side_file_digests, sha256, trained_record, weights_metadata)
 from .tasks import TASKS, Task, TaskModel, make_task
 
 SCHEMA_VERSION = 2
@@ -297,15 +297,9 @@ def migrate_checkpoint(path: PathLike) -> Path:
     loading still applies; the tensors are written back byte for byte, in the precision they were stored in, and no
     other file is touched. Returns the checkpoint's directory.
     """
-    from safetensors import safe_open
-    from safetensors.torch import save as save_safetensors
-
     ckpt = load_checkpoint(path, require_record=False)
-    weights = ckpt.path / MODEL_FILE
-    with safe_open(str(weights), framework="pt", device="cpu") as handle:
-        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     digests = side_file_digests(ckpt.path, ckpt.task.side_files)  # the files as they are on disk
-    atomic_write_bytes(weights, save_safetensors(tensors, metadata=weights_metadata(ckpt.config, digests)))
+    rewrite_metadata(ckpt.path / MODEL_FILE, weights_metadata(ckpt.config, digests))
     return ckpt.path
 
 
@@ -316,6 +310,6 @@ def store_half_precision(path: PathLike) -> Path:
     return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task, dtype=torch.float16)
 
 
-__all__ = ["check_record", "record_of", "trained_record", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION", "CheckpointError", "Checkpoint",
-           "save_checkpoint", "load_checkpoint", "migrate_checkpoint", "check_against_model", "store_half_precision",
+__all__ = ["check_record", "record_of", "trained_record", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION",
+           "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint", "check_against_model", "store_half_precision",
            "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]

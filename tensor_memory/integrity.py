@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .files import FileFormatError as CheckpointError
+from .files import atomic_write_bytes
 from .user_files import read_user_file
 
 RECORD_KEY = "trained_config"  # safetensors metadata: the sections the weights were trained with
@@ -109,5 +110,16 @@ def check_side_files(model_path: Path, metadata: dict[str, str], names: tuple[st
                                   f"own {name}")
 
 
+def rewrite_metadata(weights: Path, metadata: dict[str, str]) -> None:
+    """Write ``metadata`` into safetensors file ``weights`` (atomically), its tensors back byte for byte in the
+    precision they were stored in: what migrating an older checkpoint changes."""
+    from safetensors import safe_open
+    from safetensors.torch import save as save_safetensors
+
+    with safe_open(str(weights), framework="pt", device="cpu") as handle:
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    atomic_write_bytes(weights, save_safetensors(tensors, metadata=metadata))
+
+
 __all__ = ["RECORD_KEY", "SIDE_FILES_KEY", "sha256", "weights_metadata", "trained_record", "decisive", "record_of",
-           "check_record", "side_file_digests", "check_side_files"]
+           "check_record", "side_file_digests", "check_side_files", "rewrite_metadata"]

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
-from ..integrity import RECORD_KEY, check_record, record_of
+from ..integrity import RECORD_KEY, check_record, record_of, rewrite_metadata
 from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
 from .minilm import PACKAGE, weights_digest
 from .recall import RecallConfig, RecallModel
@@ -121,14 +121,7 @@ def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
 def migrate_minilm(path: Path) -> Path:
     """Rewrite an older memory-on-MiniLM checkpoint's weights file so that its metadata records ``config.json`` as it
     is now (trusting it: run it only on an unedited checkpoint); the tensors are written back byte for byte."""
-    from safetensors import safe_open
-    from safetensors.torch import save as save_safetensors
-
     directory = Path(path)
     _, config, _ = load_minilm_checkpoint(directory, require_record=False)
-    weights = directory / "model.safetensors"
-    with safe_open(str(weights), framework="pt", device="cpu") as handle:
-        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
-    record = {"format": "pt", RECORD_KEY: record_of(decisive(config))}
-    atomic_write_bytes(weights, save_safetensors(tensors, metadata=record))
+    rewrite_metadata(directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))})
     return directory
