@@ -311,5 +311,5 @@ def store_half_precision(path: PathLike) -> Path:
 
 
 __all__ = ["check_record", "record_of", "trained_record", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION",
-           "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint", "check_against_model", "store_half_precision",
-           "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]
+           "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
+           "check_against_model", "store_half_precision", "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]
