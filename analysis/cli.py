@@ -140,16 +140,14 @@ MAX_INPUT_BYTES = 1 << 30  # an input of token features: 1 GiB is ~250M float32 
 
 def read_inputs(path: str) -> Any:
     """The one tensor (or the one named ``x``) of a safetensors file, as a (1, N, d) float tensor."""
-    import torch
-    from safetensors.numpy import load_file
-    from tensor_memory.files import read_safetensors_layout
+    from tensor_memory.user_files import read_safetensors
 
     redo = "save it with safetensors.torch.save_file({'x': x}, path), x of shape (N, d) or (1, N, d)"
-    layout, _ = read_safetensors_layout(path, MAX_INPUT_BYTES, "the input file", redo)
-    names = ["x"] if "x" in layout else list(layout)
+    stored = read_safetensors(path, MAX_INPUT_BYTES, "the input file", redo)
+    names = ["x"] if "x" in stored.layout else list(stored.layout)
     if len(names) != 1:
-        raise ValueError(f"{path}: holds {', '.join(sorted(layout)) or 'no tensors'}; {redo}")
-    x = torch.from_numpy(load_file(path)[names[0]]).float()
+        raise ValueError(f"{path}: holds {', '.join(sorted(stored.layout)) or 'no tensors'}; {redo}")
+    x = stored.tensor(names[0]).float()
     x = x[None] if x.dim() == 2 else x
     if x.dim() != 3 or x.shape[0] != 1:
         raise ValueError(f"{path}: {names[0]!r} has shape {list(x.shape)}; {redo}")

@@ -29,12 +29,12 @@ from typing import Any, Optional, Union
 import torch
 
 from .backbone import BackboneConfig, check_budget
-from .files import (FLOAT_DTYPES, FileFormatError, PathLike, TensorInfo, atomic_write_bytes, atomic_write_text,
-                    dumps_json, finite_or_none, json_type, read_json, read_safetensors_layout,
-                    remove_stale_temp_files)
+from .files import (FileFormatError, PathLike, atomic_write_bytes, atomic_write_text, dumps_json, finite_or_none,
+                    json_type, read_json, remove_stale_temp_files)
 from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_side_files, decisive, record_of,
                         rewrite_metadata, side_file_digests, sha256, trained_record, weights_metadata)
 from .tasks import TASKS, Task, TaskModel, make_task
+from .user_files import FLOAT_DTYPES, SafetensorsFile, TensorInfo, read_safetensors
 
 SCHEMA_VERSION = 2
 # Version 1 predates the defaults that made the memory trainable (docs/trainability.md). Its configs
@@ -219,16 +219,16 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
     config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
     config, task, backbone = _parse_config(config, str(config_path),
                                            f" (fix {CONFIG_FILE} or re-save the checkpoint)")
-    header, metadata = read_safetensors_layout(model_path, MAX_MODEL_BYTES)  # its header only: no tensor read
+    weights = read_safetensors(model_path, MAX_MODEL_BYTES)  # read once, checked; no tensor built yet
     if require_record:  # before anything is built: an edited checkpoint is refused in well under a second
-        check_record(model_path, config_path, metadata, decisive(config))
-        check_side_files(model_path, metadata, task.side_files)
+        check_record(model_path, config_path, weights.metadata, decisive(config))
+        check_side_files(model_path, weights.metadata, task.side_files)
     try:  # one sequence at inference must fit: the smallest use of a checkpoint
         check_budget(backbone, task.tokens, 1, training=False, where=str(config_path), task=task)
     except ValueError as error:
         raise CheckpointError(str(error)) from None
     task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
-    model = _load_model(model_path, header, task, backbone, config_path).to(device).eval()
+    model = _load_model(weights, task, backbone, config_path).to(device).eval()
     metrics_path = directory / METRICS_FILE
     metrics = read_json(metrics_path, MAX_METRICS_BYTES, METRICS_FILE) if metrics_path.exists() else None
     return Checkpoint(model=model, config=config, task=task, path=directory, metrics=metrics)
@@ -259,11 +259,9 @@ def _checkpoint_folder(directory: Path) -> Path:
     return directory
 
 
-def _load_model(model_path: Path, header: dict[str, TensorInfo], task: Task, backbone: BackboneConfig,
-                config_path: Path) -> TaskModel:
-    """The task model with the weights of ``model_path``, once they are checked against what the config builds."""
-    from safetensors import safe_open
-
+def _load_model(weights: SafetensorsFile, task: Task, backbone: BackboneConfig, config_path: Path) -> TaskModel:
+    """The task model with ``weights``, once they are checked against what the config builds."""
+    model_path = weights.path
     # Shapes are checked against a model built on the meta device (no memory), so a config that
     # claims an enormous model is refused by the comparison rather than by running out of memory.
     try:
@@ -271,14 +269,8 @@ def _load_model(model_path: Path, header: dict[str, TensorInfo], task: Task, bac
             expected = TaskModel(task, backbone).state_dict()
     except (ValueError, TypeError, RuntimeError) as error:
         raise CheckpointError(f"{config_path}: invalid model config: cannot build the model: {error}") from None
-    check_against_model(model_path, header, expected)
-    tensors: dict[str, torch.Tensor] = {}
-    try:
-        with safe_open(str(model_path), framework="pt", device="cpu") as handle:
-            for name in expected:
-                tensors[name] = handle.get_tensor(name)
-    except Exception as error:  # the library's own checks; the structure was validated above
-        raise CheckpointError(f"{model_path}: corrupt safetensors file: {error}") from None
+    check_against_model(model_path, weights.layout, expected)
+    tensors = weights.tensors()
     for name, value in tensors.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise CheckpointError(f"{model_path}: weights of {name!r} contain NaN or inf values (the training run "
@@ -299,7 +291,7 @@ def migrate_checkpoint(path: PathLike) -> Path:
     """
     ckpt = load_checkpoint(path, require_record=False)
     digests = side_file_digests(ckpt.path, ckpt.task.side_files)  # the files as they are on disk
-    rewrite_metadata(ckpt.path / MODEL_FILE, weights_metadata(ckpt.config, digests))
+    rewrite_metadata(ckpt.path / MODEL_FILE, weights_metadata(ckpt.config, digests), MAX_MODEL_BYTES)
     return ckpt.path
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .files import FileFormatError as CheckpointError
 from .files import atomic_write_bytes
-from .user_files import read_user_file
+from .user_files import read_safetensors, read_user_file
 
 RECORD_KEY = "trained_config"  # safetensors metadata: the sections the weights were trained with
 SIDE_FILES_KEY = "side_files_sha256"  # safetensors metadata: {file beside the weights: its SHA-256}, e.g. a tokenizer
@@ -110,14 +110,13 @@ def check_side_files(model_path: Path, metadata: dict[str, str], names: tuple[st
                                   f"own {name}")
 
 
-def rewrite_metadata(weights: Path, metadata: dict[str, str]) -> None:
+def rewrite_metadata(weights: Path, metadata: dict[str, str], cap: int) -> None:
     """Write ``metadata`` into safetensors file ``weights`` (atomically), its tensors back byte for byte in the
-    precision they were stored in: what migrating an older checkpoint changes."""
-    from safetensors import safe_open
+    precision they were stored in: what migrating an older checkpoint changes. ``cap``: the weights file's size
+    limit."""
     from safetensors.torch import save as save_safetensors
 
-    with safe_open(str(weights), framework="pt", device="cpu") as handle:
-        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    tensors = read_safetensors(weights, cap).tensors()
     atomic_write_bytes(weights, save_safetensors(tensors, metadata=metadata))
 
 

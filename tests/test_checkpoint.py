@@ -202,7 +202,7 @@ def test_missing_file(saved: Path, name: str) -> None:
 def test_model_file_that_is_a_directory(saved: Path) -> None:
     (saved / "model.safetensors").unlink()
     (saved / "model.safetensors").mkdir()
-    assert "not a regular file" in error_of(saved)
+    assert "is a folder, not the weights file" in error_of(saved)
 
 
 class Boom:

@@ -19,7 +19,7 @@ from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory import limits as L
 from tensor_memory.backbone import check_budget, estimated_bytes
 from tensor_memory.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint, trained_record
-from tensor_memory.files import read_safetensors_layout
+from tensor_memory.user_files import read_safetensors
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.tasks import make_task
 from tensor_memory.training import TrainConfig
@@ -75,7 +75,7 @@ def test_a_config_edited_after_training_is_refused_naming_the_field(tmp_path):
 def test_every_shipped_checkpoint_records_its_training_configuration():
     for directory in sorted((ROOT / "checkpoints").iterdir()):  # minilm-tensor records its base instead (test_minilm)
         if (directory / "model.safetensors").exists() and not is_pretrained_memory(directory):
-            _, metadata = read_safetensors_layout(directory / "model.safetensors", 64 << 20)
+            metadata = read_safetensors(directory / "model.safetensors", 64 << 20).metadata
             recorded = json.loads(metadata[RECORD_KEY])
             config = json.loads((directory / "config.json").read_text())
             assert recorded == {"task": config["task"], "model": config["model"]}, directory.name

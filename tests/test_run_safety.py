@@ -82,7 +82,7 @@ def test_a_resume_file_that_is_a_folder_or_huge_is_refused_unread(killed, tmp_pa
     out = tampered(killed, tmp_path, lambda t, m: None)
     (out / RESUME_FILE).unlink()
     (out / RESUME_FILE).mkdir()
-    assert "not a regular file" in refused(out)
+    assert "is a folder, not the resume file" in refused(out)
     (out / RESUME_FILE).rmdir()
     with open(out / RESUME_FILE, "wb") as handle:  # 8 GiB, sparse: refused by its size, never read
         handle.truncate(8 << 30)

@@ -184,7 +184,9 @@ def test_trace_cli_writes_a_loadable_trace_and_fails_cleanly(tmp_path, capsys):
     assert load_trace(out).info["seed"] == 0  # replaced, as asked
     fresh = tmp_path / "fresh.safetensors"
     assert main(["trace", "--checkpoint", str(ROOT / "checkpoints" / "occlusion-base"), "--out", str(fresh)]) == 2
-    assert "no TensorMemory layer" in capsys.readouterr().err
+    refusal = capsys.readouterr().err.strip()  # one line that says which commands do work on it
+    assert refusal.count("\n") == 0 and "a 'base' checkpoint has no memory layer to trace" in refusal
+    assert "`tensor-memory eval` and `audit` work on it" in refusal and "checkpoints/occlusion-tensor" in refusal
     assert main(["trace", "--checkpoint", str(tmp_path / "missing"), "--out", str(fresh)]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
 

@@ -1,21 +1,28 @@
-"""Files a user names are read by one helper (tensor_memory.files.read_user_file): only a regular file under its cap,
-and nothing can block. Named pipes and devices where a picture, a video or a checkpoint's tokenizer is expected are
+"""Files a user names are read by one helper (tensor_memory.user_files.open_user_file): only a regular file under its
+cap, and nothing can block. Named pipes and devices where a picture, a video or a checkpoint's tokenizer is expected are
 refused at once, naming the file; the lists' parsers are linear in their length."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import struct
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from analysis import load_trace
+from analysis.cli import read_inputs
 from tensor_memory import load_checkpoint
 from tensor_memory.files import FileFormatError
-from tensor_memory.user_files import read_user_file
+from tensor_memory.memory.public_code import read_public_code
+from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint
+from tensor_memory.user_files import read_safetensors, read_user_file
 from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.data import ucf101 as U
 from tensor_memory.tasks.data import video as V
@@ -23,6 +30,7 @@ from tensor_memory.tasks.data import video as V
 from test_dataset_loaders import cub, cub_copy, ucf  # noqa: F401 (fixtures)
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def at_once(call, seconds: float = 10.0):
@@ -51,7 +59,7 @@ def test_only_a_regular_file_under_its_cap_is_read(tmp_path):
     zero = tmp_path / "zero.json"
     zero.symlink_to("/dev/zero")
     cases = {pipe: "is a named pipe, not a list", zero: "is a character device, not a list",
-             tmp_path: "is a folder, not a list", good: "larger than the 99 bytes a list may be"}
+             tmp_path: "is a folder, not a list", good: "a list is 100 bytes, over the 99 bytes limit"}
     for path, problem in cases.items():
         error = at_once(lambda: read_user_file(path, 99 if path == good else 1 << 20, "a list", "; pass the list"))
         assert isinstance(error, FileFormatError) and str(error).startswith(f"{path}: "), (path, error)
@@ -127,3 +135,55 @@ def test_pictures_no_crop_can_use_are_refused_naming_the_file(cub, tmp_path):  #
     with pytest.raises(FileFormatError, match=f"{re.escape(str(test[1]))}: 1×1 pixels, too small to crop"):
         pool.fetch(1)
     assert pool.fetch(2).shape == (16, 24, 3)
+
+
+SAFETENSORS_READERS = {  # every reader of a safetensors file a user names, and the file it reads
+    "checkpoint": (lambda path: load_checkpoint(path.parent), CHECKPOINTS / "occlusion-tensor", "model.safetensors"),
+    "MiniLM checkpoint": (lambda path: check_minilm_checkpoint(path.parent), CHECKPOINTS / "minilm-tensor",
+                          "model.safetensors"),
+    "trace": (lambda path: load_trace(path), DATA, "occlusion-tensor-seed7-before-hooks.trace.safetensors"),
+    "public-code weights": (lambda path: read_public_code(path), None, "interface.safetensors"),
+    "import input": (lambda path: read_inputs(str(path)), None, "x.safetensors"),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(SAFETENSORS_READERS))
+@pytest.mark.parametrize("swap", ["pipe", "dev-zero"])
+def test_a_pipe_or_device_where_a_safetensors_file_is_expected_is_refused_at_once(tmp_path, reader, swap):
+    read, source, name = SAFETENSORS_READERS[reader]
+    folder = tmp_path / "files"
+    shutil.copytree(source, folder) if source is not None else folder.mkdir()
+    path = folder / name
+    path.unlink(missing_ok=True)
+    os.mkfifo(path) if swap == "pipe" else path.symlink_to("/dev/zero")
+    error = at_once(lambda: read(path))
+    kind = "a named pipe" if swap == "pipe" else "a character device"
+    assert isinstance(error, ValueError) and str(error).startswith(f"{path}: is {kind}, not "), error
+
+
+def test_safetensors_read_by_hand_agree_with_the_library_including_misaligned_and_empty_tensors(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    generator = torch.Generator().manual_seed(0)
+    tensors = {"a": torch.randn(3, 5, generator=generator), "b": torch.randn(7, generator=generator).half(),
+               "c": torch.arange(6, dtype=torch.int64).view(2, 3), "d": torch.zeros(0, 4),
+               "e": torch.randn(4, generator=generator).to(torch.bfloat16), "f": torch.tensor([True, False])}
+    path = tmp_path / "t.safetensors"
+    save_file(tensors, path, metadata={"k": "v"})
+    stored = read_safetensors(path, 1 << 20)
+    assert stored.metadata == {"k": "v"}
+    for key, value in load_file(path).items():
+        assert stored.tensor(key).dtype == value.dtype and torch.equal(stored.tensor(key), value), key
+    # A hand-made file whose float32 tensor starts 1 byte into the data (the library pads; others may not):
+    # the same numbers, read from a copy rather than a misaligned view.
+    x = torch.randn(4, generator=generator)
+    header = {"b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+              "x": {"dtype": "F32", "shape": [4], "data_offsets": [1, 17]}}
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"\x07" + x.numpy().tobytes())
+    stored = read_safetensors(path, 1 << 20)
+    assert torch.equal(stored.tensor("x"), x) and stored.tensor("b").tolist() == [7]
+    with open(path, "ab") as handle:  # one byte more than the header accounts for
+        handle.write(b"\x00")
+    with pytest.raises(FileFormatError, match="1 unexpected bytes after the last tensor"):
+        read_safetensors(path, 1 << 20)

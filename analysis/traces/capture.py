@@ -182,6 +182,11 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
     the arrays agree up to float rounding, since batched arithmetic may round differently)."""
     check_volume_dtype(volumes)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    if not memory_layers(ckpt.model):  # a checkpoint of another backbone: say which commands do apply
+        kind = ckpt.config["model"]["kind"]
+        raise TraceError(f"{ckpt.path}: a '{kind}' checkpoint has no memory layer to trace; `tensor-memory eval` "
+                         f"and `audit` work on it, and its task's tensor checkpoint (e.g. checkpoints/"
+                         f"{ckpt.config['task']['name']}-tensor) can be traced")
     model = ckpt.model.eval()
     chunk_size = memory_chunk_size(model)
     task, batch = sample_batch(ckpt, seed, list(indices), **task_params)

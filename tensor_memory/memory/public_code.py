@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from ..config import require_float
-from ..files import PathLike, read_safetensors_layout
+from ..files import PathLike
+from ..user_files import read_safetensors
 from .config import MemoryConfig, MemoryState
 
 PUBLIC_OPTIONS = dict(input_norm=False, summary_norm=False, output="message", partial_chunk="pad",
@@ -107,17 +108,9 @@ def from_public_code(state_dict: Mapping[str, torch.Tensor], *, layer: type, chu
 
 
 def read_public_code(path: PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file of public-code weights, checked by ``files.read_safetensors_layout``
-    before it is read (never unpickled: a ``torch.save`` file is refused)."""
-    from safetensors import safe_open
-
-    header, _ = read_safetensors_layout(path, MAX_FILE_BYTES, "the public-code weights file", REDO)
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            tensors = {name: handle.get_tensor(name) for name in header}
-    except Exception as error:  # the library's own checks; the structure was validated above
-        raise ValueError(f"{path}: corrupt safetensors file: {error}; {REDO}") from None
-    return tensors
+    """The tensors of a safetensors file of public-code weights, read and checked by ``files.read_safetensors`` (never
+    unpickled: a ``torch.save`` file is refused)."""
+    return read_safetensors(path, MAX_FILE_BYTES, "the public-code weights file", REDO).tensors()
 
 
 def _interface_entries(state_dict: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

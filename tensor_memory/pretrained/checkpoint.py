@@ -20,7 +20,8 @@ import torch
 
 from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
 from ..integrity import RECORD_KEY, check_record, record_of, rewrite_metadata
-from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json, read_safetensors_layout
+from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json
+from ..user_files import SafetensorsFile, read_safetensors
 from .minilm import PACKAGE, weights_digest
 from .recall import RecallConfig, RecallModel
 
@@ -67,17 +68,18 @@ def decisive(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_minilm_checkpoint(path: Path, *, require_record: bool = True,
-                            ) -> tuple[dict[str, Any], RecallConfig, dict[str, Any]]:
-    """(config, its recall config, the weights file's header) of a memory-on-MiniLM checkpoint, checked as loading
-    checks it but without loading MiniLM or any weight (milliseconds); CheckpointError if unusable."""
+                            ) -> tuple[dict[str, Any], RecallConfig, SafetensorsFile]:
+    """(config, its recall config, the weights file read and checked) of a memory-on-MiniLM checkpoint, checked as
+    loading checks it but without loading MiniLM or building any weight (milliseconds); CheckpointError if
+    unusable."""
     directory = Path(path)
     config_path, weights = directory / "config.json", directory / "model.safetensors"
     config = read_json(config_path, MAX_CONFIG_BYTES, "config.json")
     if config.get("kind") != KIND or config.get("schema_version") != SCHEMA_VERSION:
         raise CheckpointError(f"{config_path}: not a {KIND} checkpoint of schema {SCHEMA_VERSION}")
-    header, record = read_safetensors_layout(weights, MAX_WEIGHTS_BYTES)  # its header only: no tensor read
+    weights_file = read_safetensors(weights, MAX_WEIGHTS_BYTES)  # read once, checked; no tensor built yet
     if require_record:
-        check_record(weights, config_path, record, decisive(config))
+        check_record(weights, config_path, weights_file.metadata, decisive(config))
     installed, wanted = base_reference(), config.get("base")
     if wanted != installed:
         raise CheckpointError(f"{directory}: trained on base model {wanted}, but the installed one is {installed}; "
@@ -88,7 +90,7 @@ def check_minilm_checkpoint(path: Path, *, require_record: bool = True,
         raise CheckpointError(f"{config_path}: invalid recall config: {error}") from None
     if not isinstance(config.get("memory"), bool):
         raise CheckpointError(f"{config_path}: 'memory' must be true or false, got {config.get('memory')!r}")
-    return config, recall, header
+    return config, recall, weights_file
 
 
 def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
@@ -98,22 +100,18 @@ def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
     ``config.json`` must say what the weights were trained with (the record in their metadata), checked before
     MiniLM loads; ``require_record=False`` skips that for a checkpoint saved before the record, only for
     :func:`migrate_minilm`."""
-    from safetensors import safe_open
-
-    directory = Path(path)
-    weights = directory / "model.safetensors"
-    config, recall, header = check_minilm_checkpoint(directory, require_record=require_record)
+    config, recall, weights_file = check_minilm_checkpoint(Path(path), require_record=require_record)
+    weights = weights_file.path
     model = RecallModel(recall, memory=config["memory"])
     expected = model.trained_state()
-    check_against_model(weights, header, expected)
-    with safe_open(str(weights), framework="pt", device="cpu") as handle:
-        tensors = {name: handle.get_tensor(name).to(value.dtype) for name, value in expected.items()}
+    check_against_model(weights, weights_file.layout, expected)
+    tensors = {name: weights_file.tensor(name).to(value.dtype) for name, value in expected.items()}
     if not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
         raise CheckpointError(f"{weights}: weights contain NaN or inf values")
     missing = model.load_state_dict(tensors, strict=False)
     if missing.unexpected_keys or any(not k.startswith("encoder.") for k in missing.missing_keys):
         raise CheckpointError(f"{weights}: does not fit the model ({missing})")
-    metrics_path = directory / "metrics.json"
+    metrics_path = weights.parent / "metrics.json"
     metrics = read_json(metrics_path, MAX_METRICS_BYTES, "metrics.json") if metrics_path.exists() else None
     return model.eval(), config, metrics
 
@@ -123,5 +121,6 @@ def migrate_minilm(path: Path) -> Path:
     is now (trusting it: run it only on an unedited checkpoint); the tensors are written back byte for byte."""
     directory = Path(path)
     _, config, _ = load_minilm_checkpoint(directory, require_record=False)
-    rewrite_metadata(directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))})
+    rewrite_metadata(directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))},
+                     MAX_WEIGHTS_BYTES)
     return directory

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as save_safetensors
 
-from ..files import FLOAT_DTYPES, FileFormatError, atomic_write_bytes, read_safetensors_layout
+from ..files import FileFormatError, atomic_write_bytes
+from ..user_files import FLOAT_DTYPES, read_safetensors
 
 MAX_RESUME_BYTES = 2 << 30  # weights and two moments of the largest model the budget allows at most
 MOMENTS = ("exp_avg", "exp_avg_sq", "step")  # AdamW's state per parameter
@@ -53,12 +54,11 @@ def _fail(path: Path, problem: str) -> ValueError:
 
 def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> int:
     """Restore a run from ``save_resume``'s file; returns the number of steps already done."""
-    from safetensors import safe_open
-
     try:
-        header, metadata = read_safetensors_layout(path, MAX_RESUME_BYTES, "the resume file", REDO)
+        stored = read_safetensors(path, MAX_RESUME_BYTES, "the resume file", REDO)
     except FileFormatError as error:
         raise ValueError(str(error)) from None
+    header, metadata = stored.layout, stored.metadata
     try:
         step, saved_config = int(metadata["step"]), json.loads(metadata["config"])
     except (KeyError, ValueError, RecursionError):
@@ -87,8 +87,7 @@ def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     if step > 0 and not held:
         raise _fail(path, f"it holds no optimizer state after {step} steps")
 
-    with safe_open(str(path), framework="pt", device="cpu") as handle:
-        tensors = {key: handle.get_tensor(key) for key in header}
+    tensors = stored.tensors()
     for key, value in tensors.items():
         if not bool(torch.isfinite(value).all()):
             raise _fail(path, f"{key} contains NaN or infinite values")
