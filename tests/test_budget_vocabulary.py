@@ -45,3 +45,42 @@ def test_train_refuses_it_before_anything_is_built(tmp_path):
         train(config, tmp_path / "run", progress=False)
     assert time.perf_counter() - start < 2  # no tokenizer trained, no model built
     assert not (tmp_path / "run").exists()
+
+
+ENCODE_PEAK = """
+import resource, sys
+from tensor_memory.tasks.data import corpus as C
+folder = sys.argv[1]
+tokenizer = C.build_tokenizer("wikitext", folder, 0)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ids = C.encode_split("wikitext", folder, "train", tokenizer)
+print(ids.numel(), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def test_a_large_corpus_is_encoded_in_about_8_bytes_a_token(tmp_path):
+    """Encoding every line at once held the tokenizer's objects for every token (~250 bytes each: WikiText-103's train
+    split needed over 20 GB and ran out of memory); in batches of lines, the ids (8 bytes a token) are most of it."""
+    import random
+    import subprocess
+    import sys
+
+    from tensor_memory.tasks.data import corpus as C
+
+    generator = random.Random(0)
+    words = [f"w{k}" for k in range(20_000)]
+    lines = [" ".join(generator.choices(words, k=20)) for _ in range(100_000)]  # 2,000,000 words
+    (tmp_path / "wiki.train.tokens").write_text("\n".join(lines) + "\n")
+    for split in ("valid", "test"):
+        (tmp_path / f"wiki.{split}.tokens").write_text(lines[0] + "\n")
+    done = subprocess.run([sys.executable, "-c", ENCODE_PEAK, str(tmp_path)], capture_output=True, text=True,
+                          check=True)
+    count, growth = map(int, done.stdout.split())
+    assert count == 2_100_000  # the words and an <eos> a line
+    assert growth < 40 * count, f"{growth / count:.0f} bytes a token"  # the ids twice (8 + 8), with room to spare
+    tokenizer = C.cached_tokenizer(C.build_tokenizer("wikitext", str(tmp_path), 0))
+    ids = C.encode_split("wikitext", str(tmp_path), "train", C.build_tokenizer("wikitext", str(tmp_path), 0))
+    eos = tokenizer.token_to_id(C.EOS)
+    for line in (0, 9_999, 10_000, 99_999):  # across a batch boundary: the same ids as encoding the line alone
+        start = line * 21
+        assert ids[start:start + 21].tolist() == tokenizer.encode(lines[line]).ids + [eos]
