@@ -143,7 +143,17 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help='print one JSON object: {"task", "backbone", "metrics"} '
                              '(with --sweep: {"task", "backbone", "sweep": [{"params", "metrics"}, ...]})')
     parser.add_argument("--sweep", action="store_true",
-                        help="evaluate at every point of the task's parameter sweep instead of its trained setting")
+                        help="evaluate at every point of the task's parameter sweep instead of its trained setting "
+                             "(with --stream: the NLL over positions binned on a log scale)")
+    stream = parser.add_argument_group("streamed language modelling (language_modelling checkpoints)")
+    stream.add_argument("--stream", action="store_true",
+                        help="feed the test split in order, --segment tokens a call in --rows rows, and report the "
+                             "perplexity with the model's state carried from segment to segment, reset every "
+                             "segment, and carried with the memory's reads off; and the mean NLL at positions "
+                             "t >= W and t >= 4W (W: the attention window); the seed and batches do not apply")
+    stream.add_argument("--segment", type=_positive, help="tokens a call (default: the trained seq_len)")
+    stream.add_argument("--rows", type=_positive, default=8, help="parallel rows of the stream (default 8)")
+    stream.add_argument("--tokens", type=_positive, help="only the first TOKENS tokens of the test split")
     parser.set_defaults(func=run_eval)
     return parser
 
@@ -183,9 +193,9 @@ def _eval_minilm(args: argparse.Namespace) -> int:
     from .pretrained.checkpoint import load_minilm_checkpoint
     from .pretrained.recall import evaluate_recall, test_documents
 
-    if args.sweep:
-        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameter sweep; run eval "
-                         f"without --sweep")
+    if args.sweep or args.stream:
+        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameter sweep and no stream; "
+                         f"run eval without --sweep and --stream")
     model, config, _ = load_minilm_checkpoint(args.checkpoint)
     documents = min(args.batches * args.batch_size, test_documents(model.config))
     metrics = evaluate_recall(model, model.config, docs=documents, batch=args.batch_size)
@@ -202,6 +212,32 @@ def _eval_minilm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_stream(ckpt: Any, args: argparse.Namespace) -> int:
+    """``eval --stream``: the checkpoint's test split as a stream, state carried against reset."""
+    from .training.streamed import stream_evaluation
+
+    result = stream_evaluation(ckpt, args.segment, args.rows, args.tokens)
+    runs = [name for name in result if isinstance(result[name], dict)]
+    if args.json:
+        print(json.dumps({"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "stream": result},
+                         allow_nan=False))
+        return 0
+    W = result["W"]
+    rows = [[label] + ["n/a" if result[run][key] is None else f"{result[run][key]:.{digits}f}" for run in runs]
+            for label, key, digits in (("perplexity", "perplexity", 2), (f"NLL (nats), t >= W = {W}", "nll_t>=W", 3),
+                                       (f"NLL (nats), t >= 4W = {4 * W}", "nll_t>=4W", 3))]
+    lines = [f"checkpoint  {ckpt.path}", f"backbone    {ckpt.model.backbone.config.kind}",
+             f"stream      the test split's first {result['tokens']:,} tokens in {result['rows']} rows, "
+             f"{result['segment']} tokens a call", "", _table(["", *runs], rows)]
+    if args.sweep:  # the curve: mean NLL by position, log-binned
+        bins = [(b["from"], b["to"]) for b in result[runs[0]]["curve"]]
+        nll = {run: {(b["from"], b["to"]): b["nll"] for b in result[run]["curve"]} for run in runs}
+        lines += ["", _table(["positions", *runs], [[f"{lo}-{hi - 1}"] + [
+            f"{nll[run][(lo, hi)]:.3f}" if (lo, hi) in nll[run] else "" for run in runs] for lo, hi in bins])]
+    print("\n".join(lines))
+    return 0
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, load_checkpoint
     from .pretrained.checkpoint import is_pretrained_memory
@@ -211,6 +247,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if is_pretrained_memory(args.checkpoint):
             return _eval_minilm(args)
         ckpt = load_checkpoint(args.checkpoint)
+        if args.stream:
+            return _eval_stream(ckpt, args)
         if args.sweep:
             points = sweep(ckpt, args.seed, args.batches, args.batch_size)
             result = {"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "sweep": points}

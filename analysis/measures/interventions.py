@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from tensor_memory import TensorMemory, hooks, memory_layers
+from tensor_memory.memory.hooking import reads_off
 from tensor_memory.backbone import BackboneState
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.memory.hookpoints import Hook
@@ -75,7 +76,7 @@ def intervention_hooks(kind: str, layers: Sequence[str], region: Optional[Region
         zero = _zeroed(region if kind == "zero_region" else None)
         return {f"{name}.{point}": zero for name in layers for point in ("h_in", "c_in")}
     if kind == "gate_off":
-        return {f"{name}.gate_scale": torch.zeros_like for name in layers}
+        return reads_off(layers)
     if kind == "move_write":
         return {f"{name}.mu_write": _first_chunk_set(torch.as_tensor(to, dtype=torch.float32)) for name in layers}
     return {f"{name}.sigma": _first_chunk_set(torch.tensor(float(sigma))) for name in layers}  # set_sigma

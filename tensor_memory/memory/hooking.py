@@ -19,8 +19,9 @@ are hooks, never edited weights.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
+import torch
 from torch import nn
 
 from .hookpoints import POINTS, Hook, HookPoint, attached
@@ -59,4 +60,10 @@ def hooks(model: nn.Module, spec: Mapping[str, Hook]) -> Iterator[None]:
         yield
 
 
-__all__ = ["hooks", "hook_points"]
+def reads_off(layers: Sequence[str]) -> dict[str, Hook]:
+    """The hooks that hold each of memory ``layers``' read gate σ(γ) at 0: what the model does without its memory's
+    read (a control every evaluation of what the memory is worth runs)."""
+    return {f"{name}.gate_scale": torch.zeros_like for name in layers}
+
+
+__all__ = ["hooks", "hook_points", "reads_off"]
