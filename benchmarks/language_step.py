@@ -31,7 +31,7 @@ def step(kind: str):
     batch = task.draw("train", cfg.batch_size, 0, 0)
 
     def call() -> None:
-        loss = training_loss(model, task, batch, 10_000, cfg)  # past any scaffold: the model's own addressing
+        loss, _ = training_loss(model, task, batch, 10_000, cfg)  # past any scaffold: the model's own addressing
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -243,7 +243,8 @@ def run(args: argparse.Namespace) -> dict:
     for step in range(cfg.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, cfg)
-        loss = training_loss(model, task, task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step)), step, cfg)
+        batch = task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
+        loss, _ = training_loss(model, task, batch, step, cfg)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

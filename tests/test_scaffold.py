@@ -75,13 +75,13 @@ def test_the_coordinate_head_learns_only_as_the_places_withdraw():
 
     def head_gradient(step):
         model.zero_grad()
-        training_loss(model, task, batch, step, cfg).backward()
+        training_loss(model, task, batch, step, cfg)[0].backward()
         return model.backbone.blocks[0].memory.coord_head.weight.grad.abs().sum().item()
 
     assert head_gradient(0) == 0.0  # all places: nothing reaches the head
     assert head_gradient(2) > 0.0  # half: the head trains
-    own = loss_on(model, task, batch)
-    assert torch.equal(training_loss(model, task, batch, cfg.address_scaffold_steps, cfg), own)  # withdrawn
+    own, _ = loss_on(model, task, batch)
+    assert torch.equal(training_loss(model, task, batch, cfg.address_scaffold_steps, cfg)[0], own)  # withdrawn
 
 
 def test_scaffold_refuses_what_it_cannot_steer():

@@ -33,11 +33,11 @@ def kill_run_at(monkeypatch, config: dict, out: Path, call: int, resume: bool = 
     """Train (or resume) until the ``call``-th loss computation, where the process 'dies' (KeyboardInterrupt)."""
     original, calls = loop.loss_on, []
 
-    def dying_loss(model, task, batch):
+    def dying_loss(model, task, batch, state=None):
         calls.append(1)
         if len(calls) == call:
             raise KeyboardInterrupt
-        return original(model, task, batch)
+        return original(model, task, batch, state)
 
     monkeypatch.setattr(loop, "loss_on", dying_loss)
     with pytest.raises(KeyboardInterrupt):

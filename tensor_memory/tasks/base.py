@@ -65,6 +65,11 @@ class Batch:
         cut = lambda d: {k: v[start:stop] for k, v in d.items()}  # noqa: E731
         return Batch(cut(self.inputs), self.targets[start:stop], self.mask[start:stop], cut(self.meta))
 
+    def columns(self, start: int, stop: int) -> "Batch":
+        """Positions start:stop of the inputs, targets and mask (a segment of a streamed sample); meta kept whole."""
+        cut = {k: v[:, start:stop] for k, v in self.inputs.items()}
+        return Batch(cut, self.targets[:, start:stop], self.mask[:, start:stop], self.meta)
+
 
 def derive_seed(purpose: str, seed: int, index: int) -> int:
     """A 63-bit seed for batch ``index`` of a stream: training and evaluation streams never overlap."""

@@ -33,13 +33,17 @@ class TrainConfig(ConfigBase):
     # with its addressing held where coord_init put it
     address_scaffold_steps: int = 0  # steps over which the task's true places are withdrawn from the memory's
     # coordinates (scaffold.py): all of them at step 0, none from this step on; 0 = off
+    stream_segments: int = 1  # language models: segments of task.params.seq_len tokens a training sample feeds in
+    # order, each backbone carrying its state from one to the next with the gradient cut between them (truncated
+    # backpropagation through time, as Transformer-XL trains); 1 = every sample from an empty state
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
         for name, minimum, maximum in (("steps", 1, L.MAX_STEPS), ("batch_size", 1, L.MAX_BATCH),
                                        ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
                                        ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
-                                       ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS)):
+                                       ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS),
+                                       ("stream_segments", 1, L.MAX_SEQUENCE)):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
@@ -146,7 +150,19 @@ def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
         memory.setdefault("chunk_size", task.chunk_size)
         model["memory"] = memory
     backbone = BackboneConfig.from_dict(model)
-    return task, backbone, TrainConfig.from_dict(config.get("training", {}))
+    cfg = TrainConfig.from_dict(config.get("training", {}))
+    if cfg.stream_segments > 1 and not (hasattr(task, "stream") and backbone.causal):
+        raise ValueError(f"training.stream_segments={cfg.stream_segments}: streamed training feeds a text in order "
+                         f"to a causal model, so it applies to language_modelling only; set it to 1")
+    return task, backbone, cfg
+
+
+def stream_window_task(task: Task, cfg: TrainConfig) -> Task:
+    """The task whose samples are ``cfg.stream_segments`` segments of ``task``'s length end to end (the task itself
+    when samples are not streamed)."""
+    if cfg.stream_segments == 1:
+        return task
+    return make_task(task.name, {**task.config.to_dict(), "seq_len": cfg.stream_segments * task.tokens})
 
 
 class TrainingWarning(UserWarning):

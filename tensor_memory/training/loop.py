@@ -31,7 +31,7 @@ from ..files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
 from ..memory.addressing import layer_measures
 from ..tasks import Batch, Task, TaskModel
-from .config import TrainConfig, TrainingWarning, config_warnings, resolve
+from .config import TrainConfig, TrainingWarning, config_warnings, resolve, stream_window_task
 from .evaluation import evaluate
 from .log import LOG_FILE, read_training_log
 from .run_folder import check_free, check_out, hold_run_folder
@@ -92,18 +92,20 @@ def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[
     return {name: layer_measures(layer, grids[name]) for name, layer in recording.layers.items()}
 
 
-def loss_on(model: torch.nn.Module, task: Task, batch: Batch) -> torch.Tensor:
-    """The task's loss over the scored positions: cross-entropy, or a values task's own (a squared error)."""
-    outputs, _ = model(batch.inputs)
-    return task.loss(outputs, batch)
+def loss_on(model: torch.nn.Module, task: Task, batch: Batch, state: Any = None) -> tuple[torch.Tensor, Any]:
+    """(the task's loss over the scored positions, the model's state after the batch): cross-entropy, or a values
+    task's own (a squared error); ``state``: where a streamed sample's previous segment left the model."""
+    outputs, state = model(batch.inputs, state)
+    return task.loss(outputs, batch), state
 
 
-def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig) -> torch.Tensor:
+def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig,
+                  state: Any = None) -> tuple[torch.Tensor, Any]:
     """``loss_on`` at training step ``step``, with the address scaffold's places blended in while it lasts."""
     weight = scaffold_weight(step, cfg.address_scaffold_steps)
     places = task.true_places(batch.inputs) if weight else None
     with address_scaffold(model, places, weight):
-        return loss_on(model, task, batch)
+        return loss_on(model, task, batch, state)
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,6 +160,7 @@ class Run:
     optimizer: torch.optim.AdamW
     world: Distributed
     out: Path
+    samples: Task  # what training draws from: the task, or windows of stream_segments segments of it
 
     @property
     def log_path(self) -> Path:
@@ -196,7 +199,8 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
 def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) -> Run:
     """Validate everything and build the model and optimizer, before anything is written."""
     task, backbone, cfg = resolve(config)
-    check_budget(backbone, task.tokens, cfg.batch_size, training=True, where="the training config", task=task)
+    samples = stream_window_task(task, cfg)  # a streamed sample's carried state grows with all of it: counted whole
+    check_budget(backbone, samples.tokens, cfg.batch_size, training=True, where="the training config", task=samples)
     full_config = {"schema_version": SCHEMA_VERSION,
                    "task": {"name": task.name, "params": task.config.to_dict()},
                    "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}
@@ -210,7 +214,7 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) ->
     model = TaskModel(task, backbone)
     freeze(model, cfg.frozen)
     check_scaffold(model, task, cfg.address_scaffold_steps)
-    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out)
+    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out, samples)
 
 
 def _restore(run: Run, resume: bool) -> int:
@@ -274,15 +278,30 @@ def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, 
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(step, cfg)
     shard = cfg.batch_size // world.world
-    batch = run.task.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
-    loss = training_loss(wrapped, run.task, batch, step, cfg)
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
+    batch = run.samples.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
     run.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss = _backward(run, wrapped, batch, step)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
     run.optimizer.step()
-    return loss.detach(), grad_norm, batch.mask.numel() * world.world
+    return loss, grad_norm, batch.mask.numel() * world.world
+
+
+def _backward(run: Run, wrapped: torch.nn.Module, batch: Batch, step: int) -> torch.Tensor:
+    """Back-propagate the batch's loss (its mean over the segments of a streamed sample, the state carried from one
+    to the next and its gradient cut there); returns the loss, detached."""
+    segments, length = run.cfg.stream_segments, run.task.tokens
+    total, state = torch.zeros(()), None
+    for k in range(segments):
+        last = k == segments - 1  # data-parallel ranks average gradients once, after the last segment
+        with contextlib.nullcontext() if last or run.world.world == 1 else wrapped.no_sync():
+            piece = batch if segments == 1 else batch.columns(k * length, (k + 1) * length)
+            loss, state = training_loss(wrapped, run.task, piece, step, run.cfg, state)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
+            (loss / segments).backward()
+        total = total + loss.detach() / segments
+        state = state.detach() if state is not None and not last else None
+    return total
 
 
 def _validate(run: Run, writer, done: int) -> None:
