@@ -208,3 +208,36 @@ def test_a_killed_runs_lock_does_not_block_its_resume(tmp_path, monkeypatch):
     assert not (out / "train.lock").exists()  # an ending run, even by an error, leaves the folder free
     train(tiny_config(steps=4), out, progress=False, overwrite=True)  # and the next run takes it
     assert not (out / "train.lock").exists() and (out / "model.safetensors").is_file()
+
+
+def test_a_run_refused_for_its_data_writes_nothing_and_keeps_the_run_it_would_replace(tmp_path, capsys):
+    import shutil
+
+    corpus = tmp_path / "wiki"  # a train split and a test split, but no wiki.valid.tokens
+    corpus.mkdir()
+    words = " ".join(f"w{k}" for k in range(40))
+    for split in ("train", "test"):
+        (corpus / f"wiki.{split}.tokens").write_text((words + "\n") * 20)
+    data = ["--set", "task.params.corpus=wikitext", "--set", f"task.params.path={corpus}", "--set",
+            "task.params.vocab_size=42", "--set", "task.params.seq_len=8", "--set", "task.params.chunk=4"]
+    train_lm = ["train", "--task", "language_modelling", "--backbone", "base", "--steps", "2", "--no-progress", *data]
+    fresh = tmp_path / "fresh"
+    assert cli_main([*train_lm, "--out", str(fresh)]) == 2
+    assert "wiki.valid.tokens: no such file" in capsys.readouterr().err
+    assert not fresh.exists()  # no half-made run to trip over when it is run again
+    kept = tmp_path / "kept"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "checkpoints" / "no_harm-base", kept)
+    before = {p.name: p.read_bytes() for p in kept.iterdir()}
+    assert cli_main([*train_lm, "--out", str(kept), "--overwrite"]) == 2
+    assert {p.name: p.read_bytes() for p in kept.iterdir()} == before  # the run it would have replaced, untouched
+
+
+def test_a_lock_file_that_is_a_named_pipe_is_refused_at_once(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    os.mkfifo(out / "train.lock")
+    start = time.perf_counter()
+    assert cli_main(["train", "--task", "no_harm", "--backbone", "base", "--steps", "2", "--out", str(out),
+                     "--no-progress"]) == 2
+    assert time.perf_counter() - start < 10
+    assert "train.lock: is not a regular file, so not a lock `train` wrote; remove it" in capsys.readouterr().err

@@ -210,6 +210,8 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) ->
     if world.main:
         check_free(out)  # a run still writing there: say so, not that the folder "holds a run"
     check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
+    for data, purpose in ((samples, "train"), (task, "val")):  # a data file refused now, before anything is written:
+        data.draw(purpose, 1, cfg.seed, 0)  # not a half-made run, nor an --overwrite that replaced a good one
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = TaskModel(task, backbone)
     freeze(model, cfg.frozen)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -44,6 +45,21 @@ class RunFolderBusy(ValueError):
     """Another training run is writing in the folder; the message names its process."""
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    """The lock file opened without waiting; a ValueError naming it if it is not a regular file (a named pipe there
+    would make opening it wait for good)."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise ValueError(f"{path}: cannot open the run's lock file ({error.strerror}); remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path}: is not a regular file, so not a lock `train` wrote; remove it")
+    return fd
+
+
 def _recorded_pid(fd: int) -> Optional[int]:
     """The process id written in an open lock file, or None if it holds none (yet)."""
     text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
@@ -59,8 +75,8 @@ def _busy(out: Path, pid: Optional[int]) -> RunFolderBusy:
 def check_free(out: Path) -> None:
     """:class:`RunFolderBusy` if a running ``train`` holds ``out``; writes nothing (``out`` may not exist)."""
     try:
-        fd = os.open(Path(out) / LOCK_FILE, os.O_RDONLY)
-    except OSError:  # no lock file (or no folder): nobody is writing there
+        fd = _open_lock(Path(out) / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:  # no lock file (or no folder): nobody is writing there
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -77,7 +93,7 @@ def hold_run_folder(out: Path) -> Iterator[None]:
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_FILE
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
