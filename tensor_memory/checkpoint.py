@@ -31,8 +31,8 @@ import torch
 from .backbone import BackboneConfig, check_budget
 from .files import (FileFormatError, PathLike, atomic_write_bytes, atomic_write_text, dumps_json, finite_or_none,
                     json_type, read_json, remove_stale_temp_files)
-from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_side_files, decisive, record_of,
-                        rewrite_metadata, side_file_digests, sha256, trained_record, weights_metadata)
+from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_migratable, check_side_files, decisive,
+                        record_of, rewrite_metadata, side_file_digests, sha256, trained_record, weights_metadata)
 from .tasks import TASKS, Task, TaskModel, make_task
 from .user_files import FLOAT_DTYPES, SafetensorsFile, TensorInfo, read_safetensors
 
@@ -290,6 +290,8 @@ def migrate_checkpoint(path: PathLike) -> Path:
     other file is touched. Returns the checkpoint's directory.
     """
     ckpt = load_checkpoint(path, require_record=False)
+    check_migratable(ckpt.path / MODEL_FILE, ckpt.path / CONFIG_FILE, MAX_MODEL_BYTES, decisive(ckpt.config),
+                     ckpt.task.side_files)
     digests = side_file_digests(ckpt.path, ckpt.task.side_files)  # the files as they are on disk
     rewrite_metadata(ckpt.path / MODEL_FILE, weights_metadata(ckpt.config, digests), MAX_MODEL_BYTES)
     return ckpt.path

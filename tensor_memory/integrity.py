@@ -70,8 +70,20 @@ def check_record(model_path: Path, config_path: Path, metadata: dict[str, str], 
     for key in sorted(set(recorded) | set(now)):
         if recorded.get(key, "(absent)") != now.get(key, "(absent)"):
             raise CheckpointError(f"{config_path}: {key} is {now.get(key, '(absent)')!r}, but the weights were "
-                                  f"trained with {recorded.get(key, '(absent)')!r}; restore {config_path.name} (the "
-                                  f"weights file records the configuration it was trained with)")
+                                  f"trained with {recorded.get(key, '(absent)')!r} ({model_path.name} records it): "
+                                  f"the two files do not belong together; restore the checkpoint's own "
+                                  f"{config_path.name}, or its own {model_path.name}")
+
+
+def check_migratable(model_path: Path, config_path: Path, cap: int, sections: dict[str, Any],
+                     side_files: tuple[str, ...] = ()) -> None:
+    """Migrating adds what a weights file saved by an older version does not record; whatever it does record must
+    still hold (else rewriting it would make an edited config.json or tokenizer look like the trained ones)."""
+    metadata = read_safetensors(model_path, cap).metadata
+    if RECORD_KEY in metadata:
+        check_record(model_path, config_path, metadata, sections)
+    if SIDE_FILES_KEY in metadata:
+        check_side_files(model_path, metadata, side_files)
 
 
 def side_file_digests(directory: Path, names: tuple[str, ...]) -> dict[str, str]:
@@ -121,4 +133,4 @@ def rewrite_metadata(weights: Path, metadata: dict[str, str], cap: int) -> None:
 
 
 __all__ = ["RECORD_KEY", "SIDE_FILES_KEY", "sha256", "weights_metadata", "trained_record", "decisive", "record_of",
-           "check_record", "side_file_digests", "check_side_files", "rewrite_metadata"]
+           "check_record", "check_migratable", "side_file_digests", "check_side_files", "rewrite_metadata"]

@@ -6,6 +6,7 @@ and leaves its tensors byte for byte."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -114,3 +115,29 @@ def test_every_minilm_config_field_is_type_checked(field, value, problem):
     with pytest.raises(ValueError) as refused:
         RecallConfig.from_dict({field: value})
     assert str(refused.value).startswith(f"RecallConfig.{problem}"), str(refused.value)
+
+
+@pytest.mark.parametrize("name, edit, shown", [
+    ("occlusion-tensor", lambda c: c["model"]["memory"].update(gate_init=3.0), "model.memory.gate_init is 3.0"),
+    ("minilm-tensor", lambda c: c["recall"].update(gate_init=-2.0), "recall.gate_init is -2.0")])
+def test_migrating_never_launders_an_edited_checkpoint(tmp_path, name, edit, shown):
+    folder = copied(name, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    weights = (folder / "model.safetensors").read_bytes()
+    migrate = P.migrate_minilm if name.startswith("minilm") else migrate_checkpoint
+    with pytest.raises(CheckpointError, match=re.escape(shown)):
+        migrate(folder)
+    assert (folder / "model.safetensors").read_bytes() == weights  # its record untouched: loading still refuses
+    said = refused_quickly(P.load_minilm_checkpoint if name.startswith("minilm") else load_checkpoint, folder)
+    assert "the two files do not belong together; restore the checkpoint's own config.json, or its own " \
+           "model.safetensors" in said
+
+
+def test_migrating_does_not_launder_an_edited_tokenizer(tmp_path):
+    folder = copied("language_modelling-tensor", tmp_path)
+    tokenizer = folder / "tokenizer.json"
+    tokenizer.write_text(swap_two_ids(tokenizer.read_text()))
+    with pytest.raises(CheckpointError, match="is not the tokenizer.json these weights were saved with"):
+        migrate_checkpoint(folder)

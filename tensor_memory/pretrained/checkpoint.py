@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
-from ..integrity import RECORD_KEY, check_record, record_of, rewrite_metadata
+from ..integrity import RECORD_KEY, check_migratable, check_record, record_of, rewrite_metadata
 from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json
 from ..user_files import SafetensorsFile, read_safetensors
 from .minilm import PACKAGE, weights_digest
@@ -121,6 +121,7 @@ def migrate_minilm(path: Path) -> Path:
     is now (trusting it: run it only on an unedited checkpoint); the tensors are written back byte for byte."""
     directory = Path(path)
     _, config, _ = load_minilm_checkpoint(directory, require_record=False)
+    check_migratable(directory / "model.safetensors", directory / "config.json", MAX_WEIGHTS_BYTES, decisive(config))
     rewrite_metadata(directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))},
                      MAX_WEIGHTS_BYTES)
     return directory
