@@ -132,3 +132,34 @@ def test_a_full_disk_names_the_file_says_what_to_do_and_keeps_the_old_one(tmp_pa
 def test_the_describe_line_of_a_plain_os_error_is_unchanged():
     assert describe(OSError(errno.EACCES, "Permission denied", "/x")) == "/x: Permission denied"
     assert describe(FileFormatError("a\n b")) == "a b"
+
+
+@pytest.mark.parametrize("item, words", [
+    ("training.steps=2\nlr = 99", "holds a line break or another control character; give one value"),
+    ("training.lr=1e-3\n[x]", "holds a line break or another control character"),
+    ("model.kind=xl", "--set model.kind: --backbone chooses it"),
+    ("task.name=occlusion", "--set task.name: --task chooses it")])
+def test_a_set_item_that_would_say_more_than_one_value_is_refused(tmp_path, capsys, item, words):
+    assert main(train(tmp_path, "--set", item)) == 2
+    assert words in one_line(capsys) and not (tmp_path / "run").exists()
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
+    from tensor_memory.tasks.data import corpus as C
+
+    (tmp_path / "wiki.train.tokens").write_text("\ufeffthe cat\nthe dog\n", encoding="utf-8")
+    assert C.read_lines(tmp_path / "wiki.train.tokens") == ["the cat", "the dog"]
+
+
+def test_a_listed_video_that_is_a_pipe_is_named_as_one_not_as_missing(tmp_path):
+    from pathlib import PurePosixPath
+
+    from tensor_memory.tasks.data import ucf101 as U
+    from tensor_memory.tasks.data import video as V
+
+    root = tmp_path / "UCF-101"
+    (root / "Cls").mkdir(parents=True)
+    os.mkfifo(root / "Cls" / "v_Cls_g01_c01.avi")
+    found = U.locate(root, PurePosixPath("Cls/v_Cls_g01_c01.avi"))
+    with pytest.raises(FileFormatError, match=f"^{re.escape(str(found))}: is a named pipe, not a video"):
+        V.read_video(found, 16, 3, V.FrameCache(1 << 20))

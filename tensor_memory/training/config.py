@@ -130,6 +130,11 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
         path = key.split(".")
         if not sep or len(path) < 2 or path[0] not in ("task", "model", "training"):
             raise ValueError(f"--set {item!r}: expected section.field=value with section task, model or training")
+        if any(ord(character) < 32 for character in item):  # TOML would read a second line as another setting
+            raise ValueError(f"--set {item!r}: holds a line break or another control character; give one value")
+        if key in ("task.name", "model.kind"):
+            flag = "--task" if key == "task.name" else "--backbone"
+            raise ValueError(f"--set {key}: {flag} chooses it (and the config sections that go with it); use {flag}")
         node, default = config, defaults
         for part in path[:-1]:
             node = node.setdefault(part, {})

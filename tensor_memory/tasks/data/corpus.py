@@ -61,7 +61,7 @@ def read_lines(path: Path) -> list[str]:
             data = lzma.LZMADecompressor().decompress(data, max_length=MAX_SPLIT_BYTES + 1)
         if len(data) > MAX_SPLIT_BYTES:
             raise FileFormatError(f"{path}: expands past {MAX_SPLIT_BYTES >> 20} MB of text; not a corpus split")
-        lines = data.decode("utf-8").splitlines()
+        lines = data.decode("utf-8-sig").splitlines()  # a byte-order mark is not part of the first word
     except (OSError, lzma.LZMAError, UnicodeDecodeError) as error:
         raise FileFormatError(f"{path}: cannot read the text ({error}); is it a UTF-8 text file?") from None
     if not any(line.strip() for line in lines):

@@ -133,7 +133,7 @@ def locate(root: Path, relative: PurePosixPath) -> Path:
     """The source of an entry: ``root/<entry>`` (.avi), else the frame folder ``root/<Class>/<stem>/`` or
     ``root/<stem>/``; a missing video names the entry and the layouts looked for."""
     video = root.joinpath(*relative.parts)
-    if video.is_file():
+    if video.exists() and not video.is_dir():  # a file, or what is not one (a pipe): read_video says which
         return video
     stem = relative.stem
     folders = (root / relative.parts[0] / stem, root / stem)
