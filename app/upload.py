@@ -26,6 +26,7 @@ from typing import Optional
 
 from tensor_memory.checkpoint import CONFIG_FILE, MAX_CONFIG_BYTES, MODEL_FILE
 from tensor_memory.files import atomic_write_bytes, read_json
+from tensor_memory.pretrained.checkpoint import KIND as PRETRAINED_KIND
 from tensor_memory.tasks import data_paths
 
 MAX_UPLOAD_BYTES = 64 << 20  # the archive; keep in step with server.maxUploadSize in .streamlit/config.toml
@@ -164,6 +165,9 @@ def check_data_paths(folder: Path, data_root: Optional[Path]) -> None:
         config = read_json(folder / CONFIG_FILE, MAX_CONFIG_BYTES, CONFIG_FILE)
     except (ValueError, OSError):
         return
+    if isinstance(config, dict) and config.get("kind") == PRETRAINED_KIND:  # it would run MiniLM, installed here
+        raise UploadError("it is a memory on a pretrained MiniLM; uploads take task checkpoints. Whoever serves the "
+                          "app can open it with tensor-memory app --checkpoint FOLDER")
     task = config.get("task") if isinstance(config, dict) else None
     paths = data_paths(task.get("name"), task.get("params")) if isinstance(task, dict) else {}
     if not paths:

@@ -69,7 +69,9 @@ def bad_uploads(tmp: Path) -> dict[str, tuple[bytes, str]]:
             "slip.zip": (slip.getvalue(), "unsafe path"),
             "hostile.zip": (zipped(hostile), "BackboneConfig.layers must be at most 64"),
             "server-path.zip": (zipped(server_path), "reads data from a folder on this server (task.params.path), "
-                                                     "and uploads may not name server paths")}
+                                                     "and uploads may not name server paths"),
+            "minilm.zip": (zipped(CHECKPOINTS / "minilm-tensor"), "it is a memory on a pretrained MiniLM; uploads "
+                                                                  "take task checkpoints")}
 
 
 def test_bad_uploads_say_what_is_wrong_and_keep_the_checkpoint(tmp_path):
