@@ -138,8 +138,11 @@ IMPORT_DESCRIPTION = (
 MAX_INPUT_BYTES = 1 << 30  # an input of token features: 1 GiB is ~250M float32 numbers
 
 
-def read_inputs(path: str) -> Any:
-    """The one tensor (or the one named ``x``) of a safetensors file, as a (1, N, d) float tensor."""
+def read_inputs(path: str, width: int) -> Any:
+    """The one tensor (or the one named ``x``) of a safetensors file, as a (1, N, d) float tensor of finite features of
+    the ``width`` the interface reads."""
+    import torch
+
     from tensor_memory.user_files import read_safetensors
 
     redo = "save it with safetensors.torch.save_file({'x': x}, path), x of shape (N, d) or (1, N, d)"
@@ -151,6 +154,11 @@ def read_inputs(path: str) -> Any:
     x = x[None] if x.dim() == 2 else x
     if x.dim() != 3 or x.shape[0] != 1:
         raise ValueError(f"{path}: {names[0]!r} has shape {list(x.shape)}; {redo}")
+    if x.shape[-1] != width:
+        raise ValueError(f"{path}: {names[0]!r} holds features of width {x.shape[-1]}, but the interface in --weights "
+                         f"reads width {width}; save the token features it reads")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{path}: {names[0]!r} holds NaN or infinite values; save finite token features")
     return x
 
 
@@ -159,8 +167,13 @@ def _import(args: argparse.Namespace) -> int:
     from tensor_memory import TensorMemory
 
     check_output_path(args.out, args.overwrite, inputs=(args.weights, args.inputs))
-    module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
-    x = read_inputs(args.inputs).to(next(module.parameters()).dtype)  # the interface's own precision
+    try:
+        module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
+    except ValueError as error:
+        message = str(error)
+        raise ValueError(message if message.startswith(f"{args.weights}:") else f"{args.weights}: {message}") from None
+    width = module.memory.config.token_dim
+    x = read_inputs(args.inputs, width).to(next(module.parameters()).dtype)  # the interface's own precision
     segment = None if args.segment is None else args.segment * module.memory.config.chunk_size
     trace = trace_model(module, x, name=args.name or Path(args.weights).stem, volumes=args.volumes, segment=segment,
                         progress=False if args.no_progress else None)

@@ -156,6 +156,17 @@ def test_the_import_command_traces_a_memory_trained_with_the_public_code(tmp_pat
     assert main(["import", "--weights", str(tmp_path / "pickled.pt"), *files[2:],
                  "--out", str(tmp_path / "three.safetensors")]) == 2
     assert "pickle" in capsys.readouterr().err.lower()
+    for name, bad, said in (("nan", x.clone().index_fill_(0, torch.tensor([3]), float("nan")), "holds NaN"),
+                            ("narrow", x[:, :7], f"holds features of width 7, but the interface in --weights reads "
+                                                 f"width {D_MODEL}")):
+        save_torch({"x": bad.contiguous()}, str(tmp_path / f"{name}.safetensors"))
+        assert main(["import", *files[:2], "--inputs", str(tmp_path / f"{name}.safetensors"),
+                     "--out", str(tmp_path / "four.safetensors")]) == 2
+        assert f"{tmp_path / name}.safetensors: 'x' {said}" in capsys.readouterr().err
+    save_torch({"w": torch.zeros(3)}, str(tmp_path / "other.safetensors"))  # not an interface's weights
+    assert main(["import", "--weights", str(tmp_path / "other.safetensors"), *files[2:],
+                 "--out", str(tmp_path / "five.safetensors")]) == 2
+    assert f"{tmp_path / 'other.safetensors'}: " in capsys.readouterr().err
 
 
 class Head(nn.Module):

@@ -143,7 +143,7 @@ SAFETENSORS_READERS = {  # every reader of a safetensors file a user names, and 
                           "model.safetensors"),
     "trace": (lambda path: load_trace(path), DATA, "occlusion-tensor-seed7-before-hooks.trace.safetensors"),
     "public-code weights": (lambda path: read_public_code(path), None, "interface.safetensors"),
-    "import input": (lambda path: read_inputs(str(path)), None, "x.safetensors"),
+    "import input": (lambda path: read_inputs(str(path), 8), None, "x.safetensors"),
 }
 
 
