@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -187,3 +188,32 @@ def test_safetensors_read_by_hand_agree_with_the_library_including_misaligned_an
         handle.write(b"\x00")
     with pytest.raises(FileFormatError, match="1 unexpected bytes after the last tensor"):
         read_safetensors(path, 1 << 20)
+
+
+def test_a_picture_claiming_far_more_pixels_than_its_bytes_hold_is_refused_at_once(tmp_path):
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    path = tmp_path / "crafted.png"  # 7,000 × 7,000 declared, a few bytes of data: it decoded 10 s, then scaled 140 s
+    header = struct.pack(">IIBBBBB", 7000, 7000, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+                     + chunk(b"IEND", b""))
+    start = time.perf_counter()
+    with pytest.raises(FileFormatError, match="claims 7000×7000 pixels in .* bytes, more than any photograph"):
+        I.read_image(path, 3, 24)
+    assert time.perf_counter() - start < 2
+
+
+def test_a_large_photograph_is_reduced_before_it_is_scaled_and_looks_the_same(tmp_path):
+    from PIL import Image
+
+    rows, cols = np.mgrid[0:2400, 0:3200]
+    picture = np.stack([rows / 2400, cols / 3200, (rows + cols) / 5600], axis=-1)  # smooth: scaling changes little
+    Image.fromarray((picture * 255).astype(np.uint8)).save(tmp_path / "big.png")
+    start = time.perf_counter()
+    reduced = I.scale_short_side(I.read_image(tmp_path / "big.png", 3, 24), 24)
+    assert time.perf_counter() - start < 5
+    whole = I.scale_short_side(I.read_image(tmp_path / "big.png", 3), 24)  # the slow way, for the comparison
+    assert reduced.shape == whole.shape == (24, 32, 3) and np.abs(reduced - whole).max() < 0.02

@@ -46,6 +46,7 @@ PHOTO_SPLITS = {
 FACES_TEST_EVERY = 10  # lfw_subset image i goes to test when i % 10 == 0, to valid when i % 10 == 1
 CUB_VALID_EVERY = 10  # one official-train image in ten (by a hash of its path) is held out for validation
 MAX_IMAGE_PIXELS = 50_000_000  # a decoded image larger than this is refused (a decompression bomb)
+MAX_PIXELS_PER_BYTE = 10_000  # past a megapixel, more pixels a byte than a photograph compresses to: a crafted file
 MAX_IMAGE_BYTES = 256 << 20  # an image file; CUB's largest is under 1 MB
 MIN_IMAGE_SIDE = 8  # pixels: a smaller picture scaled up to a crop holds only a few values
 MAX_ASPECT = 8  # its long side over its short side, at most (CUB's photographs are within 3)
@@ -215,15 +216,27 @@ def cub_split_paths(folder: Path) -> dict[str, list[Path]]:
     return splits
 
 
-def read_image(path: Path, channels: int) -> np.ndarray:
-    """A photograph file decoded with Pillow as float32 in [0, 1], refused clearly when missing, corrupt or huge."""
+def read_image(path: Path, channels: int, side: int = 0) -> np.ndarray:
+    """A photograph file decoded with Pillow as float32 in [0, 1], refused clearly when missing, corrupt or huge;
+    with ``side``, one far larger than needed is first reduced (box filter, by a whole factor) to at least eight
+    times that short side, so that the anti-aliased scaling after it works on a small image (a photograph of a few
+    hundred pixels, CUB's, is left whole)."""
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(read_user_file(path, MAX_IMAGE_BYTES, "an image"))) as handle:  # never blocks
-            if handle.width * handle.height > MAX_IMAGE_PIXELS:
+        raw = read_user_file(path, MAX_IMAGE_BYTES, "an image")  # never blocks
+        with Image.open(io.BytesIO(raw)) as handle:
+            pixels = handle.width * handle.height
+            if pixels > MAX_IMAGE_PIXELS:
                 raise FileFormatError(f"{path}: {handle.width}×{handle.height} pixels, over the "
                                       f"{MAX_IMAGE_PIXELS:,} an image may have")
+            if pixels > 1_000_000 and pixels > MAX_PIXELS_PER_BYTE * len(raw):
+                raise FileFormatError(f"{path}: claims {handle.width}×{handle.height} pixels in {len(raw):,} bytes, "
+                                      f"more than any photograph compresses to; a truncated or crafted file")
+            factor = min(handle.width, handle.height) // (8 * side) if side else 1
+            if factor >= 2:
+                handle.draft(handle.mode, (handle.width // factor, handle.height // factor))  # JPEG: decode smaller
+                handle = handle.reduce(max(1, min(handle.width, handle.height) // (8 * side)))
             image = np.asarray(handle.convert("L" if channels == 1 else "RGB"))
     except FileNotFoundError:
         raise FileFormatError(f"{path}: listed in images.txt but missing; {CUB_HELP}") from None
@@ -243,7 +256,7 @@ def cub_pool(folder: str, split: str, channels: int, side: int) -> ImagePool:
 
     @functools.lru_cache(maxsize=max(64, int(CUB_CACHE_BYTES // per_image)))
     def fetch(index: int) -> np.ndarray:
-        image = read_image(paths[index], channels)
+        image = read_image(paths[index], channels, side)
         check_proportions(paths[index], image.shape[:2])
         return scale_short_side(image, side)
 
