@@ -13,6 +13,9 @@ from typing import Any, Optional
 from . import limits as L
 
 
+DEMO_CHUNKS = 1_024  # the demo prints one line a chunk and records every chunk's volumes
+
+
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
@@ -22,6 +25,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     if not 1 <= args.tokens <= MAX_SEQUENCE:
         raise ValueError(f"--tokens must be an integer in [1, {MAX_SEQUENCE:,}], got {args.tokens:,}")
+    if args.chunk_size >= 1 and args.tokens > DEMO_CHUNKS * args.chunk_size:  # a line (and the volumes) a chunk
+        raise ValueError(f"--tokens {args.tokens:,} with --chunk-size {args.chunk_size} makes "
+                         f"{-(-args.tokens // args.chunk_size):,} chunks; the demo shows at most {DEMO_CHUNKS:,}: "
+                         f"lower --tokens or raise --chunk-size")
     torch.manual_seed(args.seed)
     cfg = MemoryConfig(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3,
                        chunk_size=args.chunk_size)  # its checks hold --dim, --channels, --grid, --chunk-size

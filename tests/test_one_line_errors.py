@@ -163,3 +163,9 @@ def test_a_listed_video_that_is_a_pipe_is_named_as_one_not_as_missing(tmp_path):
     found = U.locate(root, PurePosixPath("Cls/v_Cls_g01_c01.avi"))
     with pytest.raises(FileFormatError, match=f"^{re.escape(str(found))}: is a named pipe, not a video"):
         V.read_video(found, 16, 3, V.FrameCache(1 << 20))
+
+
+def test_a_demo_too_long_to_show_is_refused_naming_its_flags(capsys):
+    assert main(["demo", "--tokens", "65536", "--dim", "4096"]) == 2
+    assert "makes 65,536 chunks; the demo shows at most 1,024: lower --tokens or raise --chunk-size" in one_line(capsys)
+    assert main(["demo", "--tokens", "2048", "--chunk-size", "2"]) == 0  # 1,024 chunks: shown
