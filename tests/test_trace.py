@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +168,21 @@ def test_nan_in_a_trace_is_refused(trace, tmp_path):
     broken.chunks["probs"] = probs
     path = broken.save(tmp_path / "nan.safetensors")
     with pytest.raises(TraceError, match="NaN"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("field, value, words", [("mu_read", 1e6, "coordinates outside the grid's [-1, 1]"),
+                                                  ("mu_write", -1.5, "coordinates outside the grid's [-1, 1]"),
+                                                  ("sigma", 0.0, "a write spread σ ≤ 0")])
+def test_a_trace_holding_what_no_memory_produces_is_refused(trace, tmp_path, field, value, words):
+    name = next(iter(trace.layers))
+    layer = trace.layers[name]
+    array = getattr(layer, field).copy()
+    array[2] = value
+    broken = Trace(info=trace.info, layers={**trace.layers, name: dataclasses.replace(layer, **{field: array})},
+                   chunks=dict(trace.chunks), meta=trace.meta)
+    path = broken.save(tmp_path / f"{field}.safetensors")
+    with pytest.raises(TraceError, match=f"array 'layer/{name}/{field}' holds {re.escape(words)}"):
         load_trace(path)
 
 

@@ -155,6 +155,11 @@ def check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
         raise fail(path, f"array {name!r} contains NaN or infinite values (was the model diverged?)")
     if name.endswith(SCALE_SUFFIX) and (array < 0).any():
         raise fail(path, f"array {name!r} holds negative scales; int8 volumes need scales ≥ 0")
+    if name.endswith(("/mu_read", "/mu_write")) and (np.abs(array) > 1 + 1e-3).any():  # tanh-bounded coordinates
+        raise fail(path, f"array {name!r} holds coordinates outside the grid's [-1, 1]; no memory writes or reads "
+                         f"there")
+    if name.endswith("/sigma") and (array <= 0).any():
+        raise fail(path, f"array {name!r} holds a write spread σ ≤ 0; a memory's σ is positive")
 
 
 def decode_tokens(path: Path, utf8: np.ndarray, offsets: np.ndarray) -> list[str]:
