@@ -14,12 +14,20 @@ from typing import Optional, Sequence
 from tensor_memory.errors import describe
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Refuses a bad command line in one line, what to fix and where to read more, rather than after a usage block
+    (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from analysis.cli import add_trace_parsers
     from app.cli import add_app_parser
     from tensor_memory.cli import add_model_parsers
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tensor-memory",
         description="Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers.")
     parser.add_argument("--debug", action="store_true",

@@ -66,9 +66,11 @@ def test_a_seed_past_64_bits_is_named(tmp_path, capsys):
                                      ["train", "--task", "no_harm", "--backbone", "base", "--seed=-1"],
                                      ["trace", "--checkpoint", "x", "--out", "y", "--seed", str(2**63)]])
 def test_every_seed_flag_takes_the_same_range(capsys, command):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exited:
         main(command)
-    assert "a seed is 0 to 2^63 − 1" in capsys.readouterr().err
+    said = one_line(capsys)  # the refusal alone, not after a usage block
+    assert exited.value.code == 2 and "a seed is 0 to 2^63 − 1" in said
+    assert said.endswith(f"(see tensor-memory {command[0]} --help)")
 
 
 def test_an_out_name_with_a_newline_is_refused_before_anything_is_written(tmp_path, capsys):
