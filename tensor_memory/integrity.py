@@ -4,7 +4,9 @@ The weights file's safetensors metadata keeps the sections of ``config.json`` th
 (a task checkpoint's task and model; a memory on MiniLM's base, recall and memory) as canonical JSON, and the
 SHA-256 of every file saved beside them (a language model's ``tokenizer.json``). Loading compares both before any
 model is built, so an edited ``config.json`` or another tokenizer is refused in milliseconds, naming the field or
-the file, instead of giving wrong results without a word.
+the file, instead of giving wrong results without a word. The ``training`` section (learning rate, steps, seed) is
+left out on purpose: it says how the weights were made, not what they compute, so no result depends on it; a
+training run's own record of it is ``train_log.jsonl`` and the resume file, which checks it whole.
 """
 
 from __future__ import annotations
