@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import time
 import warnings
 from pathlib import Path
@@ -32,6 +31,7 @@ from ..memory import memory_layers, record
 from ..memory.addressing import layer_measures
 from ..tasks import Batch, Task, TaskModel
 from .config import TrainConfig, TrainingWarning, config_warnings, resolve, stream_window_task
+from .distributed import Distributed, init_distributed
 from .evaluation import evaluate
 from .log import LOG_FILE, read_training_log
 from .run_folder import check_free, check_out, hold_run_folder
@@ -106,32 +106,6 @@ def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, c
     places = task.true_places(batch.inputs) if weight else None
     with address_scaffold(model, places, weight):
         return loss_on(model, task, batch, state)
-
-
-# ---------------------------------------------------------------------------------------
-# Data parallelism
-# ---------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Distributed:
-    """This process's place among data-parallel ranks (a single process: rank 0 of 1)."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed() -> Distributed:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1); otherwise a single process."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Distributed()
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return Distributed(dist.get_rank(), dist.get_world_size())
 
 
 # ---------------------------------------------------------------------------------------

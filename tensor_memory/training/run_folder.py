@@ -50,7 +50,7 @@ def _open_lock(path: Path, flags: int) -> int:
     would make opening it wait for good)."""
     try:
         fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise
     except OSError as error:
         raise ValueError(f"{path}: cannot open the run's lock file ({error.strerror}); remove it") from None
@@ -76,7 +76,7 @@ def check_free(out: Path) -> None:
     """:class:`RunFolderBusy` if a running ``train`` holds ``out``; writes nothing (``out`` may not exist)."""
     try:
         fd = _open_lock(Path(out) / LOCK_FILE, os.O_RDONLY)
-    except FileNotFoundError:  # no lock file (or no folder): nobody is writing there
+    except (FileNotFoundError, NotADirectoryError):  # no lock file (or no folder): nobody is writing there
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
