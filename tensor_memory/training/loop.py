@@ -198,6 +198,8 @@ def _restore(run: Run, resume: bool) -> int:
     if resume and run.resume_path.exists():
         start = load_resume(run.resume_path, run.model, run.optimizer, run.saved_config)
         run.task.restore(run.out)  # the files the run began with (a tokenizer), not ones rebuilt now
+        if run.samples is not run.task:  # the streamed windows read the text through the same tokenizer
+            run.samples.restore(run.out)
         return start
     if resume and (run.out / "model.safetensors").exists():
         raise ValueError(f"{run.out}: nothing to resume, training already finished; use another --out to retrain")
