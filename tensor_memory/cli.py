@@ -152,6 +152,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sweep", action="store_true",
                         help="evaluate at every point of the task's parameter sweep instead of its trained setting "
                              "(with --stream: the NLL over positions binned on a log scale)")
+    parser.add_argument("--distance", action="store_true",
+                        help="accuracy by how long ago each scored position's answer was shown (occlusion: frames "
+                             "since the ball was last seen; map_building, coordinate_binding: tokens since the "
+                             "cell's last glimpse or the key's write), with the memory's reads off beside it")
     stream = parser.add_argument_group("streamed language modelling (language_modelling checkpoints)")
     stream.add_argument("--stream", action="store_true",
                         help="feed the test split in order, --segment tokens a call in --rows rows, and report the "
@@ -171,15 +175,9 @@ def _fmt(metric: str, value: Optional[float]) -> str:
     return "n/a" if value is None else format_metric(metric, value)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines)
-
-
 def _report(ckpt: Any, args: argparse.Namespace, result: dict, points: Optional[list[dict]]) -> str:
+    from .training.reports import text_table
+
     params = ", ".join(f"{k}={v}" for k, v in ckpt.task.config.to_dict().items())
     head = [f"checkpoint  {ckpt.path}",
             f"task        {ckpt.task.name} ({params})",
@@ -187,22 +185,23 @@ def _report(ckpt: Any, args: argparse.Namespace, result: dict, points: Optional[
             f"evaluation  seed {args.seed}, {args.batches} batches of {args.batch_size}", ""]
     if points is None:
         rows = [[metric, _fmt(metric, value)] for metric, value in result["metrics"].items()]
-        return "\n".join(head) + _table(["metric", "value"], rows)
+        return "\n".join(head) + text_table(["metric", "value"], rows)
     trained = ckpt.task.config.to_dict()  # show the parameters that vary or differ from the trained setting
     varied = [k for k in trained if len({json.dumps(p["params"].get(k)) for p in points} | {json.dumps(trained[k])}) > 1]
     metrics = list(dict.fromkeys(m for p in points for m in p["metrics"]))
     rows = [[str(p["params"][k]) for k in varied] + [_fmt(m, p["metrics"].get(m)) for m in metrics] for p in points]
-    return "\n".join(head) + _table(varied + metrics, rows)
+    return "\n".join(head) + text_table(varied + metrics, rows)
 
 
 def _eval_minilm(args: argparse.Namespace) -> int:
     """``eval`` of a memory-on-MiniLM checkpoint: its recall on the first documents of the test split."""
     from .pretrained.checkpoint import load_minilm_checkpoint
     from .pretrained.recall import evaluate_recall, test_documents
+    from .training.reports import text_table
 
-    if args.sweep or args.stream:
-        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameter sweep and no stream; "
-                         f"run eval without --sweep and --stream")
+    if args.sweep or args.stream or args.distance:
+        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameter sweep, no stream and "
+                         f"no distances; run eval without --sweep, --stream and --distance")
     model, config, _ = load_minilm_checkpoint(args.checkpoint)
     documents = min(args.batches * args.batch_size, test_documents(model.config))
     metrics = evaluate_recall(model, model.config, docs=documents, batch=args.batch_size)
@@ -214,48 +213,27 @@ def _eval_minilm(args: argparse.Namespace) -> int:
     print("\n".join([f"checkpoint  {args.checkpoint}",
                      f"task        recall of earlier windows' words, all-MiniLM-L6-v2 frozen ({memory})",
                      f"evaluation  the first {documents} test documents, in order (no seed)", ""])
-          + _table(["metric", "value"], [[k, f"{v:.4f}" if isinstance(v, float) else str(v)]
-                                         for k, v in metrics.items()]))
-    return 0
-
-
-def _eval_stream(ckpt: Any, args: argparse.Namespace) -> int:
-    """``eval --stream``: the checkpoint's test split as a stream, state carried against reset."""
-    from .training.streamed import stream_evaluation
-
-    result = stream_evaluation(ckpt, args.segment, args.rows, args.tokens)
-    runs = [name for name in result if isinstance(result[name], dict)]
-    if args.json:
-        print(json.dumps({"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "stream": result},
-                         allow_nan=False))
-        return 0
-    W = result["W"]
-    rows = [[label] + ["n/a" if result[run][key] is None else f"{result[run][key]:.{digits}f}" for run in runs]
-            for label, key, digits in (("perplexity", "perplexity", 2), (f"NLL (nats), t >= W = {W}", "nll_t>=W", 3),
-                                       (f"NLL (nats), t >= 4W = {4 * W}", "nll_t>=4W", 3))]
-    lines = [f"checkpoint  {ckpt.path}", f"backbone    {ckpt.model.backbone.config.kind}",
-             f"stream      the test split's first {result['tokens']:,} tokens in {result['rows']} rows, "
-             f"{result['segment']} tokens a call", "", _table(["", *runs], rows)]
-    if args.sweep:  # the curve: mean NLL by position, log-binned
-        bins = [(b["from"], b["to"]) for b in result[runs[0]]["curve"]]
-        nll = {run: {(b["from"], b["to"]): b["nll"] for b in result[run]["curve"]} for run in runs}
-        lines += ["", _table(["positions", *runs], [[f"{lo}-{hi - 1}"] + [
-            f"{nll[run][(lo, hi)]:.3f}" if (lo, hi) in nll[run] else "" for run in runs] for lo, hi in bins])]
-    print("\n".join(lines))
+          + text_table(["metric", "value"], [[k, f"{v:.4f}" if isinstance(v, float) else str(v)]
+                                             for k, v in metrics.items()]))
     return 0
 
 
 def run_eval(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, load_checkpoint
     from .pretrained.checkpoint import is_pretrained_memory
+    from .training.reports import eval_distance, eval_stream
     from .training import evaluate_checkpoint, sweep
 
     try:
         if is_pretrained_memory(args.checkpoint):
             return _eval_minilm(args)
         ckpt = load_checkpoint(args.checkpoint)
+        if args.stream and args.distance:
+            raise ValueError("--distance and --stream are two different evaluations; give one")
         if args.stream:
-            return _eval_stream(ckpt, args)
+            return eval_stream(ckpt, args)
+        if args.distance:
+            return eval_distance(ckpt, args)
         if args.sweep:
             points = sweep(ckpt, args.seed, args.batches, args.batch_size)
             result = {"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "sweep": points}

@@ -9,14 +9,16 @@ newcomer should see first.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.figures.base import templated
+from analysis.figures.base import chunk_span, templated
 from analysis.traces.trace import Trace
 
 EVENT_COLOURS = {"occluded": "#7f7f7f", "write": "#1f77b4", "query": "#9467bd", "observation": "#17becf",
-                 "hidden": "#7f7f7f", "correct": "#2ca02c", "wrong": "#d62728"}
+                 "distractor": "#bcbd22", "hidden": "#7f7f7f", "correct": "#2ca02c", "wrong": "#d62728"}
 PROBES = ("occluded", "query", "hidden")  # the events a memory is tested on, in the order key_chunk looks for them
 
 
@@ -43,8 +45,11 @@ def _task_token_events(trace: Trace) -> dict[str, np.ndarray]:
     if task == "masked_patches":  # a hidden patch is what the model must fill in
         return {"hidden": np.asarray(meta["masked"], dtype=bool)}
     if task == "coordinate_binding":
-        writes = int(params["writes"])
-        return {"write": position < writes, "query": position >= writes}
+        writes, filler = int(params["writes"]), int(params.get("distractors", 0))
+        events = {"write": position < writes, "query": position >= writes + filler}
+        if filler:
+            events["distractor"] = (position >= writes) & (position < writes + filler)
+        return events
     if task == "map_building":
         observations = int(params["observations"])
         return {"observation": position < observations, "query": position >= observations}
@@ -76,19 +81,22 @@ def key_chunk(trace: Trace) -> int:
     return trace.num_chunks - 1
 
 
-def annotation_figure(trace: Trace, current: int) -> go.Figure:
-    """One row of marks per event over the chunks, predictions last, the current chunk highlighted."""
+def annotation_figure(trace: Trace, current: int, span: Optional[tuple[int, int]] = None) -> go.Figure:
+    """One row of marks per event over the chunks, predictions last, the current chunk highlighted; ``span``
+    (first, last): only those chunks."""
     K = trace.num_chunks
     if not 0 <= current < max(K, 1):
         raise ValueError(f"current must be in 0..{K - 1}, got {current}")
+    first, last = (0, max(K, 1) - 1) if span is None else (int(chunk_span(span, K, current)[0]), int(span[1]))
     events = chunk_events(trace)
     rows = [name for name in events if name not in ("correct", "wrong")] + (
         [] if trace.predicts_values or not trace.has_predictions else ["prediction"])
-    size = float(np.clip(520 / max(K, 1), 4, 14))
+    shown = last - first + 1
+    size = float(np.clip(520 / shown, 4, 14))
     fig = go.Figure(go.Scatter(x=[-10] * len(rows), y=rows, mode="markers", marker=dict(opacity=0),
                                hoverinfo="skip", showlegend=False))  # every row shows, even without marks
     for name, flags in events.items():
-        chunks = np.flatnonzero(flags)
+        chunks = np.flatnonzero(flags[first:last + 1]) + first
         row = "prediction" if name in ("correct", "wrong") else name
         fig.add_trace(go.Scatter(
             x=chunks, y=[row] * len(chunks), mode="markers", name=name, showlegend=False,
@@ -99,7 +107,7 @@ def annotation_figure(trace: Trace, current: int) -> go.Figure:
                   layer="below")
     fig.update_layout(**templated(height=34 + 24 * len(rows), margin=dict(l=10, r=10, t=6, b=24), showlegend=False,
                                   hovermode="closest"))
-    fig.update_xaxes(range=[-0.5, max(K, 1) - 0.5], dtick=1 if K <= 40 else None, showgrid=False, zeroline=False,
+    fig.update_xaxes(range=[first - 0.5, last + 0.5], dtick=1 if shown <= 40 else None, showgrid=False, zeroline=False,
                      title=None)
     fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1], showgrid=False, title=None)
     return fig

@@ -84,8 +84,9 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
         frame = _frame_index(trace, k)
         event = f"frame {frame}" + (", occluded" if bool(meta["occluded"][frame]) else ", visible")
     elif task == "coordinate_binding":
-        writes = int(params["writes"])
-        event = f"write {t + 1} of {writes}" if t < writes else f"query {t - writes + 1} of {int(params['queries'])}"
+        writes, filler = int(params["writes"]), int(params.get("distractors", 0))
+        event = (f"write {t + 1} of {writes}" if t < writes else f"distractor {t - writes + 1} of {filler}"
+                 if t < writes + filler else f"query {t - writes - filler + 1} of {int(params['queries'])}")
     elif task == "map_building":
         observations = int(params["observations"])
         event = (f"observation {t + 1} of {observations}" if t < observations
@@ -143,8 +144,10 @@ def _binding_figure(trace: Trace, k: int) -> go.Figure:
         title = f"write {t + 1} of {writes}: value {int(values[t])} at key ({', '.join(f'{v:.2f}' for v in keys[t])})"
         fig.add_trace(go.Scatter3d(x=keys[t:t + 1, 0], y=keys[t:t + 1, 1], z=keys[t:t + 1, 2], mode="markers",
                                    name="this write", marker=dict(size=9, color="#d62728"), hoverinfo="skip"))
+    elif t < writes + int(params.get("distractors", 0)):
+        title = f"distractor {t - writes + 1}: a key with no value, between the writes and the queries"
     else:
-        q = t - writes
+        q = t - writes - int(params.get("distractors", 0))
         query, near = np.asarray(meta["query_keys"])[q], keys[int(meta["nearest"][q])]
         title = f"query {q + 1}: which value sits nearest this key?"
         fig.add_trace(go.Scatter3d(x=[query[0]], y=[query[1]], z=[query[2]], mode="markers", name="query key",

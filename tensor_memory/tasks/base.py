@@ -98,6 +98,7 @@ class Task:
     sweep_values: ClassVar[tuple]
     outputs: ClassVar[str] = "classes"  # "classes" | "values"
     headline: ClassVar[str] = "accuracy"  # the metric a model is judged and chosen by (higher is better)
+    distance_unit: ClassVar[Optional[str]] = None  # what :meth:`distances` counts ("frames", "tokens"), if it can
 
     def __init__(self, config: ConfigBase) -> None:
         self.config = config
@@ -172,6 +173,16 @@ class Task:
         task that has such a space (the address scaffold of training steers the memory there); else None."""
         return None
 
+    @property
+    def tokens_per_distance(self) -> int:
+        """Tokens in one step of ``distance_unit``."""
+        return 1
+
+    def distances(self, batch: Batch) -> torch.Tensor:
+        """(B, N) long: for each scored position, how many ``distance_unit`` steps back the last input holding its
+        answer was shown (−1 where nothing is scored or it never was); for tasks that set ``distance_unit``."""
+        raise NotImplementedError
+
     def sweep(self) -> list[dict[str, Any]]:
         """The parameter settings of the task's sweep, as config dicts."""
         base = self.config.to_dict()
@@ -189,6 +200,10 @@ class FrameTask(Task):
     @property
     def chunk_size(self) -> int:
         return self.config.tokens_per_frame  # one memory chunk per frame
+
+    @property
+    def tokens_per_distance(self) -> int:
+        return self.config.tokens_per_frame
 
 
 def masked_accuracy(logits: torch.Tensor, batch: Batch, where: torch.Tensor) -> tuple[float, float]:

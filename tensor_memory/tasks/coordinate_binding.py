@@ -6,6 +6,10 @@ keys (chosen uniformly) plus ``N(0, noise²)``, clamped to ``[-1, 1]``. The targ
 the value of the written key *nearest* to the query key (Euclidean) — computed, not copied from
 the chosen key, since with noise the two can differ. Only queries are scored; chance is
 ``1 / values``.
+
+With ``distractors`` > 0, that many filler tokens come between the writes and the queries: each a random key
+with no value, flagged as a write, so the queries are at least that many tokens from what they ask for
+(the long-range version of the task; docs/results.md, "Long range").
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class CoordinateBindingConfig(ConfigBase):
     noise: float = 0.0  # standard deviation of the Gaussian added to a query's key
     queries: int = 4  # query tokens after the writes
     values: int = 32  # distinct values (classes)
+    distractors: int = 0  # filler tokens (a random key, no value) between the writes and the queries
 
     def __post_init__(self) -> None:
         owner = "CoordinateBindingConfig"
@@ -34,6 +39,7 @@ class CoordinateBindingConfig(ConfigBase):
         require_float(owner, "noise", self.noise, 0.0, math.inf)
         require_int(owner, "queries", self.queries, 1, L.MAX_TASK_ITEMS)
         require_int(owner, "values", self.values, 2, L.MAX_TASK_ITEMS)
+        require_int(owner, "distractors", self.distractors, 0, L.MAX_TASK_ITEMS)
 
 
 class BindingEncoder(nn.Module):
@@ -55,6 +61,7 @@ class CoordinateBinding(Task):
     sweep_field = "writes"
     sweep_values = (5, 10, 20, 50)
     extra_sweeps = {"noise": (0.0, 0.05, 0.1)}  # swept separately from `writes`
+    distance_unit = "tokens"
 
     @property
     def num_classes(self) -> int:
@@ -62,11 +69,11 @@ class CoordinateBinding(Task):
 
     @property
     def tokens(self) -> int:
-        return self.config.writes + self.config.queries
+        return self.config.writes + self.config.distractors + self.config.queries
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config
-        B, W, Q = batch_size, cfg.writes, cfg.queries
+        B, W, D, Q = batch_size, cfg.writes, cfg.distractors, cfg.queries
         g = generator(seed)
         keys = torch.rand(B, W, 3, generator=g) * 2 - 1  # (B, W, 3) in [-1, 1)
         values = torch.randint(cfg.values, (B, W), generator=g)  # (B, W)
@@ -78,11 +85,12 @@ class CoordinateBinding(Task):
         dist = ((query_keys[:, :, None, :] - keys[:, None, :, :]) ** 2).sum(-1)  # (B, Q, W)
         nearest = dist.argmin(-1)  # (B, Q)
         answer = torch.gather(values, 1, nearest)  # (B, Q)
+        filler = torch.rand(B, D, 3, generator=g) * 2 - 1  # (B, D, 3) drawn last: D = 0 leaves the stream as it was
 
-        key = torch.cat([keys, query_keys], dim=1)  # (B, N, 3)
-        value = torch.cat([values, torch.full((B, Q), cfg.values, dtype=torch.long)], dim=1)  # (B, N)
-        is_query = torch.cat([torch.zeros(B, W, dtype=torch.long), torch.ones(B, Q, dtype=torch.long)], dim=1)
-        targets = torch.cat([torch.zeros(B, W, dtype=torch.long), answer], dim=1)  # (B, N)
+        key = torch.cat([keys, filler, query_keys], dim=1)  # (B, N, 3)
+        value = torch.cat([values, torch.full((B, D + Q), cfg.values, dtype=torch.long)], dim=1)  # (B, N)
+        is_query = torch.cat([torch.zeros(B, W + D, dtype=torch.long), torch.ones(B, Q, dtype=torch.long)], dim=1)
+        targets = torch.cat([torch.zeros(B, W + D, dtype=torch.long), answer], dim=1)  # (B, N)
         mask = is_query.bool()
         meta = {"keys": keys, "values": values, "query_keys": query_keys, "nearest": nearest, "chosen": chosen}
         return Batch({"key": key, "value": value, "is_query": is_query}, targets, mask, meta)
@@ -92,6 +100,14 @@ class CoordinateBinding(Task):
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         return {"accuracy": masked_accuracy(logits, batch, batch.mask)}
+
+    def distances(self, batch: Batch) -> torch.Tensor:
+        """Tokens from the write of a query's nearest key (the answer) to the query; −1 off the queries."""
+        cfg = self.config
+        nearest = batch.meta["nearest"]  # (B, Q) the write index, = its token
+        query_at = cfg.writes + cfg.distractors + torch.arange(cfg.queries)  # (Q,)
+        since = query_at[None, :] - nearest  # (B, Q)
+        return torch.cat([torch.full((nearest.shape[0], self.tokens - cfg.queries), -1), since], dim=1)
 
     def true_places(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Each token at its key (a query's key repeats the written one it asks for): (B, N, 3)."""

@@ -67,6 +67,7 @@ class MapBuilding(Task):
     Config = MapBuildingConfig
     sweep_field = "observations"
     sweep_values = (16, 32, 64)
+    distance_unit = "tokens"
 
     @property
     def num_classes(self) -> int:
@@ -116,6 +117,21 @@ class MapBuilding(Task):
         to_unit = lambda cell: (cell.float() + centre) / max(cfg.map_size - 1, 1) * 2 - 1  # noqa: E731
         x, y = to_unit(inputs["col"]), to_unit(inputs["row"])  # (B, N) each
         return torch.stack([x, y, torch.full_like(x, PLANE_Z)], dim=-1)
+
+    def distances(self, batch: Batch) -> torch.Tensor:
+        """Tokens from the last observation that revealed a query's cell to the query; −1 for a cell no
+        observation revealed, and off the queries."""
+        cfg = self.config
+        T, p = cfg.observations, cfg.patch
+        top_left = batch.meta["obs_positions"]  # (B, T, 2)
+        cells = batch.meta["query_cells"]  # (B, Q, 2)
+        offset = cells[:, None, :, :] - top_left[:, :, None, :]  # (B, T, Q, 2) the cell within each glimpse
+        revealed = ((offset >= 0) & (offset < p)).all(-1)  # (B, T, Q)
+        index = torch.arange(T)[None, :, None]  # (1, T, 1) observation t is token t
+        last = torch.where(revealed, index, -1).amax(1)  # (B, Q) the last glimpse of the cell, −1 if none
+        query_at = T + torch.arange(cfg.queries)  # (Q,) query q is token T + q
+        since = torch.where(last >= 0, query_at[None, :] - last, -1)  # (B, Q)
+        return torch.cat([torch.full((since.shape[0], T), -1), since], dim=1)  # (B, N)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         cells = batch.meta["query_cells"]  # (B, Q, 2)

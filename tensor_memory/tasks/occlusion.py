@@ -143,6 +143,7 @@ class Occlusion(FrameTask):
     Config = OcclusionConfig
     sweep_field = "occlusion_length"
     sweep_values = (0, 2, 4, 6)
+    distance_unit = "frames"
 
     @property
     def num_classes(self) -> int:
@@ -181,6 +182,15 @@ class Occlusion(FrameTask):
         if self.config.head == "joint":
             return nn.Linear(dim, self.num_classes)
         return PositionHead(dim, self.config.size)
+
+    def distances(self, batch: Batch) -> torch.Tensor:
+        """Frames since the ball was last seen: 0 on a visible frame, k on the k-th occluded one; −1 off the
+        scored tokens."""
+        T = self.config.frames
+        t = torch.arange(T)
+        since = (t[None, :] - batch.meta["occlusion_start"][:, None] + 1) * batch.meta["occluded"]  # (B, T)
+        per_token = since.repeat_interleave(self.config.tokens_per_frame, dim=1)  # (B, N)
+        return torch.where(batch.mask, per_token, -1)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         occluded = batch.meta["occluded"].repeat_interleave(self.config.tokens_per_frame, dim=1)  # (B, N)
