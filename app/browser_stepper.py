@@ -50,6 +50,7 @@ PLAY_INTERVAL_MS = 1000  # one chunk a second while playing, as the server-side 
 HEIGHTS = {"track": None, "input": 340, "volume": 440, "timeline": 300, "slices": 270, "trajectory": 400,
            "sigma": 400, "gates": 400, "film": None, "belief": 250, "identity": 320, "energy": 440,
            "energy_slices": 280}  # pixels; None: the figure's own
+STEPPING_WINDOW = 64  # a trace longer than this goes to the browser this many chunks at a time (a page of it)
 BELIEF_FRAMES = 8  # the Occlusion page's belief: frames side by side at most (their titles need the room)
 FILM_FRAMES = 12  # the moving digit's filmstrip: frames at most
 
@@ -118,17 +119,19 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
 
 def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable,
                     views: Callable[[int, dict[str, Any]], dict[str, Any]], rows: list[dict[str, Any]],
-                    labels: Optional[dict[str, str]] = None,
-                    heights: Optional[dict[str, int]] = None) -> dict[str, Any]:
+                    labels: Optional[dict[str, str]] = None, heights: Optional[dict[str, int]] = None,
+                    span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Every chunk's views for :func:`chunk_stepper`: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly
     figure, an HTML text, or a PNG image's bytes; ``outcome`` is its :func:`chunk_outcome`), beside the annotation
     track; ``rows`` lays the names out, ``heights`` (pixels) adds to :data:`HEIGHTS`. ``identity`` names the sample:
-    the browser keeps its chunk while only ``settings`` change."""
+    the browser keeps its chunk while only ``settings`` change. ``span`` (first, last): only those chunks, the
+    stepping window of a long trace (:func:`stepping_span`); the browser numbers them as the trace does."""
+    first, last = (0, trace.num_chunks - 1) if span is None else span
     cells: dict[str, list[Any]] = {}
     kinds, events, template = {"track": "figure"}, [], shared_template()
-    for k in range(trace.num_chunks):
+    for k in range(first, last + 1):
         outcome = chunk_outcome(trace, k)
-        for name, view in {"track": annotation_figure(trace, k), **views(k, outcome)}.items():
+        for name, view in {"track": annotation_figure(trace, k, span), **views(k, outcome)}.items():
             if isinstance(view, go.Figure):
                 kinds[name], view = "figure", _plain(view, template)
             elif isinstance(view, bytes):
@@ -137,25 +140,39 @@ def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable,
                 kinds[name] = "html"
             cells.setdefault(name, []).append(view)
         events.append(outcome["event"])
-    return {"id": hashlib.sha256(repr((identity, settings)).encode()).hexdigest()[:16],
-            "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": trace.num_chunks,
+    return {"id": hashlib.sha256(repr((identity, settings, span)).encode()).hexdigest()[:16],
+            "sample": hashlib.sha256(repr(identity).encode()).hexdigest()[:16], "count": last - first + 1,
+            "offset": first, "total": trace.num_chunks,
             "interval_ms": PLAY_INTERVAL_MS, "cells": cells, "kinds": kinds,
             "labels": labels or {}, "heights": {name: {**HEIGHTS, **(heights or {})}.get(name) for name in kinds},
             "rows": rows, "events": events, "template": template}
 
 
+def stepping_span(chunk: int, count: int, width: int = STEPPING_WINDOW) -> Optional[tuple[int, int]]:
+    """The page of a long trace that holds ``chunk``: (first, last) of the ``width`` chunks from ⌊chunk / width⌋·width
+    (the last page may be shorter); None for a trace of at most ``width`` chunks, which goes to the browser whole."""
+    if count <= width:
+        return None
+    first = min(max(int(chunk), 0), count - 1) // width * width
+    return first, min(first + width, count) - 1
+
+
 def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
-                    kind: str, anchor: str, images: Optional[list[bytes]] = None) -> dict[str, Any]:
-    """The Explore page's views of every chunk: with ``series`` (a memory to draw) the full page, else the input,
-    the prediction and the timeline; ``images`` the PyVista renderings (PNG, one a chunk) when they are shown."""
+                    kind: str, anchor: str, images: Optional[list[bytes]] = None,
+                    span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+    """The Explore page's views of every chunk (of ``span`` when given): with ``series`` (a memory to draw) the full
+    page, else the input, the prediction and the timeline; ``images`` the PyVista renderings (PNG, one a chunk of
+    the span) when they are shown."""
+    first = 0 if span is None else span[0]
+
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
-        shown = {**explore_figures(trace, k, layer, series, kind, anchor),
+        shown = {**explore_figures(trace, k, layer, series, kind, anchor, span),
                  "card": prediction_html(outcome, trace.has_predictions)}
-        return shown if images is None else {**shown, "render": images[k]}
+        return shown if images is None else {**shown, "render": images[k - first]}
 
     if series is None:
         rows = [{"widths": [1, 1], "cells": [["input"], ["card", "timeline"]]}]
-        return stepper_payload(trace, identity, (layer, None), views, rows)
+        return stepper_payload(trace, identity, (layer, None), views, rows, span=span)
     labels = {"slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
     top = {"widths": [1, 1.6], "cells": [["input", "card"], ["volume"]]}
     if images is not None:
@@ -165,11 +182,11 @@ def explore_payload(trace: Trace, identity: Hashable, layer: Optional[str], seri
             {"heading": "Where it reads and writes, and how it gates"},
             {"widths": [1.2, 1, 1], "cells": [["trajectory"], ["sigma"], ["gates"]]}]
     settings = (layer, series.field, series.mode, series.index, kind, anchor, images is not None)
-    return stepper_payload(trace, identity, settings, views, rows, labels)
+    return stepper_payload(trace, identity, settings, views, rows, labels, span=span)
 
 
 def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Hashable,
-                       settings: Hashable, kind: str) -> dict[str, Any]:
+                       settings: Hashable, kind: str, span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Two checkpoints on one sample side by side, stepping together: for each (name, its trace, its volume series or
     None) the input with its prediction, the prediction against the truth, the volume and the timeline. The
     annotation track and the events are the first's; both traces must have the same chunks (ValueError).
@@ -189,7 +206,7 @@ def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], i
             if series is not None:
                 shown[f"{side}_volume"] = volume_figure(series.values[k], kind, f"{series.label} after chunk {k}",
                                                         value_range=series.value_range)
-            shown[f"{side}_timeline"] = timeline_figure(run, k)
+            shown[f"{side}_timeline"] = timeline_figure(run, k, span)
         return shown
 
     parts = ("input", "card", "volume", "timeline")
@@ -198,7 +215,7 @@ def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], i
     labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
     heights = {f"{side}_{part}": HEIGHTS[part] for side in named for part in ("input", "volume", "timeline")}
     shown = ("compare", first, second, settings, kind, tuple(s is None for _, _, s in sides))
-    return stepper_payload(trace, identity, shown, views, rows, labels, heights)
+    return stepper_payload(trace, identity, shown, views, rows, labels, heights, span)
 
 
 def window(chunk: int, width: int, count: int) -> list[int]:
@@ -216,9 +233,11 @@ def belief_html(b: dict[str, Any], k: int) -> str:
     return f"<div class='card plain'>{text}</div>"
 
 
-def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], memory: bool) -> dict[str, Any]:
-    """The Occlusion page's views of every chunk: for an occlusion or moving-digits trace the belief around the
-    frame (and the filmstrip and the identity belief of a digit); with ``memory`` the layer's energy and slices."""
+def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], memory: bool,
+                      span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+    """The Occlusion page's views of every chunk (of ``span`` when given): for an occlusion or moving-digits trace
+    the belief around the frame (and the filmstrip and the identity belief of a digit); with ``memory`` the layer's
+    energy and slices."""
     b = belief(trace) if trace.info.get("task") in OCCLUSION_TASKS else None
     lay = trace.layer(layer) if memory else None
     energy = None if lay is None else memory_energy(lay)  # (K, D, H, W)
@@ -236,7 +255,7 @@ def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], me
                                             size=b["probs"].shape[1], frames=frames)
             shown["belief_card"] = belief_html(b, k)
         if energy is not None:
-            shown["energy"] = energy_figure(lay, k, occluded)
+            shown["energy"] = energy_figure(lay, k, occluded, span)
             shown["energy_slices"] = slices_figure(energy[k], slice_index(trace, layer, k, "write"))
         return shown
 
@@ -254,8 +273,8 @@ def occlusion_payload(trace: Trace, identity: Hashable, layer: Optional[str], me
                       "one dashed; above each frame, the true digit → the predicted one",
               "identity": "Which digit the model believes it is, frame by frame",
               "energy_slices": "‖h‖² after this chunk, through its write"}
-    return stepper_payload(trace, identity, ("occlusion", layer, memory), views, rows, labels)
+    return stepper_payload(trace, identity, ("occlusion", layer, memory), views, rows, labels, span=span)
 
 
-__all__ = ["chunk_stepper", "stepper_payload", "explore_payload", "occlusion_payload", "comparison_payload",
+__all__ = ["chunk_stepper", "stepper_payload", "stepping_span", "STEPPING_WINDOW", "explore_payload", "occlusion_payload", "comparison_payload",
            "prediction_html", "belief_html", "window", "served_folder", "PLAY_INTERVAL_MS", "BELIEF_FRAMES", "FILM_FRAMES"]

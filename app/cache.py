@@ -27,6 +27,7 @@ from analysis.traces.finite import nonfinite_fields
 from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import InterventionResult, intervene
 from analysis.measures.occlusion import belief_survival
+from analysis.measures.overview import chunk_overview
 from analysis.traces.predictions import prediction_trace
 from analysis.measures.addressing import addressing_report
 from analysis.traces.trace import Trace, TraceError, load_trace
@@ -163,34 +164,45 @@ def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: st
 
 @st.cache_data(max_entries=16, show_spinner="Drawing every chunk's views…")
 def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str],
-                    view: Optional[Any]) -> dict[str, Any]:
-    """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`); ``view`` (a
-    :class:`app.layout.VolumeView`, None without memory views) says how the volumes are drawn."""
+                    view: Optional[Any], span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+    """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`), of ``span`` (a long trace's page)
+    when given; ``view`` (a :class:`app.layout.VolumeView`, None without memory views) says how the volumes are
+    drawn."""
     trace = trace_of(ref, sample)
     if view is None:
-        return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write")
+        return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write", span=span)
     series = volume_series(ref, sample, layer, view.field, view.mode, view.index)
-    images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index) if view.rendered else None
-    return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, images)
+    images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index, span) if view.rendered else None
+    return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, images, span)
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing every frame's belief…")
-def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool) -> dict[str, Any]:
-    """Every chunk's Occlusion views for the browser (:func:`app.browser_stepper.occlusion_payload`)."""
-    return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory)
+def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool,
+                      span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+    """Every chunk's Occlusion views for the browser (:func:`app.browser_stepper.occlusion_payload`), of ``span``
+    when given."""
+    return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory, span)
+
+
+@st.cache_data(max_entries=16, show_spinner="Measuring every chunk for the overview…")
+def overview(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str]) -> dict[str, Any]:
+    """Per chunk of the whole trace, what the overview of a long trace plots (analysis.measures.overview)."""
+    return chunk_overview(trace_of(ref, sample), layer)
 
 
 def comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
-                       layer: Optional[str], view: Any) -> dict[str, Any]:
+                       layer: Optional[str], view: Any, span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Two checkpoints of one task, each on its ``samples`` (the same task settings), side by side for the browser
     (:func:`app.browser_stepper.comparison_payload`): the first's memory ``layer`` and the other's last, drawn as
-    ``view`` (:class:`app.layout.VolumeView`) says; no volume for a checkpoint without a memory to show."""
-    return _comparison_payload(refs, samples, layer, (view.field, view.mode, view.index, view.kind))
+    ``view`` (:class:`app.layout.VolumeView`) says; no volume for a checkpoint without a memory to show; ``span``:
+    a long trace's page."""
+    return _comparison_payload(refs, samples, layer, (view.field, view.mode, view.index, view.kind), span)
 
 
 @st.cache_data(max_entries=8, show_spinner="Running the sample through both checkpoints…")
 def _comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
-                        layer: Optional[str], drawn: tuple[str, str, int, str]) -> dict[str, Any]:
+                        layer: Optional[str], drawn: tuple[str, str, int, str],
+                        span: Optional[tuple[int, int]]) -> dict[str, Any]:
     """:func:`comparison_payload`, cached on only what it draws of the view (PyVista or the slices change nothing)."""
     field, mode, index, kind = drawn
     sides = []
@@ -199,16 +211,18 @@ def _comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tupl
         drawable = load(ref).has_memory and not nonfinite_fields(trace)
         series = volume_series(ref, sample, shown_layer, field, mode, index) if drawable else None
         sides.append((ref.label, trace, series))
-    return browser_stepper.comparison_payload(sides, (refs, samples), (layer, field, mode, index), kind)
+    return browser_stepper.comparison_payload(sides, (refs, samples), (layer, field, mode, index), kind, span)
 
 
 @st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")
 def volume_renderings(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], field: str, mode: str,
-                      index: int) -> list[bytes]:
-    """The PyVista volume rendering (PNG) of every chunk of a layer's volume series, in one render window."""
+                      index: int, span: Optional[tuple[int, int]] = None) -> list[bytes]:
+    """The PyVista volume rendering (PNG) of every chunk (of ``span``) of a layer's volume series, in one render
+    window."""
     series = volume_series(ref, sample, layer, field, mode, index)
+    values = series.values if span is None else series.values[span[0]:span[1] + 1]
     with RENDER_LOCK:
-        return [png_bytes(image) for image in volume_frames(series.values, series.value_range)]
+        return [png_bytes(image) for image in volume_frames(values, series.value_range)]
 
 
 def chunk_figures_job(trace: Trace, sample_key: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
@@ -299,7 +313,7 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
 
 
 __all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "explore_payload", "occlusion_payload", "comparison_payload", "volume_series",
+           "sample_trace", "explore_payload", "occlusion_payload", "overview", "comparison_payload", "volume_series",
            "volume_renderings",
            "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
            "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction"]

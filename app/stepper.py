@@ -14,15 +14,18 @@ Playing stops at the last chunk.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from analysis.figures.annotations import annotation_figure, key_chunk
 from analysis.figures.chunk_input import chunk_outcome
+from analysis.figures.overview import overview_figure
+from analysis.measures.overview import SERIES
 
-from . import layout
+from . import cache, layout
+from .browser_stepper import stepping_span
 from .figure_cache import figure_cache
 from .state import CHUNK_KEY, Context
 
@@ -32,12 +35,57 @@ DUE_KEY = "next_step_due"  # time.monotonic() at which a playing stepper takes i
 SLIDER_KEY = "chunk_slider"  # + ".<chunk>"
 SAMPLE_KEY = "stepper_sample"  # the sample the chunk belongs to: a new sample starts at its key chunk
 CHART_CONFIG = {"displayModeBar": False}
+JUMPED_KEY = "overview_jumped"  # the overview click already acted on (a selection stays until the next click)
 
 
 def annotation_job(context: Context, chunk: int) -> tuple[tuple, Callable[[], go.Figure]]:
-    """(key, build) of the annotation track at ``chunk``, for :class:`app.figure_cache.FigureCache`."""
-    trace = context.trace
-    return ("annotation", context.sample_key, chunk), lambda: annotation_figure(trace, chunk)
+    """(key, build) of the annotation track at ``chunk`` (over its page of a long trace), for
+    :class:`app.figure_cache.FigureCache`."""
+    trace, span = context.trace, stepping_span(chunk, context.num_chunks)
+    return ("annotation", context.sample_key, chunk), lambda: annotation_figure(trace, chunk, span)
+
+
+def _go_to(chunk: int) -> None:
+    st.session_state[CHUNK_KEY] = int(chunk)
+    st.session_state[PLAYING_KEY] = False
+
+
+def _typed(key: str) -> None:
+    _go_to(st.session_state[key])
+
+
+def pages(context: Context, key: str) -> Optional[tuple[int, int]]:
+    """For a trace longer than the browser takes at once: the overview of every chunk (a click jumps there), the
+    pages before and after and a chunk to go to; returns the page of the current chunk, (first, last), that goes
+    to the browser. None for a shorter trace, which goes whole (nothing is drawn)."""
+    count, chunk = context.num_chunks, context.chunk
+    span = stepping_span(chunk, count)
+    if span is None:
+        return None
+    first, last = span
+    with st.container(border=True):
+        st.markdown(f"**A long trace: {count:,} chunks.** The stepper below holds chunks {first}–{last}; step "
+                    f"through them there, or pick another stretch here. Click the overview to go to a chunk.")
+        measured = cache.overview(context.ref, context.sample, context.layer)
+        event = st.plotly_chart(overview_figure(measured, chunk, span), theme=None, config=CHART_CONFIG,
+                                key=f"{key}.overview", on_select="rerun", selection_mode="points")
+        st.caption(" · ".join(f"**{SERIES[name][0]}**: {SERIES[name][1]}" for name in measured))
+        points = (event or {}).get("selection", {}).get("points", []) if event else []
+        clicked = int(round(points[0]["x"])) if points else None
+        if clicked is not None and st.session_state.get(JUMPED_KEY) != (key, clicked):
+            st.session_state[JUMPED_KEY] = (key, clicked)
+            _go_to(min(max(clicked, 0), count - 1))
+            st.rerun()
+        row = st.columns([1, 1, 1], vertical_alignment="bottom")
+        row[0].button(f"Chunks {max(first - (last - first + 1), 0)}–{first - 1}" if first else "The first chunks",
+                      icon=":material/skip_previous:", disabled=first == 0, on_click=_go_to, args=(first - 1,),
+                      key=f"{key}.earlier", width="stretch")
+        row[1].button(f"Chunks {last + 1}–{stepping_span(last + 1, count)[1]}" if last < count - 1 else
+                      "The last chunks", icon=":material/skip_next:", disabled=last == count - 1, on_click=_go_to,
+                      args=(last + 1,), key=f"{key}.later", width="stretch")
+        typed = f"{key}.go.{chunk}"
+        row[2].number_input("Go to chunk", 0, count - 1, chunk, key=typed, on_change=_typed, args=(typed,))
+    return span
 
 
 def advance(chunk: int, count: int) -> tuple[int, bool]:
@@ -129,7 +177,7 @@ def render(context: Context) -> None:
         _ticker()
 
 
-__all__ = ["render", "advance", "annotation_job", "opening_chunk", "PLAY_INTERVAL_S"]
+__all__ = ["render", "advance", "annotation_job", "opening_chunk", "pages", "PLAY_INTERVAL_S"]
 
 
 def stepped_page(context: Context, title: str, subtitle: str) -> None:

@@ -16,11 +16,15 @@ against its first five, the server's CPU seconds per step while stepping (user +
 /proc), the server's peak resident memory (VmHWM), and the session errors: a session that waits
 more than ``--patience`` seconds for its first page or for one step stops there, and what its page
 shows is printed (the app's status widget, each frame's counter and canvases). ``--view`` chooses
-the Plotly 3D view clicked before stepping. Needs Debian's /usr/bin/chromium.
+the Plotly 3D view clicked before stepping. ``--trace FILE`` opens the app on a trace file instead (as
+``tensor-memory app --trace``: a long one goes to the browser a page of 64 chunks at a time, and stepping turns
+back at the page's ends), and ``--page NAME`` steps on another page (e.g. Text, whose stepper runs on the
+server). Needs Debian's /usr/bin/chromium.
 
     .venv/bin/python benchmarks/app_browser.py --sessions 1 --steps 20
     .venv/bin/python benchmarks/app_browser.py --sessions 8 --steps 10 --runs 3
     .venv/bin/python benchmarks/app_browser.py --launcher plain --open-after 0
+    .venv/bin/python benchmarks/app_browser.py --trace long.trace.safetensors --page Text
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from analysis.figures.state import VOLUME_KINDS  # noqa: E402
+from app.cli import TRACE_ENV  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 COUNTER = re.compile(r"Chunk (\d+) / (\d+)")
@@ -63,6 +69,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--view", choices=list(VOLUME_KINDS.values()), default=None,
                    help="the Plotly 3D view to click before stepping, by its name on the page (default: the page's "
                         "own)")
+    p.add_argument("--trace", type=Path, default=None, metavar="FILE",
+                   help="open the app on this trace file (tensor-memory app --trace FILE) instead of the default "
+                        "checkpoint")
+    p.add_argument("--page", default=None, metavar="NAME",
+                   help="step on this page, by its link's name (e.g. Text), instead of the page the app opens on")
     return p.parse_args()
 
 
@@ -81,15 +92,17 @@ def peak_memory_gb(pid: int) -> float:
 LAUNCHERS = {"prepared": ["-m", "app"], "plain": ["-m", "streamlit", "run", "app/main.py"]}
 
 
-def start_server(launcher: str = "prepared") -> tuple[subprocess.Popen, str]:
+def start_server(launcher: str = "prepared", trace: Optional[Path] = None) -> tuple[subprocess.Popen, str]:
     """The server as ``make run`` starts it (``python -m app``: the opening page prepared while it starts), or
-    as plain ``streamlit run app/main.py``; returns once it answers its health check."""
+    as plain ``streamlit run app/main.py``, opened on ``trace`` when given; returns once it answers its health
+    check."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen([sys.executable, *LAUNCHERS[launcher], "--server.port", str(port),
                                "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, **({TRACE_ENV: str(trace.resolve())} if trace else {})})
     url = f"http://127.0.0.1:{port}"
     while True:
         try:
@@ -160,8 +173,9 @@ async def stepper_of(page):
 async def one_step(page, where, direction: int) -> tuple[float, int]:
     """Seconds for one step, Next (``direction`` 1) or Previous (-1), turning back at either end; and the direction."""
     k, last = await counter(where)
-    if not 0 <= k + direction <= last:
-        direction = -direction
+    if not 0 <= k + direction <= last or await where.get_by_role(
+            "button", name="Next" if direction > 0 else "Previous", exact=True).is_disabled():
+        direction = -direction  # an end of the trace, or of the page of a long one
     start = time.perf_counter()
     await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).click()
     await where.get_by_text(f"Chunk {k + direction} / {last}", exact=True).wait_for()
@@ -196,6 +210,14 @@ async def open_session(browser, url: str, args: argparse.Namespace) -> tuple[obj
         return page, float("nan"), f"first page not drawn in {args.patience:g} s; {await what_it_shows(page)}"
 
 
+async def go_to_page(page, name: str) -> None:
+    """Open the page linked as ``name`` and wait until its stepper is drawn."""
+    await page.get_by_role("link", name=name).click()
+    await page.wait_for_timeout(500)
+    await settle(page)
+    await (await stepper_of(page)).get_by_text(COUNTER).first.wait_for()
+
+
 async def what_it_shows(page) -> str:
     """What a stalled session's page shows: the app's status widget, and each frame's counter and Plotly canvases."""
     status = page.locator(BUSY)
@@ -219,13 +241,15 @@ async def one_run(args: argparse.Namespace) -> dict[str, object]:
 
     sessions, steps = args.sessions, args.steps
     launched = time.perf_counter()
-    server, url = start_server(args.launcher)
+    server, url = start_server(args.launcher, args.trace)
     up = time.perf_counter() - launched
     try:
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
             await asyncio.sleep(args.open_after)
             opened = await asyncio.gather(*(open_session(browser, url, args) for _ in range(sessions)))
+            if args.page:
+                await asyncio.gather(*(go_to_page(page, args.page) for page, _, error in opened if not error))
             cpu_before = cpu_seconds(server.pid)
             stepped = await asyncio.gather(*(step(page, steps, args.patience) for page, _, error in opened
                                              if not error))
@@ -251,7 +275,8 @@ def main() -> None:
         raise SystemExit("needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.sessions} session(s) × "
           f"{args.steps} steps, view {args.view or 'as the page opens'}, server {args.launcher}, pages opened "
-          f"{args.open_after:g} s after it answers\n")
+          f"{args.open_after:g} s after it answers"
+          + (f"; trace {args.trace}" if args.trace else "") + (f"; stepping on {args.page}" if args.page else "") + "\n")
     print("| run | server answers (s) | first page (s, median / max) | step p50 (s) | step p95 (s) "
           "| first five / last five (s) | server CPU a step (s) | server peak memory (GB) | session errors |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -43,7 +43,8 @@ def counter(at: AppTest) -> str:
     shown = [m.value for m in at.markdown if m.value.startswith("#### Chunk")]
     if shown or payload(at) is None:
         return shown[0]
-    return f"#### Chunk {payload(at)['start']} / {payload(at)['count'] - 1}"
+    sent = payload(at)
+    return f"#### Chunk {sent['start']} / {sent.get('total', sent['count']) - 1}"
 
 
 def chunk_slider(at: AppTest):
@@ -57,6 +58,7 @@ def chart(at: AppTest, title: str, chunk: Optional[int] = None) -> dict:
     sent = payload(at)
     if sent is not None:
         at_chunk = sent["start"] if chunk is None else chunk
+        at_chunk -= sent.get("offset", 0)  # a long trace's page starts at its offset
         specs += [cells[at_chunk] for name, cells in sent["cells"].items() if sent["kinds"][name] == "figure"]
     for spec in specs:
         if title in (spec["layout"].get("title") or {}).get("text", ""):

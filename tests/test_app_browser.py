@@ -345,6 +345,38 @@ def test_explore_on_a_traced_hugging_face_model(browser, trace_server):
     page.close()
 
 
+@pytest.fixture(scope="module")
+def long_trace_server(tmp_path_factory):
+    """The app opened on a 150-chunk trace (occlusion-tensor on 150 frames): it goes to the browser 64 chunks a page."""
+    from analysis import capture
+
+    path = capture(ROOT / "checkpoints" / "occlusion-tensor", seed=2, frames=150, progress=False).save(
+        tmp_path_factory.mktemp("traces") / "long.trace.safetensors")
+    yield from serve({TRACE_ENV: str(path)}, "streamlit-long-trace-server.log")
+
+
+def test_a_long_trace_steps_in_the_browser_within_its_page_and_the_server_turns_pages(browser, long_trace_server):
+    page = open_app(browser, long_trace_server)
+    k, last = chunk(page)
+    first = k // 64 * 64
+    assert last == 149 and page.get_by_text("A long trace: 150 chunks.").count() == 1
+    stepper = view(page)
+    stepper.get_by_text(f"chunks {first}–{first + 63} loaded").wait_for()
+    stepper.get_by_role("slider", name="Chunk").fill(str(first + 62))
+    stepper.get_by_text(f"Chunk {first + 62} / 149").wait_for()
+    stepper.get_by_role("button", name="Next", exact=True).click()
+    stepper.get_by_text(f"Chunk {first + 63} / 149").wait_for()
+    assert stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {first + 63}").count() == 1
+    assert stepper.get_by_role("button", name="Next", exact=True).is_disabled()  # the page's end: the server turns it
+    page.get_by_role("button", name=f"Chunks {first + 64}–").click()
+    stepper.get_by_text(f"Chunk {first + 64} / 149").wait_for()
+    settle(page)
+    assert stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {first + 64}").count() == 1
+    assert stepper.get_by_role("button", name="Previous", exact=True).is_disabled()
+    page.screenshot(path=str(ARTIFACTS / "app-long-trace.png"))
+    page.close()
+
+
 def other_address() -> Optional[str]:
     """An address of this machine that is not a loopback one (the one its route out leaves from), or None."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

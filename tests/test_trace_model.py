@@ -82,7 +82,8 @@ def test_segments_with_the_state_carried_equal_one_pass():
     for path in whole.layers:
         for field in ("h", "c", "gate_f", "mu_read", "mu_write", "sigma", "read"):
             a, b = getattr(whole.layers[path], field), getattr(pieces.layers[path], field)
-            np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=1e-5)
+            ulp = 2.0 ** -10 if field in ("h", "c", "gate_f") else 0.0  # float16 volumes: a rounding may flip
+            np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=1e-5, rtol=ulp)
     own = nn.Sequential(nn.Linear(16, 16), TensorMemoryOnly(16))  # a model that never passes a state
     a, b = trace_model(own, x), trace_model(own, x, segment=6)
     np.testing.assert_allclose(a.layers["1.memory"].read, b.layers["1.memory"].read, atol=1e-5)

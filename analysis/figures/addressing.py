@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_in_voxels
 
-from analysis.figures.base import CURRENT_COLOUR, READ_COLOUR, WRITE_COLOUR, finish, mark_current, rgb, voxel_scene
+from analysis.figures.base import (CURRENT_COLOUR, READ_COLOUR, WRITE_COLOUR, chunk_span, finish, mark_current, rgb,
+                                   voxel_scene)
 from analysis.measures.checks import check_array, check_index
 from analysis.traces.trace import LayerTrace
 
@@ -68,8 +69,8 @@ def _ellipsoid_trace(name: str, centre: np.ndarray, radii: np.ndarray, colour: t
                      hovertemplate=f"{hover}<extra></extra>")
 
 
-def trajectory_figure(layer: LayerTrace, upto: int, tail: int = 8) -> go.Figure:
-    """Read and write coordinates of chunks 0..``upto`` in voxel units, with the write's footprint.
+def trajectory_figure(layer: LayerTrace, upto: int, tail: int = 8, since: int = 0) -> go.Figure:
+    """Read and write coordinates of chunks ``since``..``upto`` in voxel units, with the write's footprint.
 
     Two lines, ``"read"`` (blue) and ``"write"`` (red), whose points older than ``tail`` chunks fade;
     the grid's box through the voxel centres; and the Gaussian of chunk ``upto``'s write as its
@@ -80,29 +81,33 @@ def trajectory_figure(layer: LayerTrace, upto: int, tail: int = 8) -> go.Figure:
     upto = check_index(upto, count, "upto (a chunk index)")
     if tail < 1:
         raise ValueError(f"tail must be at least 1, got {tail}")
+    since = check_index(since, upto + 1, "since (a chunk index up to upto)")
     grid = layer.grid
     fig = go.Figure(_box_trace(grid))
     for name, mu, colour in (("read", layer.mu_read, READ_COLOUR), ("write", layer.mu_write, WRITE_COLOUR)):
         mu = check_array(mu, 2, f"mu_{name}", "(K, 3)")
-        fig.add_trace(_path_trace(name, in_voxels(mu[:upto + 1], grid), colour, tail))
+        fig.add_trace(_path_trace(name, in_voxels(mu[since:upto + 1], grid), colour, tail))
     centre = in_voxels(layer.mu_write[upto], grid)
     radii = sigma_in_voxels(layer.sigma[upto], grid)
     for level, opacity in ((1, 0.5), (2, 0.18)):
         hover = (f"{level}σ of chunk {upto}'s write: σ = {float(layer.sigma[upto]):.3f} normalised, "
                  f"semi-axes {', '.join(f'{r:.2f}' for r in level * radii)} voxels")
         fig.add_trace(_ellipsoid_trace(f"{level}σ", centre, level * radii, WRITE_COLOUR, opacity, hover))
-    return finish(fig, f"read and write coordinates, chunks 0–{upto}", scene=voxel_scene(),
+    return finish(fig, f"read and write coordinates, chunks {since}–{upto}", scene=voxel_scene(),
                    legend=dict(itemsizing="constant"))
 
 
-def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int]) -> go.Figure:
+def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int],
+                 span: Optional[tuple[int, int]] = None) -> go.Figure:
     """Write spread σ (K,) over chunks in voxel spacings, the normalised value in the hover.
 
     One line when every axis of ``grid`` (D, H, W) has the same size, else one per axis size.
-    The current chunk gets a marker and a dashed line.
+    The current chunk gets a marker and a dashed line. ``span`` (first, last): only those chunks.
     """
     values = check_array(sigma, 1, "sigma", "(K,)").astype(np.float64)
     current = check_index(current, len(values), "current (a chunk index)")
+    chunks = chunk_span(span, len(values), current)
+    values = values[chunks]
     D, H, W = grid_sizes(grid)
     axes_by_size: dict[int, list[str]] = {}
     for axis, n in (("x", W), ("y", H), ("z", D)):
@@ -111,7 +116,6 @@ def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int]) -> go.Fig
     if not axes_by_size:
         raise ValueError(f"σ in voxel spacings needs an axis with more than one voxel, grid is {(D, H, W)}")
     fig = go.Figure()
-    chunks = np.arange(len(values))
     in_voxels_along = sigma_in_voxels(values, (D, H, W))  # (K, 3) along x, y, z
     for axes in axes_by_size.values():
         name = "σ" if len(axes_by_size) == 1 else f"σ along {', '.join(axes)}"
@@ -119,7 +123,7 @@ def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int]) -> go.Fig
         fig.add_trace(go.Scatter(x=chunks, y=spread, customdata=values, mode="lines+markers", name=name,
                                  hovertemplate="chunk %{x}<br>σ = %{y:.3f} voxel spacings<br>"
                                                "%{customdata:.4f} normalised<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[current], y=[spread[current]], mode="markers", name="current",
+        fig.add_trace(go.Scatter(x=[current], y=[spread[current - chunks[0]]], mode="markers", name="current",
                                  marker=dict(size=11, color=CURRENT_COLOUR, symbol="circle-open", line=dict(width=2)),
                                  showlegend=False, hoverinfo="skip"))
     mark_current(fig, current)
@@ -134,27 +138,30 @@ GATE_LINES = (("i (input)", "gate_i", False), ("f (forget)", "gate_f", False), (
               ("|g| (candidate)", "gate_g", True))
 
 
-def gates_figure(layer: LayerTrace, current: int) -> go.Figure:
+def gates_figure(layer: LayerTrace, current: int, span: Optional[tuple[int, int]] = None) -> go.Figure:
     """Per chunk, the mean over the volume of gates i, f, o and of |g|, and σ(γ) as a flat line.
 
-    Without gate volumes in the layer, only σ(γ) and a note that they were not captured.
+    Without gate volumes in the layer, only σ(γ) and a note that they were not captured. ``span`` (first, last):
+    only those chunks.
     """
     count = layer.sigma.shape[0]
     current = check_index(current, count, "current (a chunk index)")
-    chunks = np.arange(count)
+    chunks = chunk_span(span, count, current)
     fig = go.Figure()
     if layer.has_gates:
         for name, field, absolute in GATE_LINES:
-            gate = check_array(getattr(layer, field), 5, field, "(K, C, D, H, W)")
-            if gate.shape[0] != count:
-                raise ValueError(f"{field} has {gate.shape[0]} chunks, the layer has {count}")
+            volumes = getattr(layer, field)  # int8 codes stay codes until the span is cut out of them
+            if len(volumes.shape) != 5 or volumes.shape[0] != count:
+                raise ValueError(f"{field} must have shape (K, C, D, H, W) with K = {count} chunks, got shape "
+                                 f"{tuple(volumes.shape)}")
+            gate = np.asarray(volumes[chunks[0]:chunks[-1] + 1])
             means = (np.abs(gate) if absolute else gate).mean(axis=(1, 2, 3, 4), dtype=np.float64)
             fig.add_trace(go.Scatter(x=chunks, y=means, mode="lines+markers", name=name,
                                      hovertemplate=f"chunk %{{x}}<br>mean {name} = %{{y:.3f}}<extra></extra>"))
     else:
         fig.add_annotation(text="gate volumes were not captured", xref="paper", yref="paper", x=0.5, y=0.5,
                            showarrow=False, font=dict(color="#777777"))
-    fig.add_trace(go.Scatter(x=chunks, y=np.full(count, layer.gate_scale), mode="lines", name="σ(γ) read gate",
+    fig.add_trace(go.Scatter(x=chunks, y=np.full(len(chunks), layer.gate_scale), mode="lines", name="σ(γ) read gate",
                              line=dict(dash="dot", color="black"),
                              hovertemplate="σ(γ) = %{y:.4f}<extra></extra>"))
     mark_current(fig, current)

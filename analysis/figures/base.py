@@ -62,6 +62,18 @@ def mark_current(fig: go.Figure, current: int) -> None:
                   annotation_text=f"chunk {current}", annotation_position="top right")
 
 
+def chunk_span(span: Optional[tuple[int, int]], count: int, current: int) -> np.ndarray:
+    """The chunks a figure over time draws: all ``count`` of them, or those of ``span`` (first, last), which must
+    hold ``current`` (a long trace's figures draw the stepper's window of it, not thousands of chunks each)."""
+    if span is None:
+        return np.arange(count)
+    first, last = (int(i) for i in span)
+    if not 0 <= first <= current <= last < count:
+        raise ValueError(f"span must be (first, last) with 0 <= first <= current <= last < {count}, got {span} "
+                         f"around chunk {current}")
+    return np.arange(first, last + 1)
+
+
 def rgb(colour: tuple[int, int, int], white: float = 0.0) -> str:
     """``colour`` mixed with a fraction ``white`` of white, as a CSS rgb string."""
     r, g, b = (round(c + (255 - c) * white) for c in colour)

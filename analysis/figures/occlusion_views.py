@@ -23,28 +23,33 @@ KIND_NAMES = {"zero": "memory zeroed", "zero_region": "region zeroed", "gate_off
               "move_write": "write moved", "set_sigma": "σ of the write set"}
 
 
-def _shade(fig: go.Figure, occluded: Optional[np.ndarray], count: int, **where: Any) -> None:
-    """Grey bands over runs of occluded chunks (when there is one flag per chunk)."""
+def _shade(fig: go.Figure, occluded: Optional[np.ndarray], count: int, offset: int = 0, **where: Any) -> None:
+    """Grey bands over runs of occluded chunks (when there is one flag per chunk), chunk 0 of them drawn at
+    ``offset``."""
     if occluded is None or len(occluded) != count:
         return
     for first, last in figures.flag_runs(np.asarray(occluded, dtype=bool)):
-        fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="grey", opacity=0.18, line_width=0, layer="below",
+        fig.add_vrect(x0=offset + first - 0.5, x1=offset + last + 0.5, fillcolor="grey", opacity=0.18, line_width=0, layer="below",
                       **where)
 
 
-def energy_figure(layer: LayerTrace, current: int, occluded: Optional[np.ndarray] = None) -> go.Figure:
+def energy_figure(layer: LayerTrace, current: int, occluded: Optional[np.ndarray] = None,
+                  span: Optional[tuple[int, int]] = None) -> go.Figure:
     """The memory's energy ‖h‖² over chunks: the total on top, every voxel below (rows "z,y,x").
 
-    Occluded chunks (one flag per chunk) are shaded and the current chunk is marked.
+    Occluded chunks (one flag per chunk) are shaded and the current chunk is marked. ``span`` (first, last): only
+    those chunks.
     """
-    energy = memory_energy(layer)  # (K, D, H, W)
-    K = energy.shape[0]
+    K = len(layer.h)
     if not 0 <= current < K:
         raise ValueError(f"current must be in 0..{K - 1}, got {current}")
+    chunks = figures.chunk_span(span, K, current)
+    energy = memory_energy(layer, (int(chunks[0]), int(chunks[-1])))  # (k, D, H, W), the chunks shown
     D, H, W = energy.shape[1:]
-    per_voxel = energy.reshape(K, -1).T  # (voxels, K)
+    per_voxel = energy.reshape(len(chunks), -1).T  # (voxels, k)
     labels = [f"{z},{y},{x}" for z in range(D) for y in range(H) for x in range(W)]
-    chunks = np.arange(K)
+    if occluded is not None and len(occluded) == K:
+        occluded = np.asarray(occluded)[chunks]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.3, 0.7], vertical_spacing=0.04)
     fig.add_trace(go.Scatter(x=chunks, y=per_voxel.sum(0), mode="lines+markers", name="total",
                              line=dict(color="#1f77b4"), hovertemplate="chunk %{x}: Σ‖h‖² = %{y:.3f}<extra></extra>"),
@@ -53,7 +58,7 @@ def energy_figure(layer: LayerTrace, current: int, occluded: Optional[np.ndarray
                              colorbar=dict(title="‖h‖²", thickness=10, len=0.65, y=0.35),
                              hovertemplate="chunk %{x}, voxel z,y,x = %{y}<br>‖h‖² = %{z:.3f}<extra></extra>"),
                   row=2, col=1)
-    _shade(fig, occluded, K, row=1, col=1)
+    _shade(fig, occluded, len(chunks), int(chunks[0]), row=1, col=1)
     for row in (1, 2):
         fig.add_vline(x=current, line_dash="dash", line_color=figures.CURRENT_COLOUR, line_width=1, row=row, col=1)
     fig.update_yaxes(title_text="Σ over voxels", row=1, col=1)

@@ -8,23 +8,25 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.figures.base import COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, finish, flag_runs, mark_current
+from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, chunk_span, finish, flag_runs,
+                                   mark_current)
 from analysis.measures.checks import check_array, check_index
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
 
 
-def timeline_figure(trace: Trace, current: int) -> go.Figure:
+def timeline_figure(trace: Trace, current: int, span: Optional[tuple[int, int]] = None) -> go.Figure:
     """The probability given to the target class per chunk, correct/incorrect marks, occlusion shaded.
 
     Chunks not scored (target −1, or ``scored`` false) are gaps. For the occlusion task, runs of
     chunks where ``meta["occluded"]`` is true are grey rectangles labelled "occluded". A trace whose
-    predictions are values (masked patches) shows each chunk's pixel error instead.
+    predictions are values (masked patches) shows each chunk's pixel error instead. ``span`` (first, last):
+    only those chunks (:func:`~analysis.figures.base.chunk_span`).
     """
     if trace.predicts_values:
-        return _error_timeline(trace, current)
+        return _error_timeline(trace, current, span)
     if not trace.has_predictions:
-        return _unscored_timeline(trace, current)
+        return _unscored_timeline(trace, current, span)
     target = check_array(trace.chunks["target"], 1, "chunks['target']", "(K,)")
     prediction = check_array(trace.chunks["prediction"], 1, "chunks['prediction']", "(K,)")
     scored = check_array(trace.chunks["scored"], 1, "chunks['scored']", "(K,)").astype(bool)
@@ -38,9 +40,10 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
         raise ValueError(f"chunks disagree on the number of chunks: probs {count}, target {len(target)}, "
                          f"prediction {len(prediction)}, scored {len(scored)}")
     current = check_index(current, count, "current (a chunk index)")
-    valid = scored & (target >= 0)
-    p_target = trace.target_probabilities()[0]
-    chunks = np.arange(count)
+    chunks = chunk_span(span, count, current)
+    valid = (scored & (target >= 0))[chunks]
+    p_target = trace.target_probabilities()[0][chunks]
+    prediction, target = prediction[chunks], target[chunks]
     fig = go.Figure(go.Scatter(x=chunks, y=p_target, mode="lines", name="p(target)", line=dict(color="#555555"),
                                hovertemplate="chunk %{x}<br>p(target) = %{y:.3f}<extra></extra>"))
     for name, hits, colour, symbol in (("correct", valid & (prediction == target), TRUTH_COLOUR, "circle"),
@@ -52,7 +55,8 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
         occluded = check_array(trace.meta["occluded"], 1, "meta['occluded']", "(K,)")
         if len(occluded) != count:
             raise ValueError(f"meta['occluded'] has {len(occluded)} entries for {count} chunks")
-        for first, last in flag_runs(occluded):
+        for first, last in flag_runs(occluded[chunks]):
+            first, last = chunks[first], chunks[last]
             fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="grey", opacity=0.2, line_width=0, layer="below",
                           annotation_text="occluded", annotation_position="top left")
     mark_current(fig, current)
@@ -61,10 +65,11 @@ def timeline_figure(trace: Trace, current: int) -> go.Figure:
                    yaxis_range=[0, 1.05])
 
 
-def _unscored_timeline(trace: Trace, current: int) -> go.Figure:
+def _unscored_timeline(trace: Trace, current: int, span: Optional[tuple[int, int]]) -> go.Figure:
     """A trace recorded without targets: the chunks and the current one, and why there is no curve."""
     current = check_index(current, trace.num_chunks, "current (a chunk index)")
-    fig = go.Figure(go.Scatter(x=np.arange(trace.num_chunks), y=np.zeros(trace.num_chunks), mode="markers",
+    chunks = chunk_span(span, trace.num_chunks, current)
+    fig = go.Figure(go.Scatter(x=chunks, y=np.zeros(len(chunks)), mode="markers",
                                name="chunk", marker=dict(color="#bbbbbb", size=5), hoverinfo="x"))
     fig.add_annotation(text="no predictions in this trace (recorded without targets)", showarrow=False,
                        xref="paper", yref="paper", x=0.5, y=0.6)
@@ -73,11 +78,12 @@ def _unscored_timeline(trace: Trace, current: int) -> go.Figure:
                   yaxis_visible=False)
 
 
-def _error_timeline(trace: Trace, current: int) -> go.Figure:
+def _error_timeline(trace: Trace, current: int, span: Optional[tuple[int, int]]) -> go.Figure:
     """Masked patches: the RMS pixel error of each hidden patch's reconstruction, per chunk."""
     errors = chunk_errors(trace)
     current = check_index(current, len(errors), "current (a chunk index)")
-    chunks = np.arange(len(errors))
+    chunks = chunk_span(span, len(errors), current)
+    errors = errors[chunks]
     fig = go.Figure(go.Bar(x=chunks, y=errors, name="hidden patch", marker_color=PREDICTION_COLOUR,
                            hovertemplate="chunk %{x}: RMS error %{y:.3f}<extra></extra>"))
     mark_current(fig, current)

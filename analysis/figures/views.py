@@ -32,10 +32,12 @@ def slice_index(trace: Trace, layer: Optional[str], chunk: int, anchor: str) -> 
 
 
 def explore_figures(trace: Trace, chunk: int, layer: Optional[str] = None, series: Optional[VolumeSeries] = None,
-                    kind: str = "volume", anchor: str = "write") -> dict[str, go.Figure]:
+                    kind: str = "volume", anchor: str = "write",
+                    span: Optional[tuple[int, int]] = None) -> dict[str, go.Figure]:
     """``{"input", "timeline"}`` and, with ``series`` (the layer's volumes), ``"volume"``, ``"slices"``,
-    ``"trajectory"``, ``"sigma"``, ``"gates"`` — all at ``chunk``."""
-    out = {"input": chunk_input_figure(trace, chunk), "timeline": figures.timeline_figure(trace, chunk)}
+    ``"trajectory"``, ``"sigma"``, ``"gates"`` — all at ``chunk``; the figures over time show the chunks of
+    ``span`` (first, last) only, when it is given (a long trace's stepping window)."""
+    out = {"input": chunk_input_figure(trace, chunk), "timeline": figures.timeline_figure(trace, chunk, span)}
     if series is None:
         return out
     lay = trace.layer(layer)
@@ -43,9 +45,9 @@ def explore_figures(trace: Trace, chunk: int, layer: Optional[str] = None, serie
     out["volume"] = figures.volume_figure(values, kind, f"{series.label} after chunk {chunk}", value_range=series.value_range)
     out["slices"] = figures.slices_figure(values, slice_index(trace, layer, chunk, anchor), "",
                                           value_range=series.value_range)
-    out["trajectory"] = figures.trajectory_figure(lay, chunk)
-    out["sigma"] = figures.sigma_figure(lay.sigma, chunk, lay.grid)
-    out["gates"] = figures.gates_figure(lay, chunk)
+    out["trajectory"] = figures.trajectory_figure(lay, chunk, since=0 if span is None else span[0])
+    out["sigma"] = figures.sigma_figure(lay.sigma, chunk, lay.grid, span)
+    out["gates"] = figures.gates_figure(lay, chunk, span)
     return out
 
 

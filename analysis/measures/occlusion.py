@@ -149,9 +149,10 @@ def belief_survival(checkpoint: Union[str, Path, Checkpoint], lengths: Sequence[
     return out
 
 
-def memory_energy(layer: LayerTrace) -> np.ndarray:
-    """(K, D, H, W): the squared norm of ``h`` over channels at every voxel after each chunk."""
-    h = layer.h.astype(np.float32)
+def memory_energy(layer: LayerTrace, span: Optional[tuple[int, int]] = None) -> np.ndarray:
+    """(K, D, H, W): the squared norm of ``h`` over channels at every voxel after each chunk (of ``span``, (first,
+    last), when given: only those chunks are decoded)."""
+    h = np.asarray(layer.h if span is None else layer.h[span[0]:span[1] + 1], dtype=np.float32)
     return (h ** 2).sum(axis=1)
 
 

@@ -28,6 +28,7 @@ from analysis.traces.quantized import QuantizedVolumes, quantize
 from analysis.traces.trace import SCALE_SUFFIX, LayerTrace, Trace, TraceError, check_volume_dtype
 
 SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
+TEXT_BLOCK = 4096  # positions normalised at a time for a language model's p(target): no (N, vocabulary) softmax held
 
 
 def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
@@ -201,11 +202,29 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
     info = trace_info(ckpt, task, seed, chunk_size, K, N, layers_info(layers, volumes, chunk_size))
     traces = []
     for row, index in enumerate(indices):
+        text = sample_text(task, batch, logits, row)
         traces.append(Trace(info={**info, "index": int(index)}, layers=layer_traces(layers, row, K),
                             meta=sample_meta(batch, row),
                             chunks=per_chunk(logits[row], batch.targets[row], batch.mask[row], chunk_size, K,
-                                             task.outputs)))
+                                             task.outputs), **text))
     return traces
+
+
+def sample_text(task: Any, batch: Batch, logits: torch.Tensor, row: int) -> dict[str, Any]:
+    """A language model's sample as the Text view reads a trace: ``tokens`` (the input as text, one string a
+    position) and ``per_token`` (target, prediction, p(target) at each position, target −1 where none is scored);
+    nothing for a task without text."""
+    if not hasattr(task, "decode"):
+        return {}
+    scores = logits[row].float()  # (N, vocabulary)
+    normaliser = torch.cat([block.logsumexp(-1) for block in scores.split(TEXT_BLOCK)])  # (N,) a block at a time
+    scored = batch.mask[row]
+    target = torch.where(scored, batch.targets[row], -1)
+    p_target = torch.where(scored, (scores.gather(1, target.clamp_min(0)[:, None])[:, 0] - normaliser).exp(), 0.0)
+    return {"tokens": task.decode(batch.inputs["tokens"][row]),
+            "per_token": {"target": target.numpy().astype(np.int64),
+                          "prediction": scores.argmax(-1).numpy().astype(np.int64),
+                          "p_target": p_target.numpy().astype(np.float32)}}
 
 
 def capture(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0, gates: bool = True,

@@ -1,7 +1,8 @@
 // The chunk stepper in the browser: every chunk's views arrive once (the render message's payload);
 // Previous, Next, Play/Pause, the slider and the arrow keys show another chunk with no message to the
 // server. The payload names its rows of cells; a cell is a Plotly figure per chunk, an image per chunk
-// or an HTML text per chunk, all indexed by the chunk.
+// or an HTML text per chunk, all indexed by the chunk. A long trace arrives a window at a time: the
+// payload's chunks are offset … offset + count − 1 of total, and chunks keep the trace's own numbers.
 "use strict";
 
 const CONFIG = { displaylogo: false, responsive: true, toImageButtonOptions: { format: "png", scale: 2 } };
@@ -28,11 +29,14 @@ function button(id, label, icon, primary) {
   return node;
 }
 
+function first(payload) { return payload.offset || 0; }
+function last(payload) { return first(payload) + payload.count - 1; }
+
 function build(payload) {
   const root = document.getElementById("root");
   root.replaceChildren();
-  const last = payload.count - 1;
-  const slider = element("input", { id: "slider", type: "range", min: "0", max: String(last), step: "1",
+  const slider = element("input", { id: "slider", type: "range", min: String(first(payload)),
+                                    max: String(last(payload)), step: "1",
                                     "aria-label": "Chunk" });
   const stepper = element("div", { class: "stepper", role: "group", "aria-label": "Chunk stepper" }, [
     element("div", { class: "controls" }, [
@@ -68,12 +72,12 @@ function build(payload) {
 
 function show(chunk) {
   const payload = view.payload;
-  const last = payload.count - 1;
-  chunk = Math.min(Math.max(chunk, 0), last);
+  const low = first(payload), high = last(payload);
+  chunk = Math.min(Math.max(chunk, low), high);
   view.chunk = chunk;
   for (const [name, values] of Object.entries(payload.cells)) {
     const node = document.getElementById(`cell-${name}`);
-    const value = values[chunk];
+    const value = values[chunk - low];
     if (payload.kinds[name] === "image") node.src = value;
     else if (payload.kinds[name] === "html") node.innerHTML = value;
     else {
@@ -83,12 +87,14 @@ function show(chunk) {
       Plotly.react(node, value.data, { ...value.layout, template, height, uirevision: name }, CONFIG);
     }
   }
-  document.getElementById("counter").textContent = `Chunk ${chunk} / ${last}`;
-  document.getElementById("event").textContent = payload.events[chunk];
+  const total = payload.total || payload.count;
+  document.getElementById("counter").textContent = `Chunk ${chunk} / ${total - 1}`;
+  const loaded = payload.count < total ? ` · chunks ${low}–${high} loaded` : "";
+  document.getElementById("event").textContent = payload.events[chunk - low] + loaded;
   document.getElementById("slider").value = String(chunk);
-  document.getElementById("previous").disabled = chunk === 0;
-  document.getElementById("next").disabled = chunk === last;
-  document.getElementById("play").disabled = last < 1;
+  document.getElementById("previous").disabled = chunk === low;
+  document.getElementById("next").disabled = chunk === high;
+  document.getElementById("play").disabled = high === low;
 }
 
 function setPlaying(playing) {
@@ -99,11 +105,11 @@ function setPlaying(playing) {
 }
 
 function play() {
-  if (view.chunk >= view.payload.count - 1) show(0); // playing from the end starts over
+  if (view.chunk >= last(view.payload)) show(first(view.payload)); // playing from the end starts over
   setPlaying(true);
   view.timer = setInterval(() => {
     show(view.chunk + 1);
-    if (view.chunk >= view.payload.count - 1) stop();
+    if (view.chunk >= last(view.payload)) stop();
   }, view.payload.interval_ms);
 }
 
@@ -126,7 +132,9 @@ window.addEventListener("message", (event) => {
   if (!event.data || event.data.type !== "streamlit:render") return;
   const payload = event.data.args.payload;
   if (view && view.payload.id === payload.id) return; // the same sample and settings: nothing to redraw
-  const keep = view && view.payload.sample === payload.sample ? view.chunk : payload.start;
+  const same = view && view.payload.sample === payload.sample && view.chunk >= first(payload)
+    && view.chunk <= last(payload); // the same sample, and its chunk in the window that arrived
+  const keep = same ? view.chunk : payload.start;
   stop();
   view = { payload, chunk: keep, timer: null };
   build(payload);

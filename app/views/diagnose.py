@@ -148,12 +148,14 @@ if not same_task:
     st.info(f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
             f"{context.task} task to step both side by side.", icon=":material/info:")
     st.stop()
+opening = stepper.opening_chunk(context)
+span = stepper.pages(context, "diagnose")
 try:
     both = cache.comparison_payload((context.ref, other_ref), (context.sample, their_sample), context.layer,
-                                    layout.volume_view())
+                                    layout.volume_view(), span)
 except EXPECTED_ERRORS as error:
     st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
     st.stop()
-browser_stepper.chunk_stepper(both, stepper.opening_chunk(context), key="comparison_stepper")
+browser_stepper.chunk_stepper(both, opening, key="comparison_stepper")
 st.caption("Both run the session's sample and step together in your browser; the 3D view and the channels are "
            "Explore's settings.")

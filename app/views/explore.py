@@ -62,8 +62,10 @@ trace, view = context.trace, None
 if context.has_memory_views:
     lay = trace.layer(context.layer)
     view = volume_controls(lay.channels, [f for f in FIELDS if getattr(lay, f) is not None])
-payload = cache.explore_payload(context.ref, context.sample, context.layer, view)
-browser_stepper.chunk_stepper(payload, stepper.opening_chunk(context), key="explore_stepper")
+opening = stepper.opening_chunk(context)
+span = stepper.pages(context, "explore")
+payload = cache.explore_payload(context.ref, context.sample, context.layer, view, span)
+browser_stepper.chunk_stepper(payload, opening, key="explore_stepper")
 if view is None:
     layout.memory_notice(context, "The memory views")
     st.stop()

@@ -67,8 +67,9 @@ else:
             icon=":material/info:")
 memory = layout.memory_notice(context, "The memory's energy and the interventions")
 if is_occlusion or memory:
-    browser_stepper.chunk_stepper(cache.occlusion_payload(context.ref, context.sample, context.layer, memory), chunk,
-                                  key="occlusion_stepper")
+    span = stepper.pages(context, "occlusion")
+    browser_stepper.chunk_stepper(cache.occlusion_payload(context.ref, context.sample, context.layer, memory, span),
+                                  chunk, key="occlusion_stepper")
 if not memory:
     st.stop()
 lay = trace.layer(context.layer)

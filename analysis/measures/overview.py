@@ -1,0 +1,61 @@
+"""A whole trace at a glance, one number per chunk: how well the model predicts and how the memory addresses.
+
+What the overview of a long trace plots (:func:`analysis.figures.overview.overview_figure`) to find the chunks
+worth stepping through: p(target) and right/wrong (or a reconstruction's error), and for a memory layer the
+write spread σ, how far the write moved since the chunk before, how far the read lands from the nearest earlier
+write, and the energy ‖h‖² the memory holds.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from tensor_memory.memory.addressing import read_write_distances
+from tensor_memory.memory.geometry import in_voxels, sigma_in_voxels
+
+from analysis.measures.images import chunk_errors
+from analysis.traces.trace import Trace
+
+ENERGY_BLOCK = 256  # chunks decoded at a time: an int8 trace of thousands of chunks is never decoded whole
+# Each series: (the overview row's short name, what it is).
+SERIES = {"p_target": ("p(target)", "p(target)"), "correct": ("right", "right (1) or wrong (0)"),
+          "error": ("error", "RMS pixel error"), "sigma_voxels": ("σ", "write σ (voxels)"),
+          "write_step_voxels": ("step", "how far the write moved since the chunk before (voxels)"),
+          "read_to_write_voxels": ("read→write", "the read's distance to the nearest earlier write (voxels)"),
+          "energy": ("Σ‖h‖²", "the energy the memory holds, Σ‖h‖²")}
+
+
+def chunk_overview(trace: Trace, layer: Optional[str] = None) -> dict[str, np.ndarray]:
+    """Ordered ``{series: (K,) float64}`` of :data:`SERIES`, NaN where a chunk has no value (an unscored chunk's
+    p(target); chunk 0's step and read distance). The memory's series need ``layer`` (a layer name)."""
+    K = trace.num_chunks
+    out: dict[str, np.ndarray] = {}
+    if trace.predicts_values:
+        out["error"] = np.asarray(chunk_errors(trace), dtype=np.float64)
+    elif trace.has_predictions:
+        p_target, _ = trace.target_probabilities()
+        scored = np.asarray(trace.chunks["scored"], dtype=bool) & (np.asarray(trace.chunks["target"]) >= 0)
+        right = np.asarray(trace.chunks["prediction"]) == np.asarray(trace.chunks["target"])
+        out["p_target"] = p_target.astype(np.float64)
+        out["correct"] = np.where(scored, right.astype(np.float64), np.nan)
+    if layer is None:
+        return out
+    lay = trace.layer(layer)
+    grid = lay.grid
+    spanning = [n > 1 for n in (grid[2], grid[1], grid[0])]  # x, y, z: axes with more than one voxel
+    sigma = sigma_in_voxels(lay.sigma, grid)  # (K, 3) along x, y, z
+    out["sigma_voxels"] = sigma[:, spanning].mean(axis=1) if any(spanning) else sigma.mean(axis=1)
+    writes = in_voxels(np.asarray(lay.mu_write, dtype=np.float64), grid)  # (K, 3)
+    out["write_step_voxels"] = np.concatenate([[np.nan], np.linalg.norm(np.diff(writes, axis=0), axis=1)])
+    distances = read_write_distances(torch.as_tensor(lay.mu_read, dtype=torch.float64)[None],
+                                     torch.as_tensor(lay.mu_write, dtype=torch.float64)[None], grid)  # chunks 1…K−1
+    out["read_to_write_voxels"] = np.concatenate([[np.nan], distances.numpy()])[:K]
+    blocks = [np.asarray(lay.h[first:first + ENERGY_BLOCK], dtype=np.float64) for first in range(0, K, ENERGY_BLOCK)]
+    out["energy"] = np.concatenate([(h ** 2).sum(axis=(1, 2, 3, 4)) for h in blocks]) if blocks else np.zeros(0)
+    return out
+
+
+__all__ = ["chunk_overview", "SERIES"]
