@@ -1,0 +1,134 @@
+"""Train, measure and ship the long-range models (issue 28): tasks whose needed input lies past what an
+equal-state attention window reaches.
+
+Each run is ``tensor-memory train --config configs/long_range/TASK.toml`` with one backbone, one learning rate
+(the config's), one thread, two runs at a time. A finished run is measured by accuracy against distance on the
+evaluation seeds (``tensor-memory eval --distance --seed S``: 8 batches of 64 for each of seeds 1, 2, 3, with the
+memory's reads off beside it) — a language model by its test split streamed (``tensor-memory eval --stream``:
+carried, reset every segment, carried with the reads off) — and the record goes to
+``checkpoints/long_range/long_range.json``. ``--ship`` first copies the runs into
+``checkpoints/long_range/TASK-BACKBONE/`` (a language model as float16, as the shipped ones) and measures the
+copies, so the record is that of the shipped weights.
+
+    .venv/bin/python checkpoints/train_long_range.py                       # train what is missing, measure, record
+    .venv/bin/python checkpoints/train_long_range.py --runs occlusion-tensor --jobs 1
+    .venv/bin/python checkpoints/train_long_range.py --measure-only --ship  # record and ship finished runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from tensor_memory import load_checkpoint  # noqa: E402
+from tensor_memory.checkpoint import store_half_precision  # noqa: E402
+from tensor_memory.training.distance import distance_evaluation  # noqa: E402
+from tensor_memory.training.evaluation import evaluate_checkpoint  # noqa: E402
+from tensor_memory.training.streamed import stream_evaluation  # noqa: E402
+
+TASKS = ("occlusion", "map_building", "coordinate_binding")
+BACKBONES = ("tensor", "local", "xl", "base")
+STREAMED = ("language_modelling-tensor", "language_modelling-local")  # language streamed, state carried
+RUNS = tuple(f"{task}-{backbone}" for task in TASKS for backbone in BACKBONES) + STREAMED
+SEEDS = (1, 2, 3)
+BATCHES, BATCH_SIZE = 8, 64
+RUN_ROOT = ROOT / "runs" / "long"
+SHIPPED = ROOT / "checkpoints" / "long_range"
+SHIPPED_FILES = ("model.safetensors", "config.json", "train_log.jsonl")
+OPTIONAL_FILES = ("tokenizer.json",)  # a language model's
+WALL_FILE = "wall_seconds.json"  # written beside a run this script trained
+CHECK = {"seed": 1, "batches": 2, "batch_size": 32, "rows": 2, "tokens": 4096}  # what the tests recompute, quickly
+
+
+def train(name: str, threads: int) -> None:
+    """Train run ``name`` (TASK-BACKBONE) into runs/long/NAME unless it finished there before."""
+    task, backbone = name.rsplit("-", 1)
+    out = RUN_ROOT / name
+    if (out / "model.safetensors").exists():
+        print(f"{name}: finished earlier in {out.relative_to(ROOT)}", flush=True)
+        return
+    command = [sys.executable, "-m", "tensor_memory_cli", "train", "--task", task, "--backbone", backbone,
+               "--config", f"configs/long_range/{task}.toml", "--out", str(out.relative_to(ROOT)), "--no-progress"]
+    command += ["--resume"] if (out / "config.json").exists() else []  # a killed run continues where it stopped
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, env=env, check=True)
+    wall = round(time.perf_counter() - start, 1)
+    (out / WALL_FILE).write_text(json.dumps({"wall_seconds": wall, "threads": threads}) + "\n")
+    print(f"{name}: {wall / 60:.1f} min", flush=True)
+
+
+def measure(name: str, folder: Path) -> dict:
+    """The run's validation at its last step, and the checkpoint in ``folder`` (the run or its shipped copy)
+    measured: its metrics and accuracy by distance on the evaluation seeds, or a language model streamed."""
+    ckpt = load_checkpoint(folder)
+    log = [json.loads(line) for line in (RUN_ROOT / name / "train_log.jsonl").read_text().splitlines()]
+    validation = [entry for entry in log if any(key.startswith("val_") for key in entry)][-1]
+    wall_file = RUN_ROOT / name / WALL_FILE
+    task, backbone = name.rsplit("-", 1)
+    record = {"run": name, "checkpoint": str(folder.relative_to(ROOT)),
+              "command": f"tensor-memory train --task {task} --backbone {backbone} --config "
+                         f"configs/long_range/{task}.toml --out runs/long/{name}",
+              "steps": ckpt.config["training"]["steps"],
+              "wall": json.loads(wall_file.read_text()) if wall_file.exists() else None,
+              "state_budget": ckpt.config["state_budget"],
+              "validation": {k[4:]: v for k, v in validation.items() if k.startswith("val_")}}
+    if name in STREAMED:
+        record["stream"] = stream_evaluation(ckpt, progress=False)
+        record["check"] = stream_evaluation(ckpt, rows=CHECK["rows"], tokens=CHECK["tokens"], progress=False)
+        return record
+    record["check"] = distance_evaluation(ckpt, CHECK["seed"], CHECK["batches"], CHECK["batch_size"], progress=False)
+    record["per_seed"] = {str(seed): {
+        "metrics": evaluate_checkpoint(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)["metrics"],
+        "distance": distance_evaluation(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)} for seed in SEEDS}
+    return record
+
+
+def ship(name: str) -> Path:
+    """Copy run ``name`` into checkpoints/long_range/NAME (a language model's weights as float16)."""
+    target = SHIPPED / name
+    target.mkdir(parents=True, exist_ok=True)
+    for file in SHIPPED_FILES + tuple(f for f in OPTIONAL_FILES if (RUN_ROOT / name / f).exists()):
+        shutil.copy2(RUN_ROOT / name / file, target / file)
+    if name in STREAMED:
+        store_half_precision(target)
+    print(f"{name}: shipped to {target.relative_to(ROOT)}", flush=True)
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS), help="TASK-BACKBONE runs (default all)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads a run (default 1)")
+    parser.add_argument("--measure-only", action="store_true", help="train nothing; measure the finished runs")
+    parser.add_argument("--ship", action="store_true", help="copy the measured runs into checkpoints/long_range/")
+    args = parser.parse_args()
+    if not args.measure_only:
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(lambda name: train(name, args.threads), args.runs))
+    finished = [name for name in args.runs if (RUN_ROOT / name / "model.safetensors").exists()]
+    record_path = SHIPPED / "long_range.json"
+    record = json.loads(record_path.read_text()) if record_path.exists() else {"runs": {}}
+    for name in finished:
+        folder = ship(name) if args.ship else RUN_ROOT / name
+        record["runs"][name] = measure(name, folder)
+        print(f"{name}: measured", flush=True)
+    record["evaluation"] = {"seeds": list(SEEDS), "batches": BATCHES, "batch_size": BATCH_SIZE, "check": CHECK}
+    SHIPPED.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"record in {record_path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
