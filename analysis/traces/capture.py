@@ -73,7 +73,7 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
     N = next(iter(inputs.values())).shape[1]
     step = SEGMENT_CHUNKS * chunk_size
     parts: dict[str, dict[str, list]] = {}
-    logits, state = [], None
+    logits, state = None, None
     segments = range(0, N, step)
     bar = tqdm(segments, desc="capturing", unit="segment", leave=False,
                disable=progress is False or (progress is None and len(segments) < 4))
@@ -82,9 +82,11 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
             piece = {k: v[:, start:start + step] for k, v in inputs.items()}
             with record(model, gates=gates) as rec:
                 out, state = model(piece, state)
-            logits.append(out)
+            if logits is None:  # filled a segment at a time: the outputs are never held twice
+                logits = out.new_empty(out.shape[0], N, *out.shape[2:])
+            logits[:, start:start + out.shape[1]] = out
             keep_recorded(rec, parts, cells, volumes)
-    return torch.cat(logits, dim=1), joined_fields(parts)
+    return logits, joined_fields(parts)
 
 
 def keep_recorded(rec: Recording, parts: dict[str, dict[str, list]], cells: bool, volumes: str) -> None:
