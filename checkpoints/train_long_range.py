@@ -13,6 +13,7 @@ copies, so the record is that of the shipped weights.
     .venv/bin/python checkpoints/train_long_range.py                       # train what is missing, measure, record
     .venv/bin/python checkpoints/train_long_range.py --runs occlusion-tensor --jobs 1
     .venv/bin/python checkpoints/train_long_range.py --measure-only --ship  # record and ship finished runs
+    .venv/bin/python checkpoints/train_long_range.py --tables               # the record as docs/results.md shows it
 """
 
 from __future__ import annotations
@@ -106,6 +107,59 @@ def ship(name: str) -> Path:
     return target
 
 
+def pooled(runs: list[dict]) -> list[dict]:
+    """The distance rows of a run's evaluation seeds pooled: per row, the accuracies weighted by what was scored."""
+    rows = []
+    for parts in zip(*(run["distance"]["rows"] for run in runs)):
+        scored = sum(part["scored"] for part in parts)
+        row = {"from": parts[0]["from"], "to": parts[0]["to"], "scored": scored}
+        for key in ("accuracy", "reads_off"):
+            if key in parts[0]:
+                row[key] = sum(part[key] * part["scored"] for part in parts) / scored
+        rows.append(row)
+    return rows
+
+
+def tables(record: dict) -> str:
+    """Markdown: per task, each backbone's accuracy by distance on the evaluation seeds pooled (the memory's with
+    its reads off beside it), and what each run cost."""
+    out = []
+    for task in TASKS:
+        names = [f"{task}-{backbone}" for backbone in BACKBONES if f"{task}-{backbone}" in record["runs"]]
+        if not names:
+            continue
+        runs = {name.rsplit("-", 1)[1]: record["runs"][name] for name in names}
+        pooled_rows = {kind: pooled(list(run["per_seed"].values())) for kind, run in runs.items()}
+        unit = next(iter(runs.values()))["per_seed"]["1"]["distance"]["unit"]
+        columns = [(kind, "accuracy") for kind in runs] + [(kind, "reads_off") for kind in runs
+                                                           if "reads_off" in pooled_rows[kind][0]]
+        out += [f"**{task}** — accuracy by distance ({unit} since the answer was shown), seeds "
+                f"{', '.join(map(str, SEEDS))} pooled", "",
+                "| distance | scored | " + " | ".join(k if what == "accuracy" else f"{k}, reads off"
+                                                   for k, what in columns) + " |",
+                "|---|---|" + "---|" * len(columns)]
+        first = next(iter(pooled_rows.values()))
+        for i, row in enumerate(first):
+            span = str(row["from"]) if row["from"] == row["to"] else f"{row['from']}–{row['to']}"
+            cells = [f"{100 * pooled_rows[k][i][what]:.1f}" for k, what in columns]
+            out.append(f"| {span} | {row['scored']:,} | " + " | ".join(cells) + " |")
+        out += ["", "| backbone | steps | wall (min, 1 thread) | state (numbers) | " + " | ".join(
+            m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"] if m not in ("chance", "gate_drift"))
+                + " |"]
+        metrics = [m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"] if m not in ("chance", "gate_drift")]
+        out.append("|---|---|---|---|" + "---|" * len(metrics))
+        for kind, run in runs.items():
+            seeds = list(run["per_seed"].values())
+            wall = (run.get("wall") or {}).get("wall_seconds")
+            state = run["state_budget"]["total_state_numbers"]
+            means = [sum(s["metrics"][m] for s in seeds) / len(seeds) for m in metrics]
+            out.append(f"| {kind} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
+                       f"{'grows' if state is None and kind == 'base' else state if state else '—'} | "
+                       + " | ".join(f"{100 * v:.1f}" for v in means) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS), help="TASK-BACKBONE runs (default all)")
@@ -113,7 +167,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads a run (default 1)")
     parser.add_argument("--measure-only", action="store_true", help="train nothing; measure the finished runs")
     parser.add_argument("--ship", action="store_true", help="copy the measured runs into checkpoints/long_range/")
+    parser.add_argument("--tables", action="store_true", help="print the record's tables (markdown) and stop")
     args = parser.parse_args()
+    if args.tables:
+        print(tables(json.loads((SHIPPED / "long_range.json").read_text())))
+        return
     if not args.measure_only:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(lambda name: train(name, args.threads), args.runs))
