@@ -458,8 +458,9 @@ def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
     for name in ("sample_trace", "explore_payload"):  # the page's first call of each is the one prepared
         ahead, page = ([args for n, args in asked[when] if n == name] for when in ("ahead", "page"))
         assert ahead and page and ahead[0] == page[0], name
-    ref, sample, layer, view = next(args for n, args in asked["ahead"] if n == "explore_payload")
+    ref, sample, layer, view, span = next(args for n, args in asked["ahead"] if n == "explore_payload")
     assert sample == cache.Sample(0) and view == layout.VolumeView() and layer.endswith("blocks.1.memory")
+    assert span is None  # twelve frames: the whole sample goes to the browser
     assert "run: $(STAMP)\n\t$(PY) -m app --server.address $(HOST)\n" in (ROOT / "Makefile").read_text()  # make run
 
 
