@@ -32,13 +32,19 @@ DEFAULT_CHECKPOINT = "occlusion-tensor"
 CONTEXT_KEY = "context"
 GOOD_CHECKPOINT_KEY = "last_good_checkpoint"
 CHUNK_KEY = "chunk"
+LONG_RANGE = "long_range"  # the folder of checkpoints/ holding the long-range diagnostics (issue 28)
 
 
 def shipped_checkpoints() -> dict[str, Path]:
-    """The checkpoint folders in ``checkpoints/`` by name."""
+    """The checkpoint folders in ``checkpoints/`` by name, then the long-range ones (``checkpoints/long_range/``) as
+    ``long_range/NAME``."""
     if not SHIPPED.is_dir():
         return {}
-    return {p.name: p for p in sorted(SHIPPED.iterdir()) if (p / CONFIG_FILE).is_file()}
+    found = {p.name: p for p in sorted(SHIPPED.iterdir()) if (p / CONFIG_FILE).is_file()}
+    long_range = SHIPPED / LONG_RANGE
+    if long_range.is_dir():
+        found.update({f"{LONG_RANGE}/{p.name}": p for p in sorted(long_range.iterdir()) if (p / CONFIG_FILE).is_file()})
+    return found
 
 
 def startup_checkpoint() -> tuple[str, Path]:

@@ -14,6 +14,7 @@ copies, so the record is that of the shipped weights.
     .venv/bin/python checkpoints/train_long_range.py --runs occlusion-tensor --jobs 1
     .venv/bin/python checkpoints/train_long_range.py --measure-only --ship  # record and ship finished runs
     .venv/bin/python checkpoints/train_long_range.py --tables               # the record as docs/results.md shows it
+    .venv/bin/python checkpoints/train_long_range.py --figures              # docs/img/long_range_TASK.png
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from tensor_memory import load_checkpoint  # noqa: E402
+from tensor_memory.backbone import BackboneConfig, state_budget  # noqa: E402
 from tensor_memory.checkpoint import store_half_precision  # noqa: E402
 from tensor_memory.training.distance import distance_evaluation  # noqa: E402
 from tensor_memory.training.evaluation import evaluate_checkpoint  # noqa: E402
@@ -82,7 +85,7 @@ def measure(name: str, folder: Path) -> dict:
                          f"configs/long_range/{task}.toml --out runs/long/{name}",
               "steps": ckpt.config["training"]["steps"],
               "wall": json.loads(wall_file.read_text()) if wall_file.exists() else None,
-              "state_budget": ckpt.config["state_budget"],
+              "state_budget": ckpt.config["state_budget"], "state_numbers": state_numbers(ckpt.config["model"]),
               "validation": {k[4:]: v for k, v in validation.items() if k.startswith("val_")}}
     if name in STREAMED:
         record["stream"] = stream_evaluation(ckpt, progress=False)
@@ -93,6 +96,16 @@ def measure(name: str, folder: Path) -> dict:
         "metrics": evaluate_checkpoint(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)["metrics"],
         "distance": distance_evaluation(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)} for seed in SEEDS}
     return record
+
+
+def state_numbers(model: dict) -> Optional[int]:
+    """Numbers a sequence's state holds: the memory's volumes and the window's keys and values, or XL's cached
+    segment (its keys and values in every layer); None for full attention, whose cache grows."""
+    if model["kind"] == "xl":
+        return 2 * model["dim"] * model["xl_segment"] * model["layers"]
+    if model["kind"] == "base":
+        return None
+    return state_budget(BackboneConfig.from_dict(model))["total_state_numbers"]
 
 
 def ship(name: str) -> Path:
@@ -151,13 +164,34 @@ def tables(record: dict) -> str:
         for kind, run in runs.items():
             seeds = list(run["per_seed"].values())
             wall = (run.get("wall") or {}).get("wall_seconds")
-            state = run["state_budget"]["total_state_numbers"]
+            state = run["state_numbers"]
             means = [sum(s["metrics"][m] for s in seeds) / len(seeds) for m in metrics]
             out.append(f"| {kind} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
-                       f"{'grows' if state is None and kind == 'base' else state if state else '—'} | "
+                       f"{'grows' if state is None else f'{state:,}'} | "
                        + " | ".join(f"{100 * v:.1f}" for v in means) + " |")
         out.append("")
     return "\n".join(out)
+
+
+REACH = {"occlusion": 2 * 77 / 16, "map_building": 2 * 19, "coordinate_binding": 2 * 30}  # local's, in the unit
+
+
+def figures(record: dict) -> dict[str, bytes]:
+    """``{task: PNG}``: each task's accuracy by distance, every backbone and the memory with its reads off."""
+    from analysis.figures.distance import distance_figure
+    from analysis.figures.export import figure_pngs
+
+    drawn = {}
+    for task in TASKS:
+        runs = {kind: record["runs"][f"{task}-{kind}"] for kind in BACKBONES if f"{task}-{kind}" in record["runs"]}
+        if not runs:
+            continue
+        curves = {kind: pooled(list(run["per_seed"].values())) for kind, run in runs.items()}
+        if "tensor" in curves and "reads_off" in curves["tensor"][0]:
+            curves["tensor, reads off"] = [{**row, "accuracy": row["reads_off"]} for row in curves["tensor"]]
+        unit = next(iter(runs.values()))["per_seed"]["1"]["distance"]["unit"]
+        drawn[task] = distance_figure(curves, unit, f"{task}: accuracy by distance, at equal state", REACH[task])
+    return figure_pngs(drawn)
 
 
 def main() -> None:
@@ -168,9 +202,14 @@ def main() -> None:
     parser.add_argument("--measure-only", action="store_true", help="train nothing; measure the finished runs")
     parser.add_argument("--ship", action="store_true", help="copy the measured runs into checkpoints/long_range/")
     parser.add_argument("--tables", action="store_true", help="print the record's tables (markdown) and stop")
+    parser.add_argument("--figures", action="store_true", help="write the record's curves to docs/img and stop")
     args = parser.parse_args()
-    if args.tables:
-        print(tables(json.loads((SHIPPED / "long_range.json").read_text())))
+    if args.tables or args.figures:
+        record = json.loads((SHIPPED / "long_range.json").read_text())
+        if args.tables:
+            print(tables(record))
+        for task, png in (figures(record) if args.figures else {}).items():
+            (ROOT / "docs" / "img" / f"long_range_{task}.png").write_bytes(png)
         return
     if not args.measure_only:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

@@ -114,3 +114,15 @@ def test_eval_distance_refuses_what_it_cannot_measure_in_one_line(capsys, extra)
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert ("two different evaluations" if extra else "applies to occlusion, map_building") in err
+
+
+def test_the_distance_figure_draws_each_curve_at_its_bins_middles_in_percent():
+    from analysis.figures.distance import distance_figure
+
+    rows = [{"from": 0, "to": 0, "accuracy": 1.0}, {"from": 1, "to": 3, "accuracy": 0.25}]
+    fig = distance_figure({"tensor": rows, "tensor, reads off": [{**rows[0], "accuracy": 0.5}]}, "frames", "t", 9.6)
+    assert list(fig.data[0].x) == [0.0, 2.0] and list(fig.data[0].y) == [100.0, 25.0]
+    assert fig.data[1].line.dash == "dot" and fig.data[0].line.dash == "solid"
+    assert fig.layout.shapes[0].x0 == 9.6 and "frames since" in fig.layout.xaxis.title.text
+    with pytest.raises(ValueError, match="at least one curve"):
+        distance_figure({}, "frames", "t")
