@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tensor_memory.cli import seed
+from tensor_memory.cli import seed, task_param
 from tensor_memory.files import check_output_path
 
 from analysis.traces.trace import VOLUME_DTYPES
@@ -26,17 +26,6 @@ REPORT_DESCRIPTION = (
     "and footprints, sigma and gates over time, the prediction timeline and, for occlusion, the belief "
     "through the occlusion and what the memory held. --json prints the numbers instead of (or besides) "
     "writing the page.")
-
-
-def _param(text: str) -> tuple[str, Any]:
-    """``name=value`` with value parsed as JSON when it is JSON (numbers, booleans), else kept as text."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    try:
-        return name.strip(), json.loads(value)
-    except ValueError:
-        return name.strip(), value
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -214,7 +203,7 @@ def add_trace_parsers(subparsers: Any) -> None:
     trace.add_argument("--seed", type=seed, default=0, help="sample stream seed (default 0)")
     trace.add_argument("--index", type=int, default=0, help="sample index within the stream (default 0)")
     trace.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.safetensors)")
-    trace.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+    trace.add_argument("--param", type=task_param, action="append", default=[], metavar="NAME=VALUE",
                        help="override a task parameter for this sample, e.g. --param occlusion_length=6 "
                             "(repeatable; only parameters that keep the model's shapes)")
     trace.add_argument("--no-gates", action="store_true", help="leave out the gate volumes (a smaller file)")

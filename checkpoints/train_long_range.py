@@ -148,27 +148,30 @@ def tables(record: dict) -> str:
                                                            if "reads_off" in pooled_rows[kind][0]]
         out += [f"**{task}** — accuracy by distance ({unit} since the answer was shown), seeds "
                 f"{', '.join(map(str, SEEDS))} pooled", "",
-                "| distance | scored | " + " | ".join(k if what == "accuracy" else f"{k}, reads off"
-                                                   for k, what in columns) + " |",
+                "| distance | scored | "
+                + " | ".join(k if what == "accuracy" else f"{k}, reads off" for k, what in columns) + " |",
                 "|---|---|" + "---|" * len(columns)]
         first = next(iter(pooled_rows.values()))
         for i, row in enumerate(first):
             span = str(row["from"]) if row["from"] == row["to"] else f"{row['from']}–{row['to']}"
             cells = [f"{100 * pooled_rows[k][i][what]:.1f}" for k, what in columns]
             out.append(f"| {span} | {row['scored']:,} | " + " | ".join(cells) + " |")
-        out += ["", "| backbone | steps | wall (min, 1 thread) | state (numbers) | " + " | ".join(
-            m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"] if m not in ("chance", "gate_drift"))
-                + " |"]
-        metrics = [m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"] if m not in ("chance", "gate_drift")]
-        out.append("|---|---|---|---|" + "---|" * len(metrics))
+        metrics = [m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"]
+                   if m not in ("chance", "gate_drift")]
+        out += ["", "| backbone | steps | wall (min, 1 thread) | state (numbers) | " + " | ".join(metrics)
+                + " | at distance ≥ 1 | the same, reads off |", "|---|---|---|---|" + "---|" * (len(metrics) + 2)]
         for kind, run in runs.items():
             seeds = list(run["per_seed"].values())
             wall = (run.get("wall") or {}).get("wall_seconds")
             state = run["state_numbers"]
             means = [sum(s["metrics"][m] for s in seeds) / len(seeds) for m in metrics]
+            away = [row for row in pooled_rows[kind] if row["from"] >= 1]  # what had to be carried
+            far = [sum(row[key] * row["scored"] for row in away) / sum(row["scored"] for row in away)
+                   if key in away[0] else None for key in ("accuracy", "reads_off")]
             out.append(f"| {kind} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
                        f"{'grows' if state is None else f'{state:,}'} | "
-                       + " | ".join(f"{100 * v:.1f}" for v in means) + " |")
+                       + " | ".join(f"{100 * v:.1f}" for v in means + [v for v in far if v is not None])
+                       + (" | — |" if far[1] is None else " |"))
         out.append("")
     return "\n".join(out)
 

@@ -116,6 +116,17 @@ EVAL_DESCRIPTION = (
     "documents of the test split, in order (the seed does not apply; 8 x 64 is the 512 its metrics.json holds).")
 
 
+def task_param(text: str) -> tuple[str, Any]:
+    """``name=value`` with value parsed as JSON when it is JSON (numbers, booleans), else kept as text."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    try:
+        return name.strip(), json.loads(value)
+    except ValueError:
+        return name.strip(), value
+
+
 def seed(text: str) -> int:
     """A seed flag's value: a whole number from 0 to 2^63 − 1 (what every seed of a run may be)."""
     try:
@@ -152,6 +163,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sweep", action="store_true",
                         help="evaluate at every point of the task's parameter sweep instead of its trained setting "
                              "(with --stream: the NLL over positions binned on a log scale)")
+    parser.add_argument("--param", type=task_param, action="append", default=[], metavar="NAME=VALUE",
+                        help="evaluate with a task parameter changed, e.g. --param distractors=60 (repeatable; only "
+                             "parameters that keep the model's shapes; not with --sweep or --stream)")
     parser.add_argument("--distance", action="store_true",
                         help="accuracy by how long ago each scored position's answer was shown (occlusion: frames "
                              "since the ball was last seen; map_building, coordinate_binding: tokens since the "
@@ -178,7 +192,7 @@ def _fmt(metric: str, value: Optional[float]) -> str:
 def _report(ckpt: Any, args: argparse.Namespace, result: dict, points: Optional[list[dict]]) -> str:
     from .training.reports import text_table
 
-    params = ", ".join(f"{k}={v}" for k, v in ckpt.task.config.to_dict().items())
+    params = ", ".join(f"{k}={v}" for k, v in result.get("params", ckpt.task.config.to_dict()).items())
     head = [f"checkpoint  {ckpt.path}",
             f"task        {ckpt.task.name} ({params})",
             f"backbone    {ckpt.model.backbone.config.kind}",
@@ -199,9 +213,9 @@ def _eval_minilm(args: argparse.Namespace) -> int:
     from .pretrained.recall import evaluate_recall, test_documents
     from .training.reports import text_table
 
-    if args.sweep or args.stream or args.distance:
-        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameter sweep, no stream and "
-                         f"no distances; run eval without --sweep, --stream and --distance")
+    if args.sweep or args.stream or args.distance or args.param:
+        raise ValueError(f"{args.checkpoint} is a memory on MiniLM, whose task has no parameters to vary, no stream "
+                         f"and no distances; run eval without --sweep, --param, --stream and --distance")
     model, config, _ = load_minilm_checkpoint(args.checkpoint)
     documents = min(args.batches * args.batch_size, test_documents(model.config))
     metrics = evaluate_recall(model, model.config, docs=documents, batch=args.batch_size)
@@ -230,6 +244,9 @@ def run_eval(args: argparse.Namespace) -> int:
         ckpt = load_checkpoint(args.checkpoint)
         if args.stream and args.distance:
             raise ValueError("--distance and --stream are two different evaluations; give one")
+        if args.param and (args.sweep or args.stream):
+            raise ValueError("--param sets the task of one evaluation; --sweep and --stream choose their own: give "
+                             "--param without them")
         if args.stream:
             return eval_stream(ckpt, args)
         if args.distance:
@@ -239,8 +256,10 @@ def run_eval(args: argparse.Namespace) -> int:
             result = {"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "sweep": points}
         else:
             points = None
-            full = evaluate_checkpoint(ckpt, args.seed, args.batches, args.batch_size)
-            result = {"task": full["task"], "backbone": full["backbone"], "metrics": full["metrics"]}
+            full = evaluate_checkpoint(ckpt, args.seed, args.batches, args.batch_size,
+                                       task_params=dict(args.param) or None)
+            result = {"task": full["task"], "backbone": full["backbone"], "metrics": full["metrics"],
+                      **({"params": full["params"]} if args.param else {})}
     except (CheckpointError, ValueError) as error:  # one line, no traceback
         message = " ".join(str(error).split())
         print(f"tensor-memory eval: error: {message}", file=sys.stderr)

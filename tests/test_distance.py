@@ -126,3 +126,23 @@ def test_the_distance_figure_draws_each_curve_at_its_bins_middles_in_percent():
     assert fig.layout.shapes[0].x0 == 9.6 and "frames since" in fig.layout.xaxis.title.text
     with pytest.raises(ValueError, match="at least one curve"):
         distance_figure({}, "frames", "t")
+
+
+def test_eval_param_changes_the_task_of_one_evaluation(capsys):
+    from tensor_memory.training.evaluation import evaluate_checkpoint
+
+    folder = CHECKPOINTS / "coordinate_binding-tensor"
+    code = main(["eval", "--checkpoint", str(folder), "--batches", "1", "--batch-size", "8", "--json",
+                 "--param", "distractors=30"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["params"]["distractors"] == 30
+    expected = evaluate_checkpoint(load_checkpoint(folder), 0, 1, 8, task_params={"distractors": 30})["metrics"]
+    assert result["metrics"] == expected
+    assert main(["eval", "--checkpoint", str(folder), "--distance", "--batches", "1", "--batch-size", "8", "--json",
+                 "--param", "distractors=30"]) == 0
+    rows = json.loads(capsys.readouterr().out)["distance"]["rows"]
+    assert rows[0]["from"] >= 31  # every answer is at least the 30 distractors and one token back
+    assert main(["eval", "--checkpoint", str(folder), "--sweep", "--param", "distractors=30"]) == 2
+    assert "give --param without them" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(folder), "--param", "values=7"]) == 2  # a shape the model lacks
+    assert "change the shapes" in capsys.readouterr().err

@@ -92,7 +92,7 @@ def test_eval_stream_on_the_command_line(capsys):
     shown = capsys.readouterr().out
     assert "NLL (nats), t >= 4W = 116" in shown and "\n256-511 " in shown
     for other, said in ((CHECKPOINTS / "occlusion-tensor", "holds a model of task occlusion"),
-                        (CHECKPOINTS / "minilm-tensor", "run eval without --sweep, --stream and --distance")):
+                        (CHECKPOINTS / "minilm-tensor", "run eval without --sweep, --param, --stream and --distance")):
         assert main(["eval", "--checkpoint", str(other), "--stream"]) == 2
         refusal = capsys.readouterr().err.strip()
         assert "\n" not in refusal and said in refusal

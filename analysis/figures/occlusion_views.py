@@ -29,8 +29,8 @@ def _shade(fig: go.Figure, occluded: Optional[np.ndarray], count: int, offset: i
     if occluded is None or len(occluded) != count:
         return
     for first, last in figures.flag_runs(np.asarray(occluded, dtype=bool)):
-        fig.add_vrect(x0=offset + first - 0.5, x1=offset + last + 0.5, fillcolor="grey", opacity=0.18, line_width=0, layer="below",
-                      **where)
+        fig.add_vrect(x0=offset + first - 0.5, x1=offset + last + 0.5, fillcolor="grey", opacity=0.18, line_width=0,
+                      layer="below", **where)
 
 
 def energy_figure(layer: LayerTrace, current: int, occluded: Optional[np.ndarray] = None,

@@ -23,6 +23,7 @@ from ..config import require_int
 from ..memory import memory_layers
 from ..memory.hooking import hooks, reads_off
 from ..tasks import Task
+from .evaluation import task_with
 from .streamed import attention_reach
 
 
@@ -59,13 +60,15 @@ def distance_counts(model: nn.Module, task: Task, seed: int = 0, batches: int = 
 
 
 def distance_evaluation(ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 64,
-                        progress: Optional[bool] = None) -> dict[str, Any]:
-    """A checkpoint's accuracy by distance, and for a model with memory layers the same with their reads off.
+                        progress: Optional[bool] = None,
+                        task_params: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """A checkpoint's accuracy by distance, and for a model with memory layers the same with their reads off;
+    ``task_params`` change its task's parameters for the evaluation (those that keep the model's shapes).
 
     ``{"unit", "tokens_per_unit", "W", "rows": [{"from", "to", "scored", "accuracy", "reads_off"?}]}``: a row per
     distance up to 32, else per equal bin (:func:`bin_width`); W the attention's reach in tokens (the window, XL's
     segment, or the whole sample for full attention)."""
-    task, model = ckpt.task, ckpt.model
+    task, model = task_with(ckpt, task_params), ckpt.model
     runs = {"accuracy": contextlib.nullcontext}
     layers = list(memory_layers(model))
     if layers:

@@ -48,14 +48,15 @@ def eval_distance(ckpt: Any, args: argparse.Namespace) -> int:
     """``eval --distance``: accuracy by how long ago the answer was shown, reads on and off."""
     from .distance import distance_evaluation
 
-    result = distance_evaluation(ckpt, args.seed, args.batches, args.batch_size)
+    result = distance_evaluation(ckpt, args.seed, args.batches, args.batch_size, task_params=dict(args.param) or None)
     if args.json:
         print(json.dumps({"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "distance": result},
                          allow_nan=False))
         return 0
     runs = [run for run in ("accuracy", "reads_off") if result["rows"] and run in result["rows"][0]]
     unit, per = result["unit"], result["tokens_per_unit"]
-    rows = [[str(row["from"]) + ("" if row["to"] == row["from"] else f"-{row['to']}"), str(row["scored"])] + [f"{100 * row[run]:.1f}%" for run in runs]
+    rows = [[str(row["from"]) + ("" if row["to"] == row["from"] else f"-{row['to']}"), str(row["scored"])]
+            + [f"{100 * row[run]:.1f}%" for run in runs]
             for row in result["rows"]]
     reach = f"{result['W']} tokens" + (f" = {result['W'] / per:.1f} {unit}" if per > 1 else "")
     print("\n".join([f"checkpoint  {ckpt.path}", f"backbone    {ckpt.model.backbone.config.kind}",
