@@ -15,9 +15,15 @@ Measured side by side in one run:
 3. Time from starting ``streamlit run app/main.py`` (a new process: nothing cached) until headless
    Chromium shows the first page settled: the "Chunk k / K" counter and the Plotly 3D scenes (PyVista
    is off until asked for). Needs /usr/bin/chromium.
+4. A long trace (issue 28): occlusion-tensor captured on ``--long-chunks`` frames (int8 volumes), opened with
+   ``tensor-memory app --trace``: the seconds from starting the server until Chromium shows its first page (the
+   overview and the first page of 64 chunks drawn), each step in the browser (Next, turning back at the page's
+   ends; from the click until the new counter is shown and two frames are painted), and a page turn (the
+   "Chunks a–b" button: the server draws the next 64 chunks).
 
     .venv/bin/python benchmarks/app.py
     .venv/bin/python benchmarks/app.py --steps 60 --pause 1.0 --starts 3
+    .venv/bin/python benchmarks/app.py --only-long --long-chunks 2000
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=30, help="steps timed per pace (default 30)")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between steps at a person's pace (default 1.0)")
     p.add_argument("--starts", type=int, default=1, help="server starts to time (default 1)")
+    p.add_argument("--long-chunks", type=int, default=2000, help="chunks of the long trace (default 2000)")
+    p.add_argument("--only-long", action="store_true", help="measure the long trace only (part 4)")
     return p.parse_args()
 
 
@@ -141,6 +149,84 @@ def first_page_time() -> tuple[float, float]:
     return healthy, drawn
 
 
+def long_trace_times(chunks: int, steps: int) -> dict[str, object]:
+    """Part 4: a ``chunks``-frame trace opened in the app: seconds to the first page, per browser step, a page turn."""
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    from analysis import capture
+    from app.cli import TRACE_ENV
+
+    start = time.perf_counter()
+    trace = capture(ROOT / "checkpoints" / "occlusion-tensor", frames=chunks, volumes="int8", progress=False)
+    folder = Path(tempfile.mkdtemp(prefix="long-trace-"))
+    path = trace.save(folder / "long.trace.safetensors")
+    captured = time.perf_counter() - start
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1600, "height": 1800})
+        page.set_default_timeout(300_000)
+        start = time.perf_counter()
+        server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
+                                   "--server.headless", "true"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, env={**os.environ, TRACE_ENV: str(path)})
+        try:
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:
+                        if answer.read().strip() == b"ok":
+                            break
+                except OSError:
+                    time.sleep(0.05)
+            page.goto(url)
+            stepper = page.frame_locator('iframe[title*="chunk_stepper"]')
+            stepper.get_by_text("Chunk ", exact=False).first.wait_for()
+            stepper.locator(".js-plotly-plot .gl-container canvas").nth(1).wait_for()
+            page.get_by_text("the whole trace", exact=False).first.wait_for()  # the overview
+            opened = time.perf_counter() - start
+            frame = next(f for f in page.frames if "chunk_stepper" in f.url)
+            times, direction = [], 1
+            for _ in range(steps):
+                k = int(frame.locator("#counter").inner_text().split()[1])
+                name = "Next" if direction > 0 else "Previous"
+                if frame.get_by_role("button", name=name, exact=True).is_disabled():
+                    direction, name = -direction, "Previous" if direction > 0 else "Next"
+                began = time.perf_counter()
+                frame.get_by_role("button", name=name, exact=True).click()
+                frame.get_by_text(f"Chunk {k + direction} / ", exact=False).first.wait_for()
+                frame.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+                times.append(time.perf_counter() - began)
+            k = int(frame.locator("#counter").inner_text().split()[1])
+            following = (k // 64 + 1) * 64
+            began = time.perf_counter()
+            page.get_by_role("button", name=f"Chunks {following}–", exact=False).click()
+            stepper.get_by_text(f"Chunk {following} / ", exact=False).first.wait_for()
+            stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {following}").first.wait_for()
+            turned = time.perf_counter() - began
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            browser.close()
+    return {"captured": captured, "megabytes": path.stat().st_size / 1e6, "opened": opened, "steps": times,
+            "turned": turned}
+
+
+def print_long(args: argparse.Namespace) -> None:
+    long = long_trace_times(args.long_chunks, args.steps)
+    print(f"\nA {args.long_chunks:,}-chunk trace (occlusion-tensor, int8: captured in {long['captured']:.1f} s, "
+          f"{long['megabytes']:.0f} MB), `tensor-memory app --trace`:\n")
+    print(f"{'what':<62} {'median':>8} {'p90':>8} {'max':>8}   (ms)")
+    print(f"{'a step in the browser (Next / Previous)':<62} {summary(long['steps'])}")
+    print(f"\n{'server start to the first page drawn (overview, 64 chunks)':<62} {long['opened']:8.1f} s")
+    print(f"{'a page turn (the server draws the next 64 chunks)':<62} {long['turned']:8.1f} s")
+    print("\nTargets (issue 28): a 2,000-chunk trace opens in < 30 s and steps in < 150 ms.")
+
+
 def main() -> None:
     args = parse_args()
     import torch
@@ -148,6 +234,9 @@ def main() -> None:
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
           f"load average {os.getloadavg()[0]:.1f}")
+    if args.only_long:
+        print_long(args)
+        return
     fast, counters = step_times(args.steps, 0.0)
     paced, _ = step_times(args.steps, args.pause)
     built = build_times()
@@ -170,6 +259,7 @@ def main() -> None:
                           ("first page drawn in Chromium (counter, 3D scenes; PyVista off)", [d for _, d in starts])):
         print(f"{label:<62} {statistics.median(values):8.1f} {max(values):8.1f}")
     print("\nTargets: step < 300 ms median with the trace cached; first page < 10 s after the server starts.")
+    print_long(args)
 
 
 if __name__ == "__main__":
