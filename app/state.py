@@ -53,7 +53,8 @@ def startup_checkpoint() -> tuple[str, Path]:
     chosen = os.environ.get(CHECKPOINT_ENV)
     if chosen:
         path = Path(chosen).expanduser().resolve()
-        return path.name, path
+        shipped = {folder.resolve(): name for name, folder in shipped_checkpoints().items()}
+        return shipped.get(path, path.name), path  # a shipped one by its name in the list (long_range/…)
     return DEFAULT_CHECKPOINT, SHIPPED / DEFAULT_CHECKPOINT
 
 

@@ -18,7 +18,8 @@ from tensor_memory_cli import main
 
 from app_helpers import CHECKPOINTS, start
 
-SHIPPED = sorted(folder for folder in CHECKPOINTS.iterdir() if (folder / "config.json").exists())
+SHIPPED = sorted(folder for folder in CHECKPOINTS.iterdir() if (folder / "config.json").exists()) + \
+    sorted(folder for folder in (CHECKPOINTS / "long_range").iterdir() if (folder / "config.json").exists())
 
 
 def one_line(text: str) -> str:
@@ -27,11 +28,11 @@ def one_line(text: str) -> str:
 
 
 def test_every_checkpoint_folder_is_covered():
-    assert len(SHIPPED) == 31 and {json.loads((f / "config.json").read_text()).get("kind") == "pretrained_memory"
+    assert len(SHIPPED) == 31 + 14 and {json.loads((f / "config.json").read_text()).get("kind") == "pretrained_memory"
                                    for f in SHIPPED} == {True, False}
 
 
-@pytest.mark.parametrize("folder", SHIPPED, ids=lambda folder: folder.name)
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda folder: folder.relative_to(CHECKPOINTS).as_posix())
 def test_every_command_works_on_the_checkpoint_or_names_the_ones_that_do(folder: Path, tmp_path, capsys, monkeypatch):
     config = json.loads((folder / "config.json").read_text())
     pretrained = is_pretrained_memory(folder)

@@ -49,7 +49,7 @@ def test_a_long_range_checkpoint_re_measures_to_its_record(folder):
 @pytest.mark.parametrize("task", ["occlusion", "map_building", "coordinate_binding", "language_modelling"])
 def test_the_local_baseline_holds_about_as_many_numbers_as_the_memory(task):
     budgets = {kind: RECORD["runs"][f"{task}-{kind}"]["state_budget"]["total_state_numbers"]
-               for kind in ("tensor", "local") if f"{task}-{kind}" in RECORD["runs"]}
-    if len(budgets) < 2:
-        pytest.skip(f"{task}: no tensor and local pair recorded")
+               for kind in ("tensor", "local")}
     assert abs(budgets["local"] - budgets["tensor"]) <= 0.1 * budgets["tensor"]
+    if task != "language_modelling":  # XL's cached segment holds as many numbers as local's window
+        assert RECORD["runs"][f"{task}-xl"]["state_numbers"] == RECORD["runs"][f"{task}-local"]["state_numbers"]
