@@ -42,7 +42,7 @@ from tensor_memory.training.streamed import stream_evaluation  # noqa: E402
 
 TASKS = ("occlusion", "map_building", "coordinate_binding")
 BACKBONES = ("tensor", "local", "xl", "base")
-STREAMED = ("language_modelling-tensor", "language_modelling-local")  # language streamed, state carried
+STREAMED = tuple(f"language_modelling-{kind}" for kind in ("tensor", "local", "xl", "linear", "base"))  # streamed
 RUNS = tuple(f"{task}-{backbone}" for task in TASKS for backbone in BACKBONES) + STREAMED
 SEEDS = (1, 2, 3)
 BATCHES, BATCH_SIZE = 8, 64
@@ -51,6 +51,10 @@ SHIPPED = ROOT / "checkpoints" / "long_range"
 SHIPPED_FILES = ("model.safetensors", "config.json", "train_log.jsonl")
 OPTIONAL_FILES = ("tokenizer.json",)  # a language model's
 WALL_FILE = "wall_seconds.json"  # written beside a run this script trained
+# The long settings the shipped short-trained checkpoints are evaluated on (shapes unchanged: map_building keeps its
+# 8 × 8 map, so its cells are seen again more often than on the trained-long 16 × 16 one).
+STRETCH = {"occlusion": {"frames": 24, "occlusion_length": 16}, "map_building": {"observations": 128},
+           "coordinate_binding": {"distractors": 60}}
 CHECK = {"seed": 1, "batches": 2, "batch_size": 32, "rows": 2, "tokens": 4096}  # what the tests recompute, quickly
 
 
@@ -133,47 +137,77 @@ def pooled(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def distance_table(task: str, runs: dict[str, dict], title: str) -> list[str]:
+    """Markdown lines: ``runs`` (a backbone → its record) by distance, seeds pooled, the reads-off columns last."""
+    pooled_rows = {kind: pooled(list(run["per_seed"].values())) for kind, run in runs.items()}
+    unit = next(iter(runs.values()))["per_seed"]["1"]["distance"]["unit"]
+    columns = [(kind, "accuracy") for kind in runs] + [(kind, "reads_off") for kind in runs
+                                                       if "reads_off" in pooled_rows[kind][0]]
+    out = [f"**{task}** — {title}: accuracy by distance ({unit} since the answer was shown), seeds "
+           f"{', '.join(map(str, SEEDS))} pooled", "",
+           "| distance | scored | " + " | ".join(k if what == "accuracy" else f"{k}, reads off" for k, what in columns)
+           + " |", "|---|---|" + "---|" * len(columns)]
+    for i, row in enumerate(next(iter(pooled_rows.values()))):
+        span = str(row["from"]) if row["from"] == row["to"] else f"{row['from']}–{row['to']}"
+        cells = [f"{100 * pooled_rows[k][i][what]:.1f}" for k, what in columns]
+        out.append(f"| {span} | {row['scored']:,} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def carried(run: dict) -> list[Optional[float]]:
+    """[accuracy, accuracy with the reads off (None without memory)] over the answers at distance ≥ 1, pooled."""
+    away = [row for row in pooled(list(run["per_seed"].values())) if row["from"] >= 1]  # what had to be carried
+    return [sum(row[key] * row["scored"] for row in away) / sum(row["scored"] for row in away)
+            if key in away[0] else None for key in ("accuracy", "reads_off")]
+
+
+def percent(value: Optional[float]) -> str:
+    return "—" if value is None else f"{100 * value:.1f}"
+
+
 def tables(record: dict) -> str:
-    """Markdown: per task, each backbone's accuracy by distance on the evaluation seeds pooled (the memory's with
-    its reads off beside it), and what each run cost."""
+    """Markdown: per task, each trained backbone's accuracy by distance on the evaluation seeds pooled (the memory's
+    with its reads off beside it) and what each run cost; then the shipped short-trained models stretched."""
     out = []
     for task in TASKS:
-        names = [f"{task}-{backbone}" for backbone in BACKBONES if f"{task}-{backbone}" in record["runs"]]
-        if not names:
+        runs = {kind: record["runs"][f"{task}-{kind}"] for kind in BACKBONES if f"{task}-{kind}" in record["runs"]}
+        if not runs:
             continue
-        runs = {name.rsplit("-", 1)[1]: record["runs"][name] for name in names}
-        pooled_rows = {kind: pooled(list(run["per_seed"].values())) for kind, run in runs.items()}
-        unit = next(iter(runs.values()))["per_seed"]["1"]["distance"]["unit"]
-        columns = [(kind, "accuracy") for kind in runs] + [(kind, "reads_off") for kind in runs
-                                                           if "reads_off" in pooled_rows[kind][0]]
-        out += [f"**{task}** — accuracy by distance ({unit} since the answer was shown), seeds "
-                f"{', '.join(map(str, SEEDS))} pooled", "",
-                "| distance | scored | "
-                + " | ".join(k if what == "accuracy" else f"{k}, reads off" for k, what in columns) + " |",
-                "|---|---|" + "---|" * len(columns)]
-        first = next(iter(pooled_rows.values()))
-        for i, row in enumerate(first):
-            span = str(row["from"]) if row["from"] == row["to"] else f"{row['from']}–{row['to']}"
-            cells = [f"{100 * pooled_rows[k][i][what]:.1f}" for k, what in columns]
-            out.append(f"| {span} | {row['scored']:,} | " + " | ".join(cells) + " |")
+        out += distance_table(task, runs, "trained long")
         metrics = [m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"]
                    if m not in ("chance", "gate_drift")]
-        out += ["", "| backbone | steps | wall (min, 1 thread) | state (numbers) | " + " | ".join(metrics)
+        out += ["| backbone | steps | wall (min, 1 thread) | state (numbers) | " + " | ".join(metrics)
                 + " | at distance ≥ 1 | the same, reads off |", "|---|---|---|---|" + "---|" * (len(metrics) + 2)]
         for kind, run in runs.items():
             seeds = list(run["per_seed"].values())
             wall = (run.get("wall") or {}).get("wall_seconds")
             state = run["state_numbers"]
             means = [sum(s["metrics"][m] for s in seeds) / len(seeds) for m in metrics]
-            away = [row for row in pooled_rows[kind] if row["from"] >= 1]  # what had to be carried
-            far = [sum(row[key] * row["scored"] for row in away) / sum(row["scored"] for row in away)
-                   if key in away[0] else None for key in ("accuracy", "reads_off")]
             out.append(f"| {kind} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
                        f"{'grows' if state is None else f'{state:,}'} | "
-                       + " | ".join(f"{100 * v:.1f}" for v in means + [v for v in far if v is not None])
-                       + (" | — |" if far[1] is None else " |"))
+                       + " | ".join(percent(v) for v in means + carried(run)) + " |")
+        out.append("")
+    for task, runs in record.get("stretched", {}).items():
+        params = ", ".join(f"{k}={v}" for k, v in STRETCH[task].items())
+        out += distance_table(task, runs, f"the shipped checkpoints/{task}-* (trained short) with {params}")
+        out += ["| backbone | at distance ≥ 1 | the same, reads off |", "|---|---|---|"]
+        out += [f"| {kind} | " + " | ".join(percent(v) for v in carried(run)) + " |" for kind, run in runs.items()]
         out.append("")
     return "\n".join(out)
+
+
+def stretched() -> dict[str, dict]:
+    """The shipped short-trained checkpoints (checkpoints/TASK-BACKBONE) evaluated by distance on the long tasks'
+    settings they never trained on (:data:`STRETCH`): {task: {backbone: {"per_seed": {seed: {"distance"}}}}}."""
+    out: dict[str, dict] = {}
+    for task, params in STRETCH.items():
+        for kind in ("tensor", "local", "base"):
+            ckpt = load_checkpoint(ROOT / "checkpoints" / f"{task}-{kind}")
+            out.setdefault(task, {})[kind] = {"params": params, "per_seed": {str(seed): {
+                "distance": distance_evaluation(ckpt, seed, BATCHES, BATCH_SIZE, progress=False, task_params=params)}
+                for seed in SEEDS}}
+        print(f"{task}: the shipped checkpoints stretched", flush=True)
+    return out
 
 
 REACH = {"occlusion": 2 * 77 / 16, "map_building": 2 * 19, "coordinate_binding": 2 * 30}  # local's, in the unit
@@ -185,15 +219,20 @@ def figures(record: dict) -> dict[str, bytes]:
     from analysis.figures.export import figure_pngs
 
     drawn = {}
-    for task in TASKS:
-        runs = {kind: record["runs"][f"{task}-{kind}"] for kind in BACKBONES if f"{task}-{kind}" in record["runs"]}
+    sets = {task: ({kind: record["runs"][f"{task}-{kind}"] for kind in BACKBONES if f"{task}-{kind}" in record["runs"]},
+                   "trained long, at equal state") for task in TASKS}
+    for task, runs in record.get("stretched", {}).items():
+        params = ", ".join(f"{k}={v}" for k, v in STRETCH[task].items())
+        sets[f"{task}_shipped"] = (runs, f"the shipped checkpoints with {params}")
+    for name, (runs, what) in sets.items():
         if not runs:
             continue
         curves = {kind: pooled(list(run["per_seed"].values())) for kind, run in runs.items()}
         if "tensor" in curves and "reads_off" in curves["tensor"][0]:
             curves["tensor, reads off"] = [{**row, "accuracy": row["reads_off"]} for row in curves["tensor"]]
         unit = next(iter(runs.values()))["per_seed"]["1"]["distance"]["unit"]
-        drawn[task] = distance_figure(curves, unit, f"{task}: accuracy by distance, at equal state", REACH[task])
+        task = name.removesuffix("_shipped")
+        drawn[name] = distance_figure(curves, unit, f"{task}: accuracy by distance, {what}", REACH[task])
     return figure_pngs(drawn)
 
 
@@ -204,6 +243,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads a run (default 1)")
     parser.add_argument("--measure-only", action="store_true", help="train nothing; measure the finished runs")
     parser.add_argument("--ship", action="store_true", help="copy the measured runs into checkpoints/long_range/")
+    parser.add_argument("--stretched", action="store_true",
+                        help="also evaluate the shipped short-trained checkpoints on the long settings")
     parser.add_argument("--tables", action="store_true", help="print the record's tables (markdown) and stop")
     parser.add_argument("--figures", action="store_true", help="write the record's curves to docs/img and stop")
     args = parser.parse_args()
@@ -224,6 +265,8 @@ def main() -> None:
         folder = ship(name) if args.ship else RUN_ROOT / name
         record["runs"][name] = measure(name, folder)
         print(f"{name}: measured", flush=True)
+    if args.stretched:
+        record["stretched"] = stretched()
     record["evaluation"] = {"seeds": list(SEEDS), "batches": BATCHES, "batch_size": BATCH_SIZE, "check": CHECK}
     SHIPPED.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
