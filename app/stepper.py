@@ -77,10 +77,10 @@ def pages(context: Context, key: str) -> Optional[tuple[int, int]]:
             _go_to(min(max(clicked, 0), count - 1))
             st.rerun()
         row = st.columns([1, 1, 1], vertical_alignment="bottom")
-        row[0].button(f"Chunks {max(first - (last - first + 1), 0)}–{first - 1}" if first else "The first chunks",
+        row[0].button("Chunks {}–{}".format(*stepping_span(first - 1, count)) if first else "The first chunks",
                       icon=":material/skip_previous:", disabled=first == 0, on_click=_go_to, args=(first - 1,),
                       key=f"{key}.earlier", width="stretch")
-        row[1].button(f"Chunks {last + 1}–{stepping_span(last + 1, count)[1]}" if last < count - 1 else
+        row[1].button("Chunks {}–{}".format(*stepping_span(last + 1, count)) if last < count - 1 else
                       "The last chunks", icon=":material/skip_next:", disabled=last == count - 1, on_click=_go_to,
                       args=(last + 1,), key=f"{key}.later", width="stretch")
         typed = f"{key}.go.{chunk}"

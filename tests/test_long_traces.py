@@ -142,6 +142,7 @@ def test_the_explorer_opens_a_long_trace_and_moves_between_its_pages(long_trace,
     assert (sent["offset"], sent["count"], sent["start"]) == (128, 22, 140)
     assert chart(at, "after chunk 140", 140)
     earlier = next(b for b in at.button if b.key == "explore.earlier")
+    assert earlier.label == "Chunks 64–127"  # the page before the last, short, one
     ok(earlier.click().run())
     assert (payload(at)["offset"], payload(at)["start"]) == (64, 127)
 
