@@ -70,7 +70,7 @@ def pages(context: Context, key: str) -> Optional[tuple[int, int]]:
         event = st.plotly_chart(overview_figure(measured, chunk, span), theme=None, config=CHART_CONFIG,
                                 key=f"{key}.overview", on_select="rerun", selection_mode="points")
         st.caption(" · ".join(f"**{SERIES[name][0]}**: {SERIES[name][1]}" for name in measured))
-        points = (event or {}).get("selection", {}).get("points", []) if event else []
+        points = event.get("selection", {}).get("points", []) if event else []
         clicked = int(round(points[0]["x"])) if points else None
         if clicked is not None and st.session_state.get(JUMPED_KEY) != (key, clicked):
             st.session_state[JUMPED_KEY] = (key, clicked)

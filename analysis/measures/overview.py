@@ -13,8 +13,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tensor_memory.memory.addressing import read_write_distances
-from tensor_memory.memory.geometry import in_voxels, sigma_in_voxels
+from tensor_memory.memory.addressing import read_write_distances, sigma_unit
+from tensor_memory.memory.geometry import in_voxels
 
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
@@ -45,16 +45,15 @@ def chunk_overview(trace: Trace, layer: Optional[str] = None) -> dict[str, np.nd
         return out
     lay = trace.layer(layer)
     grid = lay.grid
-    spanning = [n > 1 for n in (grid[2], grid[1], grid[0])]  # x, y, z: axes with more than one voxel
-    sigma = sigma_in_voxels(lay.sigma, grid)  # (K, 3) along x, y, z
-    out["sigma_voxels"] = sigma[:, spanning].mean(axis=1) if any(spanning) else sigma.mean(axis=1)
+    out["sigma_voxels"] = np.asarray(lay.sigma, dtype=np.float64) / sigma_unit(grid)  # as the addressing report
     writes = in_voxels(np.asarray(lay.mu_write, dtype=np.float64), grid)  # (K, 3)
     out["write_step_voxels"] = np.concatenate([[np.nan], np.linalg.norm(np.diff(writes, axis=0), axis=1)])
     distances = read_write_distances(torch.as_tensor(lay.mu_read, dtype=torch.float64)[None],
                                      torch.as_tensor(lay.mu_write, dtype=torch.float64)[None], grid)  # chunks 1…K−1
     out["read_to_write_voxels"] = np.concatenate([[np.nan], distances.numpy()])[:K]
-    blocks = [np.asarray(lay.h[first:first + ENERGY_BLOCK], dtype=np.float64) for first in range(0, K, ENERGY_BLOCK)]
-    out["energy"] = np.concatenate([(h ** 2).sum(axis=(1, 2, 3, 4)) for h in blocks]) if blocks else np.zeros(0)
+    energy = [(np.asarray(lay.h[first:first + ENERGY_BLOCK], dtype=np.float64) ** 2).sum(axis=(1, 2, 3, 4))
+              for first in range(0, K, ENERGY_BLOCK)]  # a block decoded, summed and let go at a time
+    out["energy"] = np.concatenate(energy) if energy else np.zeros(0)
     return out
 
 

@@ -40,11 +40,16 @@ def median(values: torch.Tensor) -> float:
     return float(values.double().reshape(-1).quantile(0.5))
 
 
-def sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
-    """Median write spread σ in voxels: the mean spacing of the spanning axes (of all three if none spans)."""
+def sigma_unit(grid: tuple[int, int, int]) -> float:
+    """The voxel a write spread σ is counted in: the mean spacing of the spanning axes (of all three if none spans)."""
     spacing = voxel_spacing(grid)
     spanned = [s for s, spans in zip(spacing, spanning_axes(grid)) if spans] or spacing
-    return median(sigma) / (sum(spanned) / len(spanned))
+    return sum(spanned) / len(spanned)
+
+
+def sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
+    """Median write spread σ in voxels (:func:`sigma_unit`)."""
+    return median(sigma) / sigma_unit(grid)
 
 
 def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
@@ -81,5 +86,5 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
     return out
 
 
-__all__ = ["BOUNDARY_EPS", "write_spread_voxels", "boundary_fraction", "sigma_voxels", "median", "read_write_distances",
+__all__ = ["BOUNDARY_EPS", "write_spread_voxels", "boundary_fraction", "sigma_unit", "sigma_voxels", "median", "read_write_distances",
            "layer_measures"]

@@ -203,7 +203,7 @@ class FrameTask(Task):
 
     @property
     def tokens_per_distance(self) -> int:
-        return self.config.tokens_per_frame
+        return self.chunk_size  # distances count frames
 
 
 def masked_accuracy(logits: torch.Tensor, batch: Batch, where: torch.Tensor) -> tuple[float, float]:
