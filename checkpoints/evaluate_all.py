@@ -161,7 +161,29 @@ def write_checkpoints_readme(all_metrics: dict, training: dict) -> None:
               "run's resume file; retraining with a command above writes to `runs/`.", "",
               "Reproduce a reported figure: `tensor-memory eval --checkpoint checkpoints/NAME --seed 1 --json` "
               "prints the `trained` metrics of seed 1 in that folder's `metrics.json`."]
+    lines += long_range_lines()
     (ROOT / "checkpoints" / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def long_range_lines() -> list[str]:
+    """The README's section on ``checkpoints/long_range/``, from the record its own script keeps (none without it)."""
+    path = ROOT / "checkpoints" / "long_range" / "long_range.json"
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text())
+    lines = ["", "## Long range (`checkpoints/long_range/`, issue 28)", "",
+             "Trained, measured and shipped by `checkpoints/train_long_range.py` (configs in `configs/long_range/`);",
+             "`long_range.json` holds each run's command, wall time, accuracy by distance on seeds "
+             f"{', '.join(map(str, record['evaluation']['seeds']))} (the language models: the test split streamed) "
+             "and the addressing verdicts; docs/results.md (\"Long range\") has the tables. "
+             "`tensor-memory eval --checkpoint checkpoints/long_range/NAME --distance --seed 1` reproduces a row.", "",
+             "| run | shipped | steps | wall (min) | addressing |", "|---|---|---|---|---|"]
+    for name, run in record["runs"].items():
+        wall = (run.get("wall") or {}).get("wall_seconds")
+        shipped = "yes" if run["checkpoint"].startswith("checkpoints/") else "no"
+        lines.append(f"| {name} | {shipped} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
+                     f"{_verdicts(run)} |")
+    return lines
 
 
 def _verdicts(run: dict) -> str:

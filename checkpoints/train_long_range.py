@@ -33,6 +33,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
+from train_all import addressing_verdicts  # noqa: E402  (this folder: the addressing report of every memory layer)
 from tensor_memory import load_checkpoint  # noqa: E402
 from tensor_memory.backbone import BackboneConfig, state_budget  # noqa: E402
 from tensor_memory.checkpoint import store_half_precision  # noqa: E402
@@ -90,7 +91,8 @@ def measure(name: str, folder: Path) -> dict:
               "steps": ckpt.config["training"]["steps"],
               "wall": json.loads(wall_file.read_text()) if wall_file.exists() else None,
               "state_budget": ckpt.config["state_budget"], "state_numbers": state_numbers(ckpt.config["model"]),
-              "validation": {k[4:]: v for k, v in validation.items() if k.startswith("val_")}}
+              "validation": {k[4:]: v for k, v in validation.items() if k.startswith("val_")},
+              "addressing_verdicts": addressing_verdicts(folder)}
     if name in STREAMED:
         record["stream"] = stream_evaluation(ckpt, progress=False)
         record["check"] = stream_evaluation(ckpt, rows=CHECK["rows"], tokens=CHECK["tokens"], progress=False)
