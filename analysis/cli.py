@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tensor_memory.accelerator import add_device_argument
 from tensor_memory.cli import seed, task_param
 from tensor_memory.files import check_output_path
 
@@ -38,7 +39,8 @@ def _trace(args: argparse.Namespace) -> int:
     if is_pretrained_memory(args.checkpoint):
         trace = _minilm_trace(args, recording)
     else:
-        trace = capture(args.checkpoint, seed=args.seed, index=args.index, **recording, **dict(args.param))
+        trace = capture(args.checkpoint, seed=args.seed, index=args.index, **recording, device=args.device,
+                        **dict(args.param))
     path = trace.save(args.out)
     size = path.stat().st_size
     sample = (f"task {trace.info['task']}, seed {args.seed}, index {args.index}" if trace.info.get("task") else
@@ -51,11 +53,12 @@ def _trace(args: argparse.Namespace) -> int:
 def _minilm_trace(args: argparse.Namespace, recording: dict[str, Any]):
     """``trace`` of a memory-on-MiniLM checkpoint: test document ``--index`` through MiniLM and its memory."""
     from analysis.measures.pretrained import minilm_trace
-    from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
+    from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint, require_cpu
     from tensor_memory.pretrained.recall import test_documents
 
     if args.param:
         raise ValueError("--param: a memory on MiniLM reads documents of its own task, which has no parameters")
+    require_cpu(args.checkpoint, args.device)
     model, _, _ = load_minilm_checkpoint(args.checkpoint)
     count = test_documents(model.config)
     if not 0 <= args.index < count:
@@ -102,7 +105,7 @@ def _audit(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.checkpoint} is a memory on MiniLM, a bidirectional encoder that reads each window "
                          f"whole by design: the causality audit is for causal language models; `tensor-memory eval` "
                          f"and `tensor-memory trace` apply to it")
-    result = audit_checkpoint(load_checkpoint(args.checkpoint), seed=args.seed)
+    result = audit_checkpoint(load_checkpoint(args.checkpoint, device=args.device), seed=args.seed)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -213,6 +216,7 @@ def add_trace_parsers(subparsers: Any) -> None:
                             "per chunk and channel — half the size, each value within 1/254 of its channel's "
                             "largest magnitude in that chunk")
     trace.add_argument("--overwrite", action="store_true", help="replace --out if it exists (never a checkpoint's file)")
+    add_device_argument(trace)
     trace.add_argument("--no-progress", action="store_true", help="no progress bar")
     trace.set_defaults(func=_trace)
 
@@ -231,6 +235,7 @@ def add_trace_parsers(subparsers: Any) -> None:
                                   description=AUDIT_DESCRIPTION)
     audit.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (any backbone)")
     audit.add_argument("--seed", type=seed, default=0, help="seed of the evaluation sample and the noise (default 0)")
+    add_device_argument(audit)
     audit.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     audit.set_defaults(func=_audit)
     _add_import_parser(subparsers)

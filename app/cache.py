@@ -11,6 +11,7 @@ are made all at once, in one render window (:func:`volume_renderings`). Every ca
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Hashable, Mapping, Optional, Union
@@ -40,6 +41,7 @@ from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, Checkp
 from tensor_memory.training.log import read_training_log
 
 from . import browser_stepper
+from .cli import DEVICE_ENV
 
 RENDER_LOCK = threading.Lock()  # one off-screen render at a time: VTK windows are not shared between threads safely
 
@@ -130,8 +132,9 @@ class Loaded:
 
 @st.cache_resource(max_entries=8, show_spinner="Loading the checkpoint…")
 def load(ref: CheckpointRef) -> Loaded:
-    """The checkpoint, validated by ``load_checkpoint`` (never unpickled); CheckpointError otherwise."""
-    return Loaded(load_checkpoint(ref.path))
+    """The checkpoint, validated by ``load_checkpoint`` (never unpickled), on the app's device (``--device``: cpu
+    unless the app was started on another); CheckpointError otherwise."""
+    return Loaded(load_checkpoint(ref.path, device=os.environ.get(DEVICE_ENV, "cpu")))
 
 
 @st.cache_resource(max_entries=8, show_spinner="Opening the trace…")

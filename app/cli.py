@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tensor_memory.accelerator import add_device_argument
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
 TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace file the app opens on, instead
 DATA_ROOT_ENV = "TENSOR_MEMORY_DATA_ROOT"  # the one folder whose data uploaded checkpoints may read
+DEVICE_ENV = "TENSOR_MEMORY_DEVICE"  # where the app runs the models it opens (auto, cpu, cuda, cuda:N)
 LOCAL_HOST = "127.0.0.1"  # where the app listens unless told otherwise (.streamlit/config.toml says so too)
 
 DESCRIPTION = (
@@ -33,7 +36,10 @@ def _port(text: str) -> int:
 
 
 def _app(args: argparse.Namespace) -> int:
+    from tensor_memory.accelerator import resolve_device
+
     env = dict(os.environ)
+    env[DEVICE_ENV] = str(resolve_device(args.device))  # refused here, in one line, before a server starts
     if args.checkpoint:
         from tensor_memory.checkpoint import load_checkpoint
         from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint, is_pretrained_memory
@@ -79,7 +85,8 @@ def add_app_parser(subparsers: Any) -> None:
     app.add_argument("--data-root", metavar="DIR",
                      help="the one folder whose data (a corpus, pictures, videos) uploaded checkpoints may read; by "
                           "default an upload whose task reads a folder of this machine is refused")
+    add_device_argument(app)
     app.set_defaults(func=_app)
 
 
-__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV", "DATA_ROOT_ENV", "LOCAL_HOST"]
+__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV", "DATA_ROOT_ENV", "DEVICE_ENV", "LOCAL_HOST"]

@@ -28,7 +28,9 @@ from typing import Any, Optional, Union
 
 import torch
 
+from .accelerator.device import check_device_memory, resolve_device
 from .backbone import BackboneConfig, check_budget
+from .backbone.budget import task_parts
 from .files import (FileFormatError, PathLike, atomic_write_bytes, atomic_write_text, dumps_json, finite_or_none,
                     json_type, read_json, remove_stale_temp_files)
 from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_migratable, check_side_files, decisive,
@@ -205,7 +207,8 @@ def check_against_model(path: Path, header: dict[str, TensorInfo], expected: dic
 
 def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
                     require_record: bool = True) -> Checkpoint:
-    """Load the checkpoint in directory ``path``: the model (eval mode, on ``device``), config, task, metrics.
+    """Load the checkpoint in directory ``path``: the model (eval mode, on ``device``: "cpu", "auto", "cuda",
+    "cuda:N" or a torch.device, refused in one line when this machine has no such device), config, task, metrics.
 
     Never unpickles. Raises :class:`CheckpointError` (a ``ValueError``) naming the file and the
     problem for anything malformed, for a ``config.json`` that no longer says what the weights were
@@ -228,6 +231,8 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
     except ValueError as error:
         raise CheckpointError(str(error)) from None
     task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
+    device = resolve_device(device)
+    check_device_memory(sum(task_parts(backbone, task.tokens, 1, False, task).values()), device, str(config_path))
     model = _load_model(weights, task, backbone, config_path).to(device).eval()
     metrics_path = directory / METRICS_FILE
     metrics = read_json(metrics_path, MAX_METRICS_BYTES, METRICS_FILE) if metrics_path.exists() else None

@@ -11,6 +11,7 @@ import sys
 from typing import Any, Optional
 
 from . import limits as L
+from .accelerator import add_device_argument, add_precision_argument
 
 
 DEMO_CHUNKS = 1_024  # the demo prints one line a chunk and records every chunk's volumes
@@ -73,14 +74,15 @@ def _train(args: argparse.Namespace) -> int:
         config = {"task": {"name": args.task, "params": {}}, "model": {"kind": args.backbone}, "training": {}}
     if config["task"]["name"] != args.task:
         raise ValueError(f"{config_path} is for task {config['task']['name']!r}, not {args.task!r}")
-    extra = [f"training.{name}={value}" for name, value in (("steps", args.steps), ("seed", args.seed))
-             if value is not None]
+    extra = [f"training.{name}={value}" for name, value in
+             (("steps", args.steps), ("seed", args.seed), ("precision", args.precision)) if value is not None]
     config = apply_overrides(config, extra + list(args.set))
     out = Path(args.out or Path("runs") / f"{args.task}-{args.backbone}")
     with warnings.catch_warnings():  # a setting that cannot train well: one line, once the run is under way
         warnings.simplefilter("always", TrainingWarning)
         warnings.showwarning = lambda message, *_: print(f"tensor-memory train: warning: {message}", file=sys.stderr)
-        metrics = train(config, out, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
+        metrics = train(config, out, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite,
+                        device=args.device)
     if metrics:
         print(f"Finished: checkpoint in {out}; validation " +
               ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
@@ -157,6 +159,8 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=seed, default=0, help="evaluation seed (default 0)")
     parser.add_argument("--batches", type=_positive, default=8, help="number of batches (default 8)")
     parser.add_argument("--batch-size", type=_positive, default=64, help="sequences per batch (default 64)")
+    add_device_argument(parser)
+    add_precision_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object: {"task", "backbone", "metrics"} '
                              '(with --sweep: {"task", "backbone", "sweep": [{"params", "metrics"}, ...]})')
@@ -190,13 +194,15 @@ def _fmt(metric: str, value: Optional[float]) -> str:
 
 
 def _report(ckpt: Any, args: argparse.Namespace, result: dict, points: Optional[list[dict]]) -> str:
+    from .accelerator import model_device
     from .training.reports import text_table
 
     params = ", ".join(f"{k}={v}" for k, v in result.get("params", ckpt.task.config.to_dict()).items())
     head = [f"checkpoint  {ckpt.path}",
             f"task        {ckpt.task.name} ({params})",
             f"backbone    {ckpt.model.backbone.config.kind}",
-            f"evaluation  seed {args.seed}, {args.batches} batches of {args.batch_size}", ""]
+            f"evaluation  seed {args.seed}, {args.batches} batches of {args.batch_size} "
+            f"({model_device(ckpt.model)}, {args.precision})", ""]
     if points is None:
         rows = [[metric, _fmt(metric, value)] for metric, value in result["metrics"].items()]
         return "\n".join(head) + text_table(["metric", "value"], rows)
@@ -233,37 +239,48 @@ def _eval_minilm(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from .accelerator import autocast, check_precision, resolve_device
     from .checkpoint import CheckpointError, load_checkpoint
-    from .pretrained.checkpoint import is_pretrained_memory
-    from .training.reports import eval_distance, eval_stream
-    from .training import evaluate_checkpoint, sweep
+    from .pretrained.checkpoint import is_pretrained_memory, require_cpu
 
     try:
+        device = resolve_device(args.device)
+        check_precision(args.precision, device)
         if is_pretrained_memory(args.checkpoint):
+            require_cpu(args.checkpoint, device, args.precision)
             return _eval_minilm(args)
-        ckpt = load_checkpoint(args.checkpoint)
-        if args.stream and args.distance:
-            raise ValueError("--distance and --stream are two different evaluations; give one")
-        if args.param and (args.sweep or args.stream):
-            raise ValueError("--param sets the task of one evaluation; --sweep and --stream choose their own: give "
-                             "--param without them")
-        if args.stream:
-            return eval_stream(ckpt, args)
-        if args.distance:
-            return eval_distance(ckpt, args)
-        if args.sweep:
-            points = sweep(ckpt, args.seed, args.batches, args.batch_size)
-            result = {"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "sweep": points}
-        else:
-            points = None
-            full = evaluate_checkpoint(ckpt, args.seed, args.batches, args.batch_size,
-                                       task_params=dict(args.param) or None)
-            result = {"task": full["task"], "backbone": full["backbone"], "metrics": full["metrics"],
-                      **({"params": full["params"]} if args.param else {})}
+        ckpt = load_checkpoint(args.checkpoint, device=device)
+        with autocast(args.precision, device):  # every evaluation below in the chosen number format
+            return _evaluate(ckpt, args)
     except (CheckpointError, ValueError) as error:  # one line, no traceback
         message = " ".join(str(error).split())
         print(f"tensor-memory eval: error: {message}", file=sys.stderr)
         return 2
+
+
+def _evaluate(ckpt: Any, args: argparse.Namespace) -> int:
+    """``eval`` of a loaded task checkpoint: the evaluation its flags choose, printed."""
+    from .training import evaluate_checkpoint, sweep
+    from .training.reports import eval_distance, eval_stream
+
+    if args.stream and args.distance:
+        raise ValueError("--distance and --stream are two different evaluations; give one")
+    if args.param and (args.sweep or args.stream):
+        raise ValueError("--param sets the task of one evaluation; --sweep and --stream choose their own: give "
+                         "--param without them")
+    if args.stream:
+        return eval_stream(ckpt, args)
+    if args.distance:
+        return eval_distance(ckpt, args)
+    if args.sweep:
+        points = sweep(ckpt, args.seed, args.batches, args.batch_size)
+        result = {"task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind, "sweep": points}
+    else:
+        points = None
+        full = evaluate_checkpoint(ckpt, args.seed, args.batches, args.batch_size,
+                                   task_params=dict(args.param) or None)
+        result = {"task": full["task"], "backbone": full["backbone"], "metrics": full["metrics"],
+                  **({"params": full["params"]} if args.param else {})}
     if args.json:
         print(json.dumps(result, allow_nan=False))
     else:
@@ -294,7 +311,8 @@ def add_model_parsers(commands: Any) -> None:
         description="Train one task with one backbone. Settings come from --config (default "
                     "configs/TASK.toml when it exists), then --steps/--seed, then --set overrides. "
                     "Writes config.json, train_log.jsonl, model.safetensors and metrics to --out. "
-                    "Run on several processes with: torchrun --nproc_per_node N -m tensor_memory_cli train ...")
+                    "Run on several processes with: torchrun --nproc_per_node N -m tensor_memory_cli train ... "
+                    "(each process on its own GPU, cuda:LOCAL_RANK, over NCCL; on the CPU over gloo).")
     train.add_argument("--task", required=True, choices=sorted(TASKS), help="the diagnostic task")
     train.add_argument("--backbone", required=True, choices=KINDS, help="the context mechanism")
     train.add_argument("--config", help="TOML run config (sections task, model, backbone.KIND, training)")
@@ -308,6 +326,8 @@ def add_model_parsers(commands: Any) -> None:
     train.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                        help="override one setting, type-checked, e.g. --set training.lr=3e-4 "
                             "--set model.memory.channels=8 (repeatable)")
+    add_device_argument(train)
+    add_precision_argument(train, default=None)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 

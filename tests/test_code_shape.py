@@ -54,7 +54,7 @@ def test_the_model_package_keeps_a_small_top_level():
     top = sorted(path.name for path in (ROOT / "tensor_memory").glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_FILES, top
     folders = sorted(path.name for path in (ROOT / "tensor_memory").iterdir() if (path / "__init__.py").exists())
-    assert folders == ["backbone", "memory", "pretrained", "tasks", "training"]
+    assert folders == ["accelerator", "backbone", "memory", "pretrained", "tasks", "training"]
 
 
 def private_names_from_other_modules(path: Path, root: Path = ROOT) -> list[str]:
@@ -128,5 +128,5 @@ def test_the_forward_runs_the_steps_as_its_docstring_says():
 def test_make_bench_runs_every_benchmark_the_benchmarks_readme_names():
     named = set(re.findall(r"^\| `(\w+)\.py` \|", (ROOT / "benchmarks" / "README.md").read_text(), flags=re.M))
     bench = re.search(r"^BENCHMARKS := (.*)$", (ROOT / "Makefile").read_text(), flags=re.M).group(1).split()
-    assert named - set(bench) == {"trainability"}  # a training study of half an hour, run on its own
+    assert named - set(bench) == {"trainability", "gpu"}  # a training study of half an hour; the GPU check
     assert set(bench) <= named and all((ROOT / "benchmarks" / f"{name}.py").is_file() for name in bench)

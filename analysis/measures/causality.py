@@ -23,6 +23,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from tensor_memory.accelerator import model_device
+
 TOLERANCE = 1e-5  # relative change above which an output counts as moved (float32 rounding is ~1e-7)
 MAX_AUDITED = 32  # positions audited by default, spread evenly over the sequence
 
@@ -143,9 +145,10 @@ def checkpoint_audit_fn(model: nn.Module) -> Callable[[torch.Tensor], dict[str, 
 
 
 def audit_checkpoint(ckpt, seed: int = 0, samples: int = 2) -> dict[str, Any]:
-    """:func:`causality_audit` of a loaded checkpoint on ``samples`` evaluation samples of its task."""
+    """:func:`causality_audit` of a loaded checkpoint on ``samples`` evaluation samples of its task, on the device
+    its model is on."""
     model, task = ckpt.model, ckpt.task
-    batch = task.draw("eval", samples, seed, 0)
+    batch = task.draw("eval", samples, seed, 0).to(model_device(model))
     with torch.no_grad():
         x = model.encoder(**batch.inputs)  # (B, N, d)
     result = causality_audit(checkpoint_audit_fn(model), x, seed=seed)

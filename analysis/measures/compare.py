@@ -29,6 +29,7 @@ def sample_metrics(ckpt: Checkpoint, seed: int = 0, samples: int = 32, **task_pa
     task, batch = sample_batch(ckpt, seed, list(range(samples)), **task_params)
     with torch.no_grad():
         logits, _ = ckpt.model.eval()(batch.inputs)
+    logits = logits.cpu()  # scored beside the batch, on the CPU
     return {name: (correct / total if total else None) for name, (correct, total) in task.counts(logits, batch).items()}
 
 

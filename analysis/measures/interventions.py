@@ -184,7 +184,7 @@ def intervene(checkpoint: Union[str, Path, Checkpoint], kind: str = "zero", chun
     with torch.no_grad():
         base, _ = model(batch.inputs)
     changed = run_intervened(model, batch.inputs, kind, chunk, region, layer, to, sigma)
-    rows = lambda logits: per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K)  # noqa: E731
+    rows = lambda logits: per_chunk(logits[0].cpu(), batch.targets[0], batch.mask[0], chunk_size, K)  # noqa: E731
     return InterventionResult(kind, chunk, region if kind == "zero_region" else None,
                               tuple(float(v) for v in to) if kind == "move_write" else None,  # type: ignore[arg-type]
                               float(sigma) if kind == "set_sigma" else None,  # type: ignore[arg-type]

@@ -46,7 +46,7 @@ class TokenLosses:
 
 def _losses(model, inputs, targets) -> tuple[torch.Tensor, torch.Tensor]:
     logits, _ = model(inputs)  # (1, N, V)
-    logp = F.log_softmax(logits[0].float(), dim=-1)  # (N, V)
+    logp = F.log_softmax(logits[0].float().cpu(), dim=-1)  # (N, V), beside the targets on the CPU
     return -logp.gather(1, targets[0][:, None])[:, 0], logp.exp()
 
 

@@ -106,7 +106,7 @@ def frame_predictions(model: torch.nn.Module, inputs: dict[str, torch.Tensor], f
     with torch.no_grad():
         logits, _ = model(inputs)
     per_frame = logits.shape[1] // frames
-    return logits[:, per_frame - 1::per_frame].argmax(-1)
+    return logits[:, per_frame - 1::per_frame].argmax(-1).cpu()
 
 
 def _survival(correct: np.ndarray, occluded: np.ndarray, offsets: np.ndarray, length: int) -> tuple:

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tensor_memory import memory_layers, record
+from tensor_memory.accelerator import resolve_device
 from tensor_memory.memory.recording import Recording
 from tensor_memory.backbone import check_budget
 from tensor_memory.checkpoint import Checkpoint, load_checkpoint
@@ -180,11 +181,19 @@ def sample_meta(batch, row: int) -> dict[str, np.ndarray]:
 
 def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indices: Sequence[int] = (0,),
                  gates: bool = True, cells: bool = True, progress: Optional[bool] = None,
-                 volumes: str = "float16", **task_params: Any) -> list[Trace]:
+                 volumes: str = "float16", device: Union[str, torch.device, None] = None,
+                 **task_params: Any) -> list[Trace]:
     """One trace per sample index, run together as one batch (the same samples as capturing each alone;
-    the arrays agree up to float rounding, since batched arithmetic may round differently)."""
+    the arrays agree up to float rounding, since batched arithmetic may round differently). ``device``: where the
+    model runs (auto, cpu, cuda, cuda:N; a loaded checkpoint's model is moved there); None: the CPU for a path, a
+    loaded checkpoint where it is. The trace is on the CPU either way."""
     check_volume_dtype(volumes)
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    if isinstance(checkpoint, Checkpoint):
+        ckpt = checkpoint
+        if device is not None:
+            ckpt.model.to(resolve_device(device))
+    else:
+        ckpt = load_checkpoint(checkpoint, device=device or "cpu")
     if not memory_layers(ckpt.model):  # a checkpoint of another backbone: say which commands do apply
         kind = ckpt.config["model"]["kind"]
         raise TraceError(f"{ckpt.path}: a '{kind}' checkpoint has no memory layer to trace; `tensor-memory eval` "
@@ -198,6 +207,7 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
         raise TraceError(f"the sample has {N} tokens, fewer than one memory chunk ({chunk_size}); "
                          f"choose task parameters that give a longer sequence")
     logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cells, progress, volumes)
+    logits = logits.cpu()  # beside the sample, which stays on the CPU
     if not torch.isfinite(logits).all():
         raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
     K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
@@ -231,11 +241,12 @@ def sample_text(task: Any, batch: Batch, logits: torch.Tensor, row: int) -> dict
 
 def capture(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0, gates: bool = True,
             cells: bool = True, progress: Optional[bool] = None, volumes: str = "float16",
-            **task_params: Any) -> Trace:
+            device: Union[str, torch.device, None] = None, **task_params: Any) -> Trace:
     """Record sample ``index`` of stream ``seed`` through ``checkpoint`` (a path or a loaded checkpoint,
     possibly with modules swapped by the caller). ``task_params`` override the task's config.
     ``gates=False`` leaves out the four gate volumes and ``cells=False`` the cell volume ``c``: the
     trace of a long sequence on a large grid then holds ``h`` alone. ``volumes="int8"`` stores every
     volume as int8 with a scale per chunk and channel (:mod:`analysis.traces.quantized`): half the size of
-    float16, each value within 1/254 of its channel's largest magnitude in that chunk."""
-    return capture_many(checkpoint, seed, [index], gates, cells, progress, volumes, **task_params)[0]
+    float16, each value within 1/254 of its channel's largest magnitude in that chunk. ``device``: where the model
+    runs (as for :func:`capture_many`)."""
+    return capture_many(checkpoint, seed, [index], gates, cells, progress, volumes, device, **task_params)[0]

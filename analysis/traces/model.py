@@ -35,6 +35,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from tensor_memory import record, streaming
+from tensor_memory.accelerator import model_device, resolve_device
 from tensor_memory.backbone import BackboneState
 
 from analysis.traces.capture import joined_fields, keep_recorded, layer_traces, layers_info, memory_chunk_size
@@ -64,6 +65,13 @@ def segment_of(inputs: Inputs, start: int, stop: int, N: int) -> Inputs:
     if isinstance(inputs, torch.Tensor):
         return inputs[:, start:stop]
     return {k: v[:, start:stop] if v.dim() >= 2 and v.shape[1] == N else v for k, v in inputs.items()}
+
+
+def on_device(inputs: Inputs, device: torch.device) -> Inputs:
+    """The input's tensors on ``device`` (anything else in a dict as it is)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(device)
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 def logits_of(output: Any) -> Optional[torch.Tensor]:
@@ -156,13 +164,19 @@ def written_chunks(layers: dict[str, dict[str, np.ndarray]], N: int, chunk_size:
 
 def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[str]] = None, targets: Any = None,
                 name: Optional[str] = None, volumes: str = "float16", segment: Optional[int] = None,
-                gates: bool = True, cells: bool = True, progress: Optional[bool] = None) -> Trace:
+                gates: bool = True, cells: bool = True, progress: Optional[bool] = None,
+                device: Union[str, torch.device, None] = None) -> Trace:
     """Record every :class:`TensorMemory` of ``model`` on one input (see the module docstring).
 
     ``name`` labels the trace (default: the model's class name); ``volumes`` "float16" or "int8";
-    ``gates=False`` / ``cells=False`` leave out the gate volumes / the cell state ``c``.
+    ``gates=False`` / ``cells=False`` leave out the gate volumes / the cell state ``c``. ``device`` (auto, cpu,
+    cuda, cuda:N): move the model there first, as ``model.to`` does; None: it runs where it is. The inputs are
+    moved to the model's device; the trace is on the CPU either way.
     """
     check_volume_dtype(volumes)
+    if device is not None:
+        model.to(resolve_device(device))
+    inputs = on_device(inputs, model_device(model))
     chunk_size = memory_chunk_size(model)
     N = sequence_length(inputs)
     if segment is not None and (isinstance(segment, bool) or not isinstance(segment, int) or segment < 1

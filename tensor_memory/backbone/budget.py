@@ -48,13 +48,18 @@ def estimated_bytes(backbone: BackboneConfig, tokens: int, batch: int, training:
     return sum(estimated_parts(backbone, tokens, batch, training, outputs, vocabulary).values())
 
 
+def task_parts(backbone: BackboneConfig, tokens: int, batch: int, training: bool, task: Any = None) -> dict[str, int]:
+    """:func:`estimated_parts` with ``task`` (a Task, or None) giving its head, its logits and the vocabulary it
+    embeds."""
+    outputs = task.output_width if task is not None else 0
+    return estimated_parts(backbone, tokens, batch, training, outputs, getattr(task, "input_vocabulary", 0))
+
+
 def check_budget(backbone: BackboneConfig, tokens: int, batch: int, training: bool, where: str,
                  task: Any = None) -> None:
     """A ValueError naming the sizes, the largest part and what to lower when :func:`estimated_bytes` is over
     ``limits.MEMORY_BUDGET_BYTES``; ``task`` (a Task) adds its head, its logits and the vocabulary it embeds."""
-    outputs = task.output_width if task is not None else 0
-    vocabulary = getattr(task, "input_vocabulary", 0)
-    parts = estimated_parts(backbone, tokens, batch, training, outputs, vocabulary)
+    parts = task_parts(backbone, tokens, batch, training, task)
     need = sum(parts.values())
     if need <= L.MEMORY_BUDGET_BYTES:
         return

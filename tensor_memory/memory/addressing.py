@@ -30,7 +30,7 @@ def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> f
 
 def boundary_fraction(*coordinates: torch.Tensor, grid: tuple[int, int, int]) -> float:
     """Share of coordinate triples (…, 3), pooled, with some spanning axis beyond ±BOUNDARY_EPS."""
-    counted = torch.tensor(spanning_axes(grid))
+    counted = torch.tensor(spanning_axes(grid), device=coordinates[0].device)
     pinned = torch.cat([((c.reshape(-1, 3).abs() > BOUNDARY_EPS) & counted).any(-1) for c in coordinates])
     return float(pinned.double().mean()) if len(pinned) else 0.0
 
@@ -62,7 +62,7 @@ def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tu
     if K < 2:
         return torch.empty(0, dtype=torch.float64)
     d = torch.cdist(r[:, 1:K], w[:, :K - 1])  # (S, K−1, K−1): read k+1 against write j
-    earlier = torch.ones(K - 1, K - 1, dtype=torch.bool).tril()  # write j < read k+1, i.e. j ≤ k
+    earlier = torch.ones(K - 1, K - 1, dtype=torch.bool, device=d.device).tril()  # write j < read k+1, i.e. j ≤ k
     return d.masked_fill(~earlier, float("inf")).min(-1).values.reshape(-1)
 
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..accelerator import resolve_device
 from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
 from ..integrity import RECORD_KEY, check_migratable, check_record, record_of, rewrite_metadata
 from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json
@@ -125,3 +126,11 @@ def migrate_minilm(path: Path) -> Path:
     rewrite_metadata(directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))},
                      MAX_WEIGHTS_BYTES)
     return directory
+
+
+def require_cpu(path: Any, device: Any, precision: str = "fp32") -> None:
+    """A memory on MiniLM runs on the CPU in float32 only (its commands were never checked elsewhere): refuse
+    another ``device`` (a command's --device) or ``precision`` in one line."""
+    if resolve_device(device).type != "cpu" or precision != "fp32":
+        raise ValueError(f"{path} is a memory on MiniLM, which runs on the CPU in fp32 only; pass --device cpu and "
+                         f"no --precision")

@@ -65,6 +65,11 @@ class Batch:
         cut = lambda d: {k: v[start:stop] for k, v in d.items()}  # noqa: E731
         return Batch(cut(self.inputs), self.targets[start:stop], self.mask[start:stop], cut(self.meta))
 
+    def to(self, device: torch.device) -> "Batch":
+        """Inputs, targets and mask on ``device`` (where the model computes); meta, for viewers, stays where it is."""
+        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device),
+                     self.mask.to(device), self.meta)
+
     def columns(self, start: int, stop: int) -> "Batch":
         """Positions start:stop of the inputs, targets and mask (a segment of a streamed sample); meta kept whole."""
         cut = {k: v[:, start:stop] for k, v in self.inputs.items()}

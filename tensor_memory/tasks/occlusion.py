@@ -193,7 +193,7 @@ class Occlusion(FrameTask):
         return torch.where(batch.mask, per_token, -1)
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
-        occluded = batch.meta["occluded"].repeat_interleave(self.config.tokens_per_frame, dim=1)  # (B, N)
+        occluded = batch.meta["occluded"].to(batch.mask.device).repeat_interleave(self.config.tokens_per_frame, dim=1)
         return {"accuracy": masked_accuracy(logits, batch, batch.mask),
                 "occluded_accuracy": masked_accuracy(logits, batch, batch.mask & occluded),
                 "visible_accuracy": masked_accuracy(logits, batch, batch.mask & ~occluded)}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import limits as L
+from ..accelerator.precision import PRECISIONS
 from ..backbone import BackboneConfig
 from ..checkpoint import MAX_CONFIG_BYTES
 from ..config import ConfigBase, require_float, require_int
@@ -36,6 +37,7 @@ class TrainConfig(ConfigBase):
     stream_segments: int = 1  # language models: segments of task.params.seq_len tokens a training sample feeds in
     # order, each backbone carrying its state from one to the next with the gradient cut between them (truncated
     # backpropagation through time, as Transformer-XL trains); 1 = every sample from an empty state
+    precision: str = "fp32"  # "bf16" or "fp16": mixed precision (accelerator/precision.py); fp16 needs CUDA
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -49,6 +51,8 @@ class TrainConfig(ConfigBase):
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
         require_float(owner, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
         require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"{owner}.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):
             raise ValueError(f"{owner}.frozen must be a list of parameter-name parts, got {self.frozen!r}")
         if self.address_scaffold_steps and self.address_scaffold_steps >= self.steps:

@@ -8,6 +8,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from ..accelerator.device import distributed_backend
+
 
 @dataclasses.dataclass
 class Distributed:
@@ -21,13 +23,19 @@ class Distributed:
         return self.rank == 0
 
 
-def init_distributed() -> Distributed:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1); otherwise a single process."""
+def init_distributed(device: torch.device = torch.device("cpu")) -> Distributed:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); otherwise a single process.
+
+    Ranks on GPUs (``device`` cuda:LOCAL_RANK, from ``accelerator.rank_device``) talk over NCCL, each bound to its
+    own GPU; ranks on the CPU over gloo, whether or not the machine has CUDA.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Distributed()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's collectives run on the current GPU: this rank's own
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(distributed_backend(device))
     return Distributed(dist.get_rank(), dist.get_world_size())
 
 

@@ -10,13 +10,15 @@ summed over batches before dividing, so a metric is exact over all scored positi
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
 
 from .. import limits as L
+from ..accelerator import autocast, check_device_memory, check_precision, model_device, resolve_device
 from ..backbone import SLOT_GATE_INIT, SlotMemory, check_budget
+from ..backbone.budget import task_parts
 from ..checkpoint import Checkpoint
 from ..config import require_int
 from ..memory import TensorMemory
@@ -44,12 +46,25 @@ def gate_drift(model: nn.Module) -> Optional[float]:
     return max(drifts, key=abs)
 
 
-def _to(batch_inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in batch_inputs.items()}
+def _placed(model: nn.Module, task: Task, batch_size: int, device: Union[str, torch.device, None],
+            precision: str) -> torch.device:
+    """Where an evaluation runs: ``model`` moved to ``device`` when one is named, after checking that a batch fits
+    the memory budget and the device's free memory and that the device runs ``precision``."""
+    backbone = getattr(getattr(model, "backbone", None), "config", None)
+    if backbone is not None:
+        check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate", task=task)
+    target = model_device(model) if device is None else resolve_device(device)
+    check_precision(precision, target)
+    if backbone is not None:
+        check_device_memory(sum(task_parts(backbone, task.tokens, batch_size, False, task).values()), target,
+                            "evaluate")
+    model.to(target)
+    return target
 
 
 def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batch_size: int = 64,
-             progress: Optional[bool] = None, purpose: str = "eval") -> dict[str, Optional[float]]:
+             progress: Optional[bool] = None, purpose: str = "eval", device: Union[str, torch.device, None] = None,
+             precision: str = "fp32") -> dict[str, Optional[float]]:
     """Metrics of ``model`` on ``task`` over ``batches`` seeded batches.
 
     Returns ``{metric: correct / total}`` for each metric of ``task.counts`` (None where no
@@ -59,20 +74,16 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     ``progress``: show a tqdm bar (default: when stderr is a terminal). ``purpose`` names the seed
     stream: batch i is ``task.draw(purpose, batch_size, seed, i)``; the trainer's
     validation uses ``"val"`` so that it never sees the ``"eval"`` batches reported for a checkpoint.
+    ``device`` (auto, cpu, cuda, cuda:N): move the model there first (as ``model.to`` does); None: where it is.
+    ``precision``: fp32, or bf16/fp16 autocast (``accelerator/precision.py``).
     """
     from tqdm import tqdm
 
     require_int("evaluate", "batches", batches, 1, L.MAX_STEPS)
     require_int("evaluate", "batch_size", batch_size, 1, L.MAX_BATCH)
-    backbone = getattr(getattr(model, "backbone", None), "config", None)
-    if backbone is not None:
-        check_budget(backbone, task.tokens, batch_size, training=False, where="evaluate", task=task)
+    device = _placed(model, task, batch_size, device, precision)
     if progress is None:
         progress = sys.stderr.isatty()
-    try:
-        device = next(model.parameters()).device
-    except StopIteration:
-        device = torch.device("cpu")
 
     available = task.split_batches(purpose, batch_size)
     if available is not None:  # a finite split (a test text) is covered once, never wrapped
@@ -84,13 +95,14 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
         with torch.no_grad():
             for index in tqdm(range(batches), desc=f"eval {task.name}", unit="batch", disable=not progress,
                               leave=False, file=sys.stderr):
-                batch = task.draw(purpose, batch_size, seed, index)
-                logits, _ = model(_to(batch.inputs, device))
+                batch = task.draw(purpose, batch_size, seed, index).to(device)
+                with autocast(precision, device):
+                    logits, _ = model(batch.inputs)
+                logits = logits.float()  # the metrics in float32, whatever the forward's type
                 if not torch.isfinite(logits).all():
                     raise FloatingPointError(f"the model's outputs are NaN or infinite on evaluation batch {index}: "
                                              f"its weights are broken, so its accuracy would mean nothing; "
                                              f"retrain it or use another checkpoint")
-                batch.targets, batch.mask = batch.targets.to(device), batch.mask.to(device)
                 for metric, (correct, total) in task.counts(logits, batch).items():
                     acc = totals.setdefault(metric, [0.0, 0.0])
                     acc[0] += float(correct)

@@ -52,4 +52,31 @@ def read_training_log(path: Union[str, Path], allow_cut_last_line: bool = False)
     return entries
 
 
-__all__ = ["LOG_FILE", "MAX_LOG_BYTES", "read_training_log"]
+def append_entry(path: Path, writer, entry: dict[str, Any]) -> None:
+    """One entry at the end of the log, and its numbers to TensorBoard when a ``writer`` is open."""
+    with path.open("a") as log:
+        log.write(json.dumps(entry) + "\n")
+    if writer is not None:
+        for key, value in scalars(entry):
+            writer.add_scalar(key, value, entry["step"])
+
+
+def scalars(entry: dict[str, Any], prefix: str = ""):
+    """(name, number) of every numeric value in a log entry but the step; nested names joined with '/'."""
+    for key, value in entry.items():
+        if isinstance(value, dict):
+            yield from scalars(value, f"{prefix}{key}/")
+        elif key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
+
+
+def tensorboard_writer(out: Path):
+    """A TensorBoard event writer in ``out/tensorboard`` when tensorboard is installed, else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out / "tensorboard"))
+
+
+__all__ = ["LOG_FILE", "MAX_LOG_BYTES", "read_training_log", "append_entry", "scalars", "tensorboard_writer"]

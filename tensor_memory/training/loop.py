@@ -18,13 +18,15 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from ..accelerator import autocast, check_device_memory, check_precision, grad_scaler, rank_device
 from ..backbone import check_budget, state_budget
+from ..backbone.budget import task_parts
 from ..checkpoint import SCHEMA_VERSION, save_checkpoint
 from ..files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
@@ -33,7 +35,7 @@ from ..tasks import Batch, Task, TaskModel
 from .config import TrainConfig, TrainingWarning, config_warnings, resolve, stream_window_task
 from .distributed import Distributed, init_distributed
 from .evaluation import evaluate
-from .log import LOG_FILE, read_training_log
+from .log import LOG_FILE, append_entry, read_training_log, tensorboard_writer
 from .run_folder import check_free, check_out, hold_run_folder
 from .resume import load_resume, save_resume
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
@@ -135,6 +137,8 @@ class Run:
     world: Distributed
     out: Path
     samples: Task  # what training draws from: the task, or windows of stream_segments segments of it
+    device: torch.device = torch.device("cpu")  # where this rank computes
+    scaler: Optional[torch.amp.GradScaler] = None  # fp16's loss scaling
 
     @property
     def log_path(self) -> Path:
@@ -146,14 +150,16 @@ class Run:
 
 
 def train(config: dict[str, Any], out: Path, resume: bool = False, progress: bool = True,
-          overwrite: bool = False) -> dict[str, Any]:
+          overwrite: bool = False, device: Union[str, torch.device, None] = "auto") -> dict[str, Any]:
     """Train one run into ``out``; returns the final evaluation metrics.
 
     ``config``: {task: {name, params}, model: BackboneConfig fields, training: TrainConfig
     fields}. With ``resume``, continue from ``out/resume.safetensors`` if present. An ``out`` holding
     an earlier run is refused unless ``resume`` or ``overwrite`` (which replaces that run) is given.
+    ``device``: auto, cpu, cuda or cuda:N (under torchrun each rank takes cuda:LOCAL_RANK); ``training.precision``
+    says in what number format (``accelerator/``).
     """
-    run = _set_up(config, Path(out), resume, overwrite)
+    run = _set_up(config, Path(out), resume, overwrite, device)
     # One writer per folder: the main process holds it from before the first write to the last (run_folder.py).
     with hold_run_folder(run.out) if run.world.main else contextlib.nullcontext():
         for warning in config_warnings(run.cfg) if run.world.main else []:  # the run goes ahead: say what is amiss
@@ -161,7 +167,7 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
         start = _restore(run, resume)
         if run.world.main:
             _prepare_out(run, start)
-        writer = _tensorboard(run.out) if run.world.main else None
+        writer = tensorboard_writer(run.out) if run.world.main else None
         _loop(run, start, writer, progress)
         metrics = _finish(run, writer) if run.world.main else {}
     if run.world.world > 1:
@@ -170,27 +176,32 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     return metrics
 
 
-def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool) -> Run:
+def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, device_spec) -> Run:
     """Validate everything and build the model and optimizer, before anything is written."""
     task, backbone, cfg = resolve(config)
     samples = stream_window_task(task, cfg)  # a streamed sample's carried state grows with all of it: counted whole
     check_budget(backbone, samples.tokens, cfg.batch_size, training=True, where="the training config", task=samples)
+    device = rank_device(device_spec)
+    check_precision(cfg.precision, device)
     full_config = {"schema_version": SCHEMA_VERSION,
                    "task": {"name": task.name, "params": task.config.to_dict()},
                    "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}
-    world = init_distributed()
+    world = init_distributed(device)
     if cfg.batch_size % world.world:
         raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
+    check_device_memory(sum(task_parts(backbone, samples.tokens, cfg.batch_size // world.world, True, samples).values()),
+                        device, "the training config")
     if world.main:
         check_free(out)  # a run still writing there: say so, not that the folder "holds a run"
     check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
     for data, purpose in ((samples, "train"), (task, "val")):  # a data file refused now, before anything is written:
         data.draw(purpose, 1, cfg.seed, 0)  # not a half-made run, nor an --overwrite that replaced a good one
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = TaskModel(task, backbone)
+    model = TaskModel(task, backbone).to(device)
     freeze(model, cfg.frozen)
     check_scaffold(model, task, cfg.address_scaffold_steps)
-    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out, samples)
+    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out, samples, device,
+               grad_scaler(cfg.precision, device))
 
 
 def _restore(run: Run, resume: bool) -> int:
@@ -224,7 +235,8 @@ def _prepare_out(run: Run, start: int) -> None:
 def _loop(run: Run, start: int, writer, progress: bool) -> None:
     """Training steps ``start`` … ``steps − 1``: log every ``log_every``, validate and save every ``eval_every``."""
     cfg, world = run.cfg, run.world
-    wrapped = run.model if world.world == 1 else torch.nn.parallel.DistributedDataParallel(run.model)
+    on_gpu = [run.device.index] if run.device.type == "cuda" else None  # DDP's one device per rank
+    wrapped = run.model if world.world == 1 else torch.nn.parallel.DistributedDataParallel(run.model, device_ids=on_gpu)
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and world.main),
                desc=f"{run.task.name}-{run.model.backbone.config.kind}", unit="step", dynamic_ncols=True)
     last_time, tokens = time.perf_counter(), 0
@@ -238,7 +250,7 @@ def _loop(run: Run, start: int, writer, progress: bool) -> None:
                      "grad_norm": round(float(grad_norm), 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
             last_time, tokens = now, 0
             bar.set_postfix(loss=f"{entry['loss']:.4f}", tok_s=f"{entry['tokens_per_s']:.0f}")
-            _log(run.log_path, writer, entry)
+            append_entry(run.log_path, writer, entry)
         if done % cfg.eval_every == 0 or done == cfg.steps:
             if world.main:
                 _validate(run, writer, done)
@@ -257,10 +269,17 @@ def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, 
         group["lr"] = learning_rate(step, cfg)
     shard = cfg.batch_size // world.world
     batch = run.samples.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
+    batch = batch.to(run.device)
     run.optimizer.zero_grad(set_to_none=True)
     loss = _backward(run, wrapped, batch, step)
+    if run.scaler is not None:  # fp16: the gradients come back scaled; clip them at their true size
+        run.scaler.unscale_(run.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-    run.optimizer.step()
+    if run.scaler is None:
+        run.optimizer.step()
+    else:  # skips a step whose gradients overflowed float16, and adapts the scale
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
     return loss, grad_norm, batch.mask.numel() * world.world
 
 
@@ -268,15 +287,17 @@ def _backward(run: Run, wrapped: torch.nn.Module, batch: Batch, step: int) -> to
     """Back-propagate the batch's loss (its mean over the segments of a streamed sample, the state carried from one
     to the next and its gradient cut there); returns the loss, detached."""
     segments, length = run.cfg.stream_segments, run.task.tokens
-    total, state = torch.zeros(()), None
+    total, state = torch.zeros((), device=run.device), None
     for k in range(segments):
         last = k == segments - 1  # data-parallel ranks average gradients once, after the last segment
         with contextlib.nullcontext() if last or run.world.world == 1 else wrapped.no_sync():
             piece = batch if segments == 1 else batch.columns(k * length, (k + 1) * length)
-            loss, state = training_loss(wrapped, run.task, piece, step, run.cfg, state)
+            with autocast(run.cfg.precision, run.device):  # the backward runs outside, in the forward's types
+                loss, state = training_loss(wrapped, run.task, piece, step, run.cfg, state)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
-            (loss / segments).backward()
+            scaled = loss / segments
+            (scaled if run.scaler is None else run.scaler.scale(scaled)).backward()
         total = total + loss.detach() / segments
         state = state.detach() if state is not None and not last else None
     return total
@@ -286,9 +307,9 @@ def _validate(run: Run, writer, done: int) -> None:
     """Validation metrics and addressing into the log, and the resume file, after ``done`` steps."""
     cfg = run.cfg
     metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
-                       purpose="val")
+                       purpose="val", precision=cfg.precision)
     addressing = addressing_during_training(run.model, run.task, cfg.seed)
-    _log(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
+    append_entry(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
                                 **({"addressing": addressing} if addressing else {})})
     save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config)
 
@@ -298,37 +319,11 @@ def _finish(run: Run, writer) -> dict[str, Any]:
     cfg = run.cfg
     save_checkpoint(run.out, run.model, run.saved_config, task=run.task)
     metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
-                       purpose="val")
+                       purpose="val", precision=cfg.precision)
     run.resume_path.unlink(missing_ok=True)
     if writer is not None:
         writer.close()
     return metrics
-
-
-def _log(path: Path, writer, entry: dict[str, Any]) -> None:
-    with path.open("a") as log:
-        log.write(json.dumps(entry) + "\n")
-    if writer is not None:
-        for key, value in _scalars(entry):
-            writer.add_scalar(key, value, entry["step"])
-
-
-def _scalars(entry: dict[str, Any], prefix: str = ""):
-    """(name, number) of every numeric value in a log entry but the step; nested names joined with '/'."""
-    for key, value in entry.items():
-        if isinstance(value, dict):
-            yield from _scalars(value, f"{prefix}{key}/")
-        elif key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            yield f"{prefix}{key}", value
-
-
-def _tensorboard(out: Path):
-    """A TensorBoard event writer in ``out/tensorboard`` when tensorboard is installed, else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(out / "tensorboard"))
 
 
 __all__ = ["train", "loss_on", "training_loss", "learning_rate", "freeze", "make_optimizer",

@@ -8,6 +8,8 @@ import argparse
 import json
 from typing import Any
 
+from ..accelerator import model_device
+
 
 def text_table(headers: list[str], rows: list[list[str]]) -> str:
     """``rows`` of strings under ``headers``, each column padded to its widest cell, a rule under the headers."""
@@ -60,7 +62,8 @@ def eval_distance(ckpt: Any, args: argparse.Namespace) -> int:
             for row in result["rows"]]
     reach = f"{result['W']} tokens" + (f" = {result['W'] / per:.1f} {unit}" if per > 1 else "")
     print("\n".join([f"checkpoint  {ckpt.path}", f"backbone    {ckpt.model.backbone.config.kind}",
-                     f"evaluation  seed {args.seed}, {args.batches} batches of {args.batch_size}",
+                     f"evaluation  seed {args.seed}, {args.batches} batches of {args.batch_size} "
+                     f"({model_device(ckpt.model)}, {args.precision})",
                      f"attention   reaches {reach} back in each layer", "",
                      text_table([f"distance ({unit})", "scored", *[r.replace("_", " ") for r in runs]], rows)]))
     return 0

@@ -28,10 +28,10 @@ REDO = "delete it to start afresh"
 def save_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
                 config: dict) -> None:
     """Weights, optimizer moments and the step in one safetensors file, written atomically."""
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     for index, state in optimizer.state_dict()["state"].items():
         for name, value in state.items():
-            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).detach().contiguous()
+            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
     metadata = {"step": str(step), "config": json.dumps(config, sort_keys=True)}
     atomic_write_bytes(path, save_safetensors(tensors, metadata=metadata))
 
