@@ -194,3 +194,28 @@ def test_the_gpu_benchmark_runs_every_part_at_toy_sizes_on_the_cpu(tmp_path):
                   "Streamed through the shipped language model", "evaluated on both"):
         assert title in text
     assert "| toy 4³ |" in text and "| bf16 |" in text and "| 8,192 |" in text
+
+
+def test_an_fp16_runs_loss_scale_is_resumed_as_it_stood_and_a_tampered_one_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from tensor_memory.training.resume import load_resume, save_resume
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=7)
+    scaler.scale(torch.ones(()))  # a step's scaling, then an update that sets the scale as an overflow would
+    scaler.update(512.0)
+    path = tmp_path / "resume.safetensors"
+    save_resume(path, model, optimizer, 0, {"training": {"steps": 5}}, scaler)
+    fresh = torch.amp.GradScaler("cpu", growth_interval=7)
+    load_resume(path, model, optimizer, {"training": {"steps": 5}}, fresh)
+    assert fresh.state_dict() == scaler.state_dict() and fresh.get_scale() == 512.0
+
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    metadata["grad_scaler"] = json.dumps({**scaler.state_dict(), "scale": -1.0})
+    save_file(load_file(path), path, metadata=metadata)
+    with pytest.raises(ValueError, match=r"loss scaler state is out of range \(scale -1.0"):
+        load_resume(path, model, optimizer, {"training": {"steps": 5}}, torch.amp.GradScaler("cpu"))

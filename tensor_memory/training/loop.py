@@ -207,7 +207,7 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
 def _restore(run: Run, resume: bool) -> int:
     """The steps already done: those of the resume file when resuming one, else 0."""
     if resume and run.resume_path.exists():
-        start = load_resume(run.resume_path, run.model, run.optimizer, run.saved_config)
+        start = load_resume(run.resume_path, run.model, run.optimizer, run.saved_config, run.scaler)
         run.task.restore(run.out)  # the files the run began with (a tokenizer), not ones rebuilt now
         if run.samples is not run.task:  # the streamed windows read the text through the same tokenizer
             run.samples.restore(run.out)
@@ -311,7 +311,7 @@ def _validate(run: Run, writer, done: int) -> None:
     addressing = addressing_during_training(run.model, run.task, cfg.seed)
     append_entry(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
                                 **({"addressing": addressing} if addressing else {})})
-    save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config)
+    save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config, run.scaler)
 
 
 def _finish(run: Run, writer) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import torch
 from safetensors.torch import save as save_safetensors
@@ -23,16 +24,20 @@ from ..user_files import FLOAT_DTYPES, read_safetensors
 MAX_RESUME_BYTES = 2 << 30  # weights and two moments of the largest model the budget allows at most
 MOMENTS = ("exp_avg", "exp_avg_sq", "step")  # AdamW's state per parameter
 REDO = "delete it to start afresh"
+SCALER_KEY = "grad_scaler"  # fp16 runs: the loss scaler's state_dict, as JSON in the metadata
 
 
 def save_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                config: dict) -> None:
-    """Weights, optimizer moments and the step in one safetensors file, written atomically."""
+                config: dict, scaler: Optional[torch.amp.GradScaler] = None) -> None:
+    """Weights, optimizer moments and the step in one safetensors file, written atomically; with fp16's loss
+    ``scaler``, its scale and growth count too (a resumed run scales as the uninterrupted one would)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     for index, state in optimizer.state_dict()["state"].items():
         for name, value in state.items():
             tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
     metadata = {"step": str(step), "config": json.dumps(config, sort_keys=True)}
+    if scaler is not None:
+        metadata[SCALER_KEY] = json.dumps(scaler.state_dict())
     atomic_write_bytes(path, save_safetensors(tensors, metadata=metadata))
 
 
@@ -52,8 +57,10 @@ def _fail(path: Path, problem: str) -> ValueError:
     return ValueError(f"{path}: cannot resume from this file: {problem}; {REDO}")
 
 
-def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> int:
-    """Restore a run from ``save_resume``'s file; returns the number of steps already done."""
+def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict,
+                scaler: Optional[torch.amp.GradScaler] = None) -> int:
+    """Restore a run from ``save_resume``'s file (and fp16's loss ``scaler`` when it saved one); returns the number
+    of steps already done."""
     try:
         stored = read_safetensors(path, MAX_RESUME_BYTES, "the resume file", REDO)
     except FileFormatError as error:
@@ -95,11 +102,26 @@ def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     if held and (max(counts) != step or min(counts) < 0):
         raise _fail(path, f"it says {step} steps were done, but its optimizer took {max(counts)}")
 
+    scaler_state = _scaler_state(path, metadata) if scaler is not None and SCALER_KEY in metadata else None
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    if scaler_state is not None:
+        scaler.load_state_dict(scaler_state)
     state = optimizer.state_dict()
     state["state"] = {int(index): {name: tensors[f"optim.{index}.{name}"] for name in MOMENTS} for index in held}
     optimizer.load_state_dict(state)
     return step
+
+
+def _scaler_state(path: Path, metadata: dict) -> dict:
+    """The loss scaler's saved state: a positive finite scale and a whole growth count, or a refusal."""
+    try:
+        state = json.loads(metadata[SCALER_KEY])
+        scale, tracker = float(state["scale"]), state["_growth_tracker"]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        raise _fail(path, "its loss scaler state is not readable") from None
+    if not (0 < scale < float("inf")) or not isinstance(tracker, int) or tracker < 0:
+        raise _fail(path, f"its loss scaler state is out of range (scale {scale}, growth count {tracker})")
+    return state
 
 
 __all__ = ["save_resume", "load_resume", "MAX_RESUME_BYTES"]
