@@ -12,6 +12,8 @@ into ``checkpoints/<task>-tensor_local_update/``. The commands, wall times and t
     .venv/bin/python checkpoints/train_all.py                 # everything (hours on 2 cores: see checkpoints/README.md)
     .venv/bin/python checkpoints/train_all.py --tasks no_harm --jobs 1 --variants   # no local-update retrain
     .venv/bin/python checkpoints/train_all.py --reuse         # runs that already finished in runs/grid are kept
+    .venv/bin/python checkpoints/train_all.py --tasks map_building --backbones tensor base --lrs 2e-3 --variants \
+        --no-ship --runs runs/timing                          # train and time rows without shipping them
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def main() -> None:
                         help="keep the runs that already finished under --runs instead of training them again")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
                         help="tensor variants retrained at the tensor run's learning rate (default: all; --variants alone: none)")
+    parser.add_argument("--no-ship", action="store_true",
+                        help="only train and time the runs (each run's record in its folder under --runs); copy "
+                             "nothing to checkpoints/ and leave checkpoints/training.json as it is")
     args = parser.parse_args()
     runs = ROOT / args.runs
     jobs = [(t, b, lr) for t in args.tasks for b in args.backbones for lr in args.lrs]
@@ -150,6 +155,11 @@ def main() -> None:
             futures += [pool.submit(run, t, v, f"{won[t]:g}", runs, args.threads, args.reuse)
                         for t in args.tasks for v in args.variants]
         results = [f.result() for f in futures]
+    if args.no_ship:
+        for r in results:
+            print(f"{r['task']}-{r['backbone']} lr {r['lr']:g}: {r['wall_seconds'] / 60:.1f} min "
+                  f"({r['run_dir']}/{RUN_RECORD})")
+        return
     record_path = ROOT / "checkpoints" / "training.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {"runs": []}
     redone = {(r["task"], r["backbone"]) for r in results}
