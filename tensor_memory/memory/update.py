@@ -22,6 +22,19 @@ Three things make it cheap:
 * Every per-channel tap broadcasts as a contiguous (C,) vector and every gate is its own
   contiguous block: strided operands stop PyTorch's kernels from vectorising.
 
+* On the CPU in float32, :func:`convlstm_scan` hands the scan to one compiled operator
+  (``fused_scan.py``), which does each chunk's pointwise work in a few passes; this module's
+  pure-PyTorch scan is its fallback and the scan everywhere else (CUDA, other dtypes).
+
+Mixed precision: under ``torch.autocast`` (bf16 or fp16) the scan runs the mix's matrix products in
+the autocast type, forward (``x @ [mix | bias]ᵀ``) and backward (``grad_preᵀ @ x``, ``grad_pre @ mix``),
+their operands cast and their results brought back to float32. Everything else stays float32: the
+depthwise convolutions, the gates' sigmoid and tanh, the recurrent state ``c, h`` (hs and cs come
+back float32) and the gradients' accumulations (the mix's, the taps', the write factors'). Without
+autocast nothing is cast and the pure-PyTorch scan computes exactly what it did before autocast was
+honoured (``tests/test_fused_scan.py`` compares the bits). The memory layer's output under CPU bf16
+autocast is float32 too: its read projection runs in bf16 and σ(γ)'s float32 brings the sum back.
+
 Layout: inside this module volumes are *channels-last*, ``(…, D, H, W, C)``, so the mix is a
 matrix product. ``layer.py`` presents them to users as ``(B, C, D, H, W)`` views. The maths
 is the plain implementation's in ``reference.py``; ``tests/test_update.py``
@@ -33,6 +46,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+
+from .fused_scan import fused_scan, runs_on
 
 AXES = (-4, -3, -2)  # D, H, W in a channels-last volume (…, D, H, W, C)
 _sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input  # writes g·s·(1-s) into grad_input
@@ -101,13 +116,19 @@ def expand_write(fz: torch.Tensor, fy: torch.Tensor, fxc: torch.Tensor,
     return torch.mul(zy[..., None, :], fxc[..., None, None, :, :], out=out)
 
 
-def gate_values(x: torch.Tensor, weight: torch.Tensor):
+def product(a: torch.Tensor, b: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """a @ b; with dtype (autocast's), the operands in that type and the result back in a's."""
+    return a @ b if dtype is None else (a.to(dtype) @ b.to(dtype)).to(a.dtype)
+
+
+def gate_values(x: torch.Tensor, weight: torch.Tensor, dtype: Optional[torch.dtype] = None):
     """Gates from x = [dw_V(V) ; dw_h(h) ; 1] (M, 2C+1) and weight = [mix | bias] (4C, 2C+1).
 
-    Returns the input, forget and output gates and the candidate g, (M, C) each. The bias
-    rides on x's column of ones, and one matrix product per gate keeps each gate contiguous.
+    Returns the input, forget and output gates and the candidate g, (M, C) each, in x's type. The bias
+    rides on x's column of ones, and one matrix product per gate keeps each gate contiguous. dtype: the
+    products' type under autocast (:func:`product`), or None.
     """
-    i, f, o, g = (x @ w.t() for w in weight.chunk(4))
+    i, f, o, g = (product(x, w.t(), dtype) for w in weight.chunk(4))
     return i.sigmoid_(), f.sigmoid_(), o.sigmoid_(), g.tanh_()
 
 
@@ -146,9 +167,9 @@ def _workspace(h: torch.Tensor) -> torch.Tensor:
 _PER_CHUNK = 8  # tensors each chunk keeps for the backward: two conv inputs, x, i, f, o, g, tanh(c)
 
 
-def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] = None):
+def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] = None, dtype=None):
     """The recurrence. factors as from :func:`write_factors` with a leading K; h, c (B, D, H, W, C);
-    offset (D, H, W, 2C), the depthwise biases' :func:`bias_volume`, or None.
+    offset (D, H, W, 2C), the depthwise biases' :func:`bias_volume`, or None; dtype: the mix's type or None.
 
     With ``saved`` (a list), each chunk's intermediates are appended for the backward;
     without, one workspace serves every chunk.
@@ -170,7 +191,7 @@ def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] =
         conv_axis(x_w, rows_h[2], AXES[2], out=x[:, C:2 * C].view(vol))  # dw_h(h_{k-1})
         if offset is not None:  # the same for every sample: broadcast over B
             x[:, :2 * C].view(vol[0], -1, 2 * C).add_(offset.reshape(-1, 2 * C))  # (B, D·H·W, 2C)
-        i, f, o, g = gate_values(x, weight)
+        i, f, o, g = gate_values(x, weight, dtype)
         c_k = cs[k].view(M, C)
         torch.mul(f, c.reshape(M, C), out=c_k)
         c_k.addcmul_(i, g)  # c = f⊙c + i⊙g
@@ -184,68 +205,78 @@ def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] =
 
 class _ConvLSTMScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, fz, fy, fxc, h0, c0, taps_h, mix, bias, offset):
+    def forward(ctx, fz, fy, fxc, h0, c0, taps_h, mix, bias, offset, dtype):
         saved: list = []
-        hs, cs = _scan((fz, fy, fxc), h0, c0, taps_h, mix, bias, offset, saved)
-        ctx.has_offset = offset is not None
+        hs, cs = _scan((fz, fy, fxc), h0, c0, taps_h, mix, bias, offset, saved, dtype)
+        ctx.has_offset, ctx.dtype, ctx.device = offset is not None, dtype, h0.device.type
         ctx.save_for_backward(fz, fy, fxc, h0, c0, taps_h, mix, hs, cs, *saved)
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a zero-filled volume
         return hs, cs
 
     @staticmethod
     def backward(ctx, grad_hs, grad_cs):
-        fz, fy, fxc, h0, c0, taps_h, mix, hs, cs, *saved = ctx.saved_tensors
-        K, B, D, H, W, C = cs.shape
-        M, vol = B * D * H * W, (B, D, H, W, C)
-        grad_fz, grad_fy, grad_fxc = torch.empty_like(fz), torch.empty_like(fy), torch.empty_like(fxc)
-        grad_weight = mix.new_zeros(4 * C, 2 * C + 1)  # for [mix | bias]
-        grad_pre = c0.new_empty(M, 4 * C)  # reused by every chunk
-        gp_i, gp_f, gp_o, gp_g = grad_pre.split(C, dim=1)
-        flipped_h = tap_rows(taps_h).flip(1)  # the adjoint's taps, (3 axes, 3 taps, C)
-        # Running tap-gradient products, one per (axis, tap), shaped like the slices they multiply.
-        acc = [[c0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)])
-                for t in range(3)] for a in range(3)]
-        grad_offset = c0.new_zeros(D * H * W, 2 * C) if ctx.has_offset else None
-        dh = c0.new_zeros(M, C)  # gradient reaching h_k from later chunks
-        dc = c0.new_zeros(M, C)
-        for k in reversed(range(K)):
-            x_h, x_w, x, i, f, o, g, t = saved[k * _PER_CHUNK:(k + 1) * _PER_CHUNK]
-            conv_inputs = (hs[k - 1] if k > 0 else h0, x_h, x_w)  # what the D, H, W convolutions read
-            c_prev = (cs[k - 1] if k > 0 else c0).reshape(M, C)
-            if grad_hs is not None:
-                dh = dh + grad_hs[k].reshape(M, C)
-            if grad_cs is not None:
-                dc = dc + grad_cs[k].reshape(M, C)
-            # aten's sigmoid_backward(g, s) = g·s·(1-s) and tanh_backward(g, t) = g·(1-t²), fused.
-            _sigmoid_backward(dh * t, o, grad_input=gp_o)  # output gate
-            dc = dc + torch.ops.aten.tanh_backward(dh * o, t)  # through h = o·tanh(c)
-            _sigmoid_backward(dc * g, i, grad_input=gp_i)  # input gate
-            _sigmoid_backward(dc * c_prev, f, grad_input=gp_f)  # forget gate
-            _tanh_backward(dc * i, g, grad_input=gp_g)  # candidate
-            dc = dc * f  # c_{k-1} reaches c_k through the forget gate
-            # Through the mix: its weights and bias, then the two inputs.
+        with torch.autocast(ctx.device, enabled=False):  # the products' type is ctx.dtype's, as in the forward
+            return _scan_backward(ctx, grad_hs, grad_cs)
+
+
+def _scan_backward(ctx, grad_hs, grad_cs):
+    """:class:`_ConvLSTMScan`'s backward: the chunks in reverse, fused gate derivatives."""
+    fz, fy, fxc, h0, c0, taps_h, mix, hs, cs, *saved = ctx.saved_tensors
+    K, B, D, H, W, C = cs.shape
+    M, vol = B * D * H * W, (B, D, H, W, C)
+    grad_fz, grad_fy, grad_fxc = torch.empty_like(fz), torch.empty_like(fy), torch.empty_like(fxc)
+    grad_weight = mix.new_zeros(4 * C, 2 * C + 1)  # for [mix | bias]
+    grad_pre = c0.new_empty(M, 4 * C)  # reused by every chunk
+    gp_i, gp_f, gp_o, gp_g = grad_pre.split(C, dim=1)
+    flipped_h = tap_rows(taps_h).flip(1)  # the adjoint's taps, (3 axes, 3 taps, C)
+    # Running tap-gradient products, one per (axis, tap), shaped like the slices they multiply.
+    acc = [[c0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)])
+            for t in range(3)] for a in range(3)]
+    grad_offset = c0.new_zeros(D * H * W, 2 * C) if ctx.has_offset else None
+    dh = c0.new_zeros(M, C)  # gradient reaching h_k from later chunks
+    dc = c0.new_zeros(M, C)
+    for k in reversed(range(K)):
+        x_h, x_w, x, i, f, o, g, t = saved[k * _PER_CHUNK:(k + 1) * _PER_CHUNK]
+        conv_inputs = (hs[k - 1] if k > 0 else h0, x_h, x_w)  # what the D, H, W convolutions read
+        c_prev = (cs[k - 1] if k > 0 else c0).reshape(M, C)
+        if grad_hs is not None:
+            dh = dh + grad_hs[k].reshape(M, C)
+        if grad_cs is not None:
+            dc = dc + grad_cs[k].reshape(M, C)
+        # aten's sigmoid_backward(g, s) = g·s·(1-s) and tanh_backward(g, t) = g·(1-t²), fused.
+        _sigmoid_backward(dh * t, o, grad_input=gp_o)  # output gate
+        dc = dc + torch.ops.aten.tanh_backward(dh * o, t)  # through h = o·tanh(c)
+        _sigmoid_backward(dc * g, i, grad_input=gp_i)  # input gate
+        _sigmoid_backward(dc * c_prev, f, grad_input=gp_f)  # forget gate
+        _tanh_backward(dc * i, g, grad_input=gp_g)  # candidate
+        dc = dc * f  # c_{k-1} reaches c_k through the forget gate
+        # Through the mix: its weights and bias, then the two inputs.
+        if ctx.dtype is None:
             grad_weight.addmm_(grad_pre.t(), x)
-            grad_x = grad_pre @ mix  # (M, 2C)
-            if grad_offset is not None:
-                grad_offset += grad_x.view(B, -1, 2 * C).sum(0)  # (D·H·W, 2C), summed over the batch
-            # Into the write factors: write = (fz ⊗ fy) ⊗ fxc.
-            grad_write = grad_x[:, :C].reshape(vol)  # (B, D, H, W, C)
-            zy = fz[k][:, :, None, :] * fy[k][:, None, :, :]  # (B, D, H, C)
-            grad_fxc[k] = (grad_write * zy[:, :, :, None, :]).sum((1, 2))
-            grad_zy = (grad_write * fxc[k][:, None, None, :, :]).sum(3)  # (B, D, H, C)
-            grad_fz[k] = (grad_zy * fy[k][:, None, :, :]).sum(2)
-            grad_fy[k] = (grad_zy * fz[k][:, :, None, :]).sum(1)
-            # Into h through the depthwise convolutions, W then H then D.
-            grad = grad_x[:, C:].reshape(vol)
-            for axis in (2, 1, 0):
-                grad = _conv_axis_backward(grad, conv_inputs[axis], flipped_h[axis], AXES[axis], acc[axis])
-            dh = grad.reshape(M, C)
-        grad_taps = torch.stack([torch.stack([a.reshape(-1, C).sum(0) for a in per_axis], dim=-1)
-                                 for per_axis in acc])  # (3, C, 3)
-        grad_mix, grad_bias = grad_weight[:, :-1], grad_weight[:, -1]
+        else:  # autocast: the product in its type, accumulated in float32
+            grad_weight += product(grad_pre.t(), x, ctx.dtype)
+        grad_x = product(grad_pre, mix, ctx.dtype)  # (M, 2C)
         if grad_offset is not None:
-            grad_offset = grad_offset.view(D, H, W, 2 * C)
-        return grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias, grad_offset
+            grad_offset += grad_x.view(B, -1, 2 * C).sum(0)  # (D·H·W, 2C), summed over the batch
+        # Into the write factors: write = (fz ⊗ fy) ⊗ fxc.
+        grad_write = grad_x[:, :C].reshape(vol)  # (B, D, H, W, C)
+        zy = fz[k][:, :, None, :] * fy[k][:, None, :, :]  # (B, D, H, C)
+        grad_fxc[k] = (grad_write * zy[:, :, :, None, :]).sum((1, 2))
+        grad_zy = (grad_write * fxc[k][:, None, None, :, :]).sum(3)  # (B, D, H, C)
+        grad_fz[k] = (grad_zy * fy[k][:, None, :, :]).sum(2)
+        grad_fy[k] = (grad_zy * fz[k][:, :, None, :]).sum(1)
+        # Into h through the depthwise convolutions, W then H then D.
+        grad = grad_x[:, C:].reshape(vol)
+        for axis in (2, 1, 0):
+            grad = _conv_axis_backward(grad, conv_inputs[axis], flipped_h[axis], AXES[axis], acc[axis])
+        dh = grad.reshape(M, C)
+    grad_taps = torch.stack([torch.stack([a.reshape(-1, C).sum(0) for a in per_axis], dim=-1)
+                             for per_axis in acc])  # (3, C, 3)
+    grad_mix, grad_bias = grad_weight[:, :-1], grad_weight[:, -1]
+    if grad_offset is not None:
+        grad_offset = grad_offset.view(D, H, W, 2 * C)
+    return (grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias, grad_offset,
+            None)
 
 
 def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tensor, mix: torch.Tensor,
@@ -260,7 +291,12 @@ def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tenso
     """
     h, c = h.contiguous(), c.contiguous()
     inputs = (*factors, h, c, taps_h, mix, bias)
-    needs_grad = any(t.requires_grad for t in inputs) or (offset is not None and offset.requires_grad)
-    if torch.is_grad_enabled() and needs_grad and factors[0].shape[0] > 0:
-        return _ConvLSTMScan.apply(*inputs, offset)
-    return _scan(factors, h, c, taps_h, mix, bias, offset)
+    device = h.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    with torch.autocast(device, enabled=False):  # the scan casts the mix's operands itself (dtype)
+        if factors[0].shape[0] > 0 and runs_on((*inputs, offset)):
+            return fused_scan(factors, h, c, taps_h, mix, bias, offset, dtype)
+        needs_grad = any(t.requires_grad for t in inputs) or (offset is not None and offset.requires_grad)
+        if torch.is_grad_enabled() and needs_grad and factors[0].shape[0] > 0:
+            return _ConvLSTMScan.apply(*inputs, offset, dtype)
+        return _scan(factors, h, c, taps_h, mix, bias, offset, dtype=dtype)
