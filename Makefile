@@ -15,6 +15,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet "setuptools>=68"
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# The memory layer's fused CPU scan (C++, about half a minute); a failed build only prints that the
+	@# slower pure-PyTorch scan will run, never fails the install.
+	-$(PY) -m tensor_memory.memory.build_scan
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -39,7 +42,7 @@ browser:
 	else echo "Browser tests will be skipped; to run them: sudo apt-get install -y chromium"; fi
 
 # Every benchmark in benchmarks/README.md but trainability.py (a training study of about 30 minutes).
-BENCHMARKS := memory_step hook_overhead large_grid training_throughput language_step streaming trace app app_browser budget
+BENCHMARKS := memory_step scan_floor hook_overhead large_grid training_throughput language_step streaming trace app app_browser budget
 
 bench: $(STAMP)
 	@set -e; for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py"; $(PY) benchmarks/$$name.py; done
