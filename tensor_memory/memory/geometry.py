@@ -97,29 +97,28 @@ def voxel_centres(n: int, dtype: torch.dtype = torch.float32, device=None) -> to
     return torch.linspace(-1.0, 1.0, n, dtype=dtype, device=device)
 
 
-def _linear_weights(u: torch.Tensor, n: int) -> torch.Tensor:
-    """(M,) coordinates in [-1, 1] → (M, n) linear-interpolation weights over one axis.
-
-    Border padding: coordinates are clamped to the grid. The lower neighbour is chosen with
-    floor, as ``grid_sample`` does, so values and gradients match it.
-    """
+def _neighbours(u: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M,) coordinates in [-1, 1] → the two voxels either side along one axis (M, 2) and their linear weights
+    (M, 2). Border padding: coordinates are clamped to the grid; the lower neighbour is chosen with floor, as
+    ``grid_sample`` does, so values and gradients match it (on a 1-voxel axis: voxel 0 twice, weights 0 and 1)."""
     pos = (u.clamp(-1.0, 1.0) + 1.0) * (n - 1) / 2.0  # (M,) in voxel units, 0 … n-1
-    left = pos.detach().floor().clamp(max=n - 2)  # (M,) lower neighbour index
-    frac = (pos - left)[:, None]  # (M, 1) distance from it, carries the gradient
-    index = torch.arange(n, device=u.device, dtype=u.dtype)  # (n,)
-    is_left = (index == left[:, None]).to(u.dtype)  # (M, n)
-    is_right = (index == left[:, None] + 1).to(u.dtype)  # (M, n)
-    return (1.0 - frac) * is_left + frac * is_right
+    left = pos.detach().floor().clamp(max=n - 2)  # (M,) lower neighbour, as grid_sample picks it
+    frac = pos - left  # (M,) carries the gradient
+    index = torch.stack([left.clamp(min=0), left + 1], dim=1).long()  # (M, 2)
+    return index, torch.stack([1.0 - frac, frac], dim=1)
 
 
 def sample_channels_last(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
-    """Trilinear read from a channels-last volume: h (M, D, H, W, C), xyz (M, 3) → (M, C)."""
+    """Trilinear read from a channels-last volume: h (M, D, H, W, C), xyz (M, 3) → (M, C).
+
+    Only the 8 voxels around each point are gathered: a weighted sum over all D·H·W voxels would read the
+    whole volume forward and write a whole one backward for the same numbers."""
     M, D, H, W, C = h.shape
-    wx = _linear_weights(xyz[:, 0], W)  # (M, W)
-    wy = _linear_weights(xyz[:, 1], H)  # (M, H)
-    wz = _linear_weights(xyz[:, 2], D)  # (M, D)
-    weights = (wz[:, :, None, None] * wy[:, None, :, None] * wx[:, None, None, :]).view(M, 1, D * H * W)
-    return torch.bmm(weights, h.reshape(M, D * H * W, C)).view(M, C)  # weighted sum over voxels
+    (iz, wz), (iy, wy), (ix, wx) = _neighbours(xyz[:, 2], D), _neighbours(xyz[:, 1], H), _neighbours(xyz[:, 0], W)
+    index = (iz[:, :, None, None] * H + iy[:, None, :, None]) * W + ix[:, None, None, :]  # (M, 2, 2, 2) flat voxel
+    weights = wz[:, :, None, None] * wy[:, None, :, None] * wx[:, None, None, :]  # (M, 2, 2, 2)
+    corners = h.reshape(M, D * H * W, C).gather(1, index.reshape(M, 8, 1).expand(M, 8, C))  # (M, 8, C)
+    return torch.bmm(weights.reshape(M, 1, 8), corners).view(M, C)  # weighted sum of the 8
 
 
 def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
