@@ -6,6 +6,9 @@ AdamW's update — in turn, on the same batch of the shipped corpus. Prints each
 ratio to ``base`` (target for ``tensor``: at most 1.3x).
 
     .venv/bin/python benchmarks/language_step.py
+    .venv/bin/python benchmarks/language_step.py --config configs/coordinate_binding.toml --kinds base tensor --threads 1
+
+``--config`` times another task's shipped config the same way (a step past its address scaffold, if any).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from tensor_memory.tasks import TaskModel
 from tensor_memory.training import load_run_config, resolve
 from tensor_memory.training.loop import make_optimizer, training_loss
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "language_modelling.toml"
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "language_modelling.toml"
 
 
-def step(kind: str):
-    task, backbone, cfg = resolve(load_run_config(CONFIG, kind))
+def step(kind: str, config: Path = CONFIG):
+    task, backbone, cfg = resolve(load_run_config(config, kind))
     torch.manual_seed(0)
     model = TaskModel(task, backbone)
     optimizer = make_optimizer(model, cfg)
@@ -41,13 +45,14 @@ def step(kind: str):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kinds", nargs="+", default=["base", "tensor", "local", "xl", "linear"])
+    p.add_argument("--config", type=Path, default=CONFIG, help=f"run config (default {CONFIG.relative_to(ROOT)})")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--repeats", type=int, default=7, help="timed steps of each (default 7)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    times = alternate({kind: step(kind) for kind in args.kinds}, args.repeats)
+    times = alternate({kind: step(kind, args.config) for kind in args.kinds}, args.repeats)
     base = median_ms(times["base"])
-    print(machine(args.threads))
+    print(f"{args.config}: {machine(args.threads)}")
     print(table(["backbone", "step (ms)", "vs base"],
                 [[kind, median_ms(t), f"{median_ms(t) / base:.2f}x"] for kind, t in times.items()]))
 
