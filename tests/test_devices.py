@@ -81,7 +81,10 @@ def test_the_process_group_follows_the_device_not_whether_cuda_exists(two_gpus, 
 
 def test_a_gpu_without_room_for_the_batch_is_refused_before_anything_is_allocated():
     gib = 2 ** 30
-    free = lambda device: 3 * gib  # noqa: E731
+
+    def free(device):
+        return 3 * gib
+
     check_device_memory(2 * gib, torch.device("cuda", 0), "the training config", free)
     with pytest.raises(DeviceError, match=r"needs about 5.00 GiB on cuda:1, which has 3.00 GiB free; lower the batch"):
         check_device_memory(5 * gib, torch.device("cuda", 1), "the training config", free)

@@ -1,7 +1,13 @@
 """The re-layout of issue 24 moved the memory layer and split its forward into one method per step: it
 still computes bit for bit what the layer of the last commit before it (ede4c79) computed, loaded here
 from git history beside today's — outputs, states, every recorded value and every gradient, for each
-write mode, a chunk of several tokens and a stream cut inside a chunk."""
+write mode, a chunk of several tokens and a stream cut inside a chunk.
+
+Since issue 29 two changes of arithmetic are allowed, and no more: the trilinear read gathers the 8 voxels
+around each point instead of weighting all of them (the same values; the gradient reaching the read
+coordinates, and through them the input and ``coord_head``, summed in another order), and on the CPU the
+scan runs as a compiled operator with its own exp/sigmoid/tanh (float32 rounding). With the pure-PyTorch
+scan everything else is still bit for bit; with the operator, everything agrees to float32 rounding."""
 
 from __future__ import annotations
 
@@ -39,8 +45,22 @@ def before(tmp_path_factory):
         sys.path.remove(str(folder))
 
 
+READ_COORDINATE_GRADIENTS = ("coord_head.weight", "coord_head.bias")  # and the input's: reached through the read
+
+
+def rounded(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to float32 rounding: within 1e-6 of the values' own scale (at least 1), as sums in another order are."""
+    if a.shape != b.shape or a.numel() == 0:
+        return a.shape == b.shape
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max()) <= 1e-6 * max(1.0, float(a.abs().max()))
+
+
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("write_mode, chunk_size", [("dense", 1), ("windowed", 3), ("local", 2)])
-def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(before, write_mode, chunk_size):
+def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(before, write_mode, chunk_size, fused,
+                                                                        monkeypatch):
+    monkeypatch.setenv("TENSOR_MEMORY_FUSED_SCAN", "1" if fused else "0")
     old_memory, old_recording = before
     settings = dict(token_dim=16, channels=4, grid=(3, 4, 5), chunk_size=chunk_size, write_mode=write_mode,
                     sigma_init=0.3)
@@ -65,10 +85,13 @@ def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(before, 
                       {key: p.grad.clone() for key, p in layer.named_parameters()})
         layer.zero_grad(set_to_none=True)
     (y_new, s_new, r_new, g_new, p_new), (y_old, s_old, r_old, g_old, p_old) = runs["new"], runs["old"]
-    assert torch.equal(y_new, y_old) and torch.equal(g_new, g_old)
+    same = rounded if fused else torch.equal
+    assert same(y_new, y_old) and rounded(g_new, g_old)
     for field in ("h", "c", "pending"):
-        assert torch.equal(getattr(s_new, field), getattr(s_old, field)), field
+        assert same(getattr(s_new, field), getattr(s_old, field)), field
     for field in ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", "gate_i", "gate_f", "gate_o", "gate_g",
                   "gate_scale"):
-        assert torch.equal(getattr(r_new, field), getattr(r_old, field)), field
-    assert p_new.keys() == p_old.keys() and all(torch.equal(p_new[k], p_old[k]) for k in p_new)
+        assert same(getattr(r_new, field), getattr(r_old, field)), field
+    assert p_new.keys() == p_old.keys()
+    for k in p_new:
+        assert (rounded if k in READ_COORDINATE_GRADIENTS or fused else same)(p_new[k], p_old[k]), k

@@ -65,6 +65,7 @@ def check_budget(backbone: BackboneConfig, tokens: int, batch: int, training: bo
         return
     largest = max(parts, key=parts.get)
     vocab_field = "task.params.vocab_size" if hasattr(getattr(task, "config", None), "vocab_size") else None
+    vocabulary = getattr(task, "input_vocabulary", 0)
     lower = {"weights": "model.dim or model.layers" + (f", or {vocab_field}" if vocab_field and vocabulary else ""),
              "activations": "the batch (training.batch_size) or the sequence",
              "memory state": "the batch (training.batch_size), the memory's grid or its channels",

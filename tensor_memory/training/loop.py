@@ -189,8 +189,8 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     world = init_distributed(device)
     if cfg.batch_size % world.world:
         raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
-    check_device_memory(sum(task_parts(backbone, samples.tokens, cfg.batch_size // world.world, True, samples).values()),
-                        device, "the training config")
+    per_rank = task_parts(backbone, samples.tokens, cfg.batch_size // world.world, True, samples)
+    check_device_memory(sum(per_rank.values()), device, "the training config")
     if world.main:
         check_free(out)  # a run still writing there: say so, not that the folder "holds a run"
     check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
@@ -310,7 +310,7 @@ def _validate(run: Run, writer, done: int) -> None:
                        purpose="val", precision=cfg.precision)
     addressing = addressing_during_training(run.model, run.task, cfg.seed)
     append_entry(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
-                                **({"addressing": addressing} if addressing else {})})
+                                        **({"addressing": addressing} if addressing else {})})
     save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config, run.scaler)
 
 
