@@ -28,6 +28,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from analysis.measures.world import place_fit  # noqa: E402
 from tensor_memory.memory.addressing import layer_measures  # noqa: E402
 from tensor_memory.training.evaluation import evaluate  # noqa: E402
 from tensor_memory.memory import TensorMemory, memory_layers  # noqa: E402
@@ -36,7 +37,7 @@ from tensor_memory.memory import record  # noqa: E402
 from tensor_memory.training.scaffold import address_scaffold  # noqa: E402
 from tensor_memory.tasks.base import derive_seed  # noqa: E402
 from tensor_memory.training import apply_overrides, load_run_config, resolve  # noqa: E402
-from tensor_memory.training.loop import learning_rate, make_optimizer, training_loss  # noqa: E402
+from tensor_memory.training.loop import make_optimizer, set_learning_rate, training_loss  # noqa: E402
 
 PROBE_SEED, PROBE_BATCHES, PROBE_BATCH_SIZE = 0, 4, 64  # 256 fixed samples, stream "probe"
 
@@ -222,6 +223,11 @@ def probe(model: TaskModel, task) -> dict:
         out["addressing"] = {name: {k: round(v, 3) for k, v in layer_measures(r, grids[name]).items()
                                     if v is not None}
                              for name, r in rec.layers.items()}
+        places = task.true_places(batch.inputs)  # None for a task without places
+        if places is not None:
+            for name, r in rec.layers.items():
+                K = r.mu_write.shape[1]
+                out["addressing"][name]["place_r2"] = round(place_fit(r.mu_write.numpy(), places[:, :K].numpy()), 3)
     return out
 
 
@@ -241,8 +247,7 @@ def run(args: argparse.Namespace) -> dict:
         optimizer = make_optimizer(model, cfg)
     history, start = [], time.perf_counter()
     for step in range(cfg.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, cfg)
+        set_learning_rate(optimizer, step, cfg)
         batch = task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
         loss, _ = training_loss(model, task, batch, step, cfg)
         optimizer.zero_grad(set_to_none=True)
@@ -265,14 +270,17 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _addressing_cell(results: list[dict]) -> str:
-    """The last probe's addressing, worst memory layer, mean over seeds: write spread and median σ (voxels), share at a face."""
+    """The last probe's addressing, worst memory layer, mean over seeds: write spread and median σ (voxels), share at a
+    face, and where the task has places the R² of the writes against them (best layer; "—" in runs before it)."""
     last = [r["history"][-1].get("addressing") for r in results]
     if not all(last):
         return "—"
     spread = sum(min(m["write_spread_voxels"] for m in a.values()) for a in last) / len(last)
     sigma = sum(max(m["sigma_voxels"] for m in a.values()) for a in last) / len(last)
     face = sum(max(m["boundary_fraction"] for m in a.values()) for a in last) / len(last)
-    return f"{spread:.1f} / {sigma:.1f} / {face:.0%}"
+    fits = [max(m["place_r2"] for m in a.values()) for a in last if all("place_r2" in m for m in a.values())]
+    place = f" / R² {sum(fits) / len(fits):.2f}" if fits and len(fits) == len(last) else ""
+    return f"{spread:.1f} / {sigma:.1f} / {face:.0%}{place}"
 
 
 def table(path: Path) -> str:
@@ -284,7 +292,7 @@ def table(path: Path) -> str:
             result = json.loads(line)
             rows.setdefault(result["row"], []).append(result)
     steps = [e["step"] for e in next(iter(rows.values()))[0]["history"]]
-    out = ["| row | seeds | " + " | ".join(f"step {s}" for s in steps) + " | spread / σ / at a face |",
+    out = ["| row | seeds | " + " | ".join(f"step {s}" for s in steps) + " | spread / σ / at a face / place R² |",
            "|---|---|" + "---:|" * len(steps) + "---|"]
     for label, results in rows.items():
         metric = "occluded_accuracy" if results[0]["task"] == "occlusion" else "accuracy"

@@ -32,6 +32,11 @@ OUTPUTS = ("residual", "message")
 # gives the outputs of one pass). "pad": zero-padded to a whole chunk and written at once, as the public
 # code does; nothing is carried, so a stream cut inside a chunk differs from one pass.
 PARTIAL_CHUNKS = ("pending", "pad")
+# How the coordinate head's output becomes (x, y, z) in [-1, 1]. "tanh": tanh of three numbers (the mechanism as
+# written). "soft_argmax": the head gives one logit per voxel along each axis and the coordinate is the expected
+# voxel centre under their softmax (DSNT, arXiv 1801.07372): every voxel of every axis gets gradient, where tanh
+# gives one direction that vanishes at a face. A remedy of issue 30, off by default.
+COORDINATES = ("tanh", "soft_argmax")
 
 
 @dataclasses.dataclass
@@ -47,6 +52,7 @@ class MemoryConfig(ConfigBase):
     summary_init: str = "random"  # "sum": the write summary starts as the chunk's tokens summed (÷√chunk)
     summary_norm: bool = True  # layer-normalise s_k (no gain): without it the projection grows and tanh pins writes at a face
     coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
+    coordinates: str = "tanh"  # "tanh" | "soft_argmax", see COORDINATES
     write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
     window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
     # Options for the paper's public code (public_code.py sets them all); the defaults are this mechanism.
@@ -79,7 +85,8 @@ class MemoryConfig(ConfigBase):
         for name in ("summary_norm", "input_norm", "depthwise_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
-        choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS}
+        choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS,
+                   "coordinates": COORDINATES}
         for name, allowed in choices.items():
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:

@@ -7,7 +7,8 @@ at the start of a sequence. The tokens are cut into chunks of ``chunk_size``; fo
    a learned projection of the chunk's concatenated tokens, layer-normalised (no gain) so
    that it sits on the same scale as the query, which is a normalised token.
 2. Addressing — one shared ``coord_head`` + tanh: ``mu_read = tanh(coord_head(q_k))``,
-   ``mu_write = tanh(coord_head(s_k))``, as (x, y, z) in [-1, 1] (grid_sample's order).
+   ``mu_write = tanh(coord_head(s_k))``, as (x, y, z) in [-1, 1] (grid_sample's order). (With
+   ``coordinates="soft_argmax"`` the head gives a logit per voxel of each axis and μ is the expected centre.)
 3. Read — trilinear interpolation of ``h`` *before* chunk k's write at ``mu_read``,
    projected to the token width and added to every token of the chunk through σ(γ).
 4. Soft write — ``content_k`` spread as a Gaussian of width ``sigma_k`` around ``mu_write``.
@@ -34,7 +35,7 @@ from torch import nn
 
 from ..config import require_int
 from .config import MemoryConfig, MemoryState
-from .geometry import gaussian_profiles, sample_channels_last, write_box
+from .geometry import gaussian_profiles, sample_channels_last, voxel_centres, write_box
 from .hookpoints import POINTS, HookPoint, any_active, nothing_hooked
 from .local_update import local_scan, update_regions
 from .public_code import from_public_code, read_public_code
@@ -65,7 +66,8 @@ class TensorMemory(nn.Module):
         d, C, chunk = config.token_dim, config.channels, config.chunk_size
         self.norm = nn.LayerNorm(d) if config.input_norm else nn.Identity()  # LN_m
         self.summary = nn.Linear(chunk * d, d)  # step 1: chunk → write summary
-        self.coord_head = nn.Linear(d, 3)  # step 2: shared by reads and writes (before tanh)
+        # step 2: shared by reads and writes; three numbers before tanh, or a logit per voxel of each axis
+        self.coord_head = nn.Linear(d, 3 if config.coordinates == "tanh" else sum(config.grid))
         self.out_proj = nn.Linear(C, d)  # step 3: read vector → token width
         residual = config.output == "residual"  # "message" returns m itself: no γ
         self.gate = nn.Parameter(torch.tensor(float(config.gate_init))) if residual else None  # step 3: γ
@@ -183,9 +185,20 @@ class TensorMemory(nn.Module):
 
     def _address(self, queries: torch.Tensor, summaries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """2. Addressing: one coordinate head for reads and writes; tanh keeps the coordinates in the grid."""
-        mu_read = self.hook("mu_read", torch.tanh(self.coord_head(queries)))  # (B, n_read, 3)
-        mu_write = self.hook("mu_write", torch.tanh(self.coord_head(summaries)))  # (B, n_write, 3)
+        mu_read = self.hook("mu_read", self._coordinates(queries))  # (B, n_read, 3)
+        mu_write = self.hook("mu_write", self._coordinates(summaries))  # (B, n_write, 3)
         return mu_read, mu_write
+
+    def _coordinates(self, features: torch.Tensor) -> torch.Tensor:
+        """(…, d) → (…, 3) as (x, y, z) in [-1, 1]: tanh of the head, or the expected voxel centre under a softmax
+        over each axis's voxels (``coordinates="soft_argmax"``: every voxel gets gradient, none saturates)."""
+        out = self.coord_head(features)
+        if self.config.coordinates == "tanh":
+            return torch.tanh(out)
+        D, H, W = self.config.grid
+        logits = out.split((W, H, D), dim=-1)  # (…, W), (…, H), (…, D): x's voxels, y's, z's
+        return torch.stack([axis.softmax(-1) @ voxel_centres(n, axis.dtype, axis.device)
+                            for axis, n in zip(logits, (W, H, D))], dim=-1)  # (…, 3)
 
     def _read(self, x: torch.Tensor, h0: torch.Tensor, hs: torch.Tensor, mu_read: torch.Tensor,
               already_output: int) -> torch.Tensor:

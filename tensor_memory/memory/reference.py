@@ -25,6 +25,9 @@ class ReferenceMemory(nn.Module):
     def __init__(self, memory: TensorMemory) -> None:
         super().__init__()
         cfg = self.config = memory.config
+        if cfg.coordinates != "tanh":
+            raise ValueError(f"ReferenceMemory writes the mechanism as the paper does (tanh coordinates); "
+                             f"coordinates={cfg.coordinates!r} is a remedy it does not have")
         d, C, cs = cfg.token_dim, cfg.channels, cfg.chunk_size
         self.norm = nn.LayerNorm(d) if cfg.input_norm else nn.Identity()
         self.summary = nn.Linear(cs * d, d)

@@ -38,6 +38,10 @@ class TrainConfig(ConfigBase):
     # order, each backbone carrying its state from one to the next with the gradient cut between them (truncated
     # backpropagation through time, as Transformer-XL trains); 1 = every sample from an empty state
     precision: str = "fp32"  # "bf16" or "fp16": mixed precision (accelerator/precision.py); fp16 needs CUDA
+    coord_lr_scale: float = 1.0  # the memories' coordinate heads learn at lr times this (a remedy of issue 30);
+    # 1 = one learning rate for every parameter
+    sigma_anneal_steps: int = 0  # steps over which every write spreads at least σ₀(σ₁/σ₀)^(t/T) (anneal.py); 0 = off
+    sigma_anneal_from: float = 1.0  # σ₀, normalised units (1 = half the grid); σ₁ is each layer's sigma_init
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -45,12 +49,15 @@ class TrainConfig(ConfigBase):
                                        ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
                                        ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
                                        ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS),
-                                       ("stream_segments", 1, L.MAX_SEQUENCE)):
+                                       ("stream_segments", 1, L.MAX_SEQUENCE),
+                                       ("sigma_anneal_steps", 0, L.MAX_STEPS)):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
         require_float(owner, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
         require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
+        require_float(owner, "coord_lr_scale", self.coord_lr_scale, 0.0, low_open=True)
+        require_float(owner, "sigma_anneal_from", self.sigma_anneal_from, 0.0, low_open=True)
         if self.precision not in PRECISIONS:
             raise ValueError(f"{owner}.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):

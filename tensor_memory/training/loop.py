@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import time
 import warnings
 from pathlib import Path
@@ -35,43 +34,15 @@ from ..tasks import Batch, Task, TaskModel
 from .config import TrainConfig, TrainingWarning, config_warnings, resolve, stream_window_task
 from .distributed import Distributed, init_distributed
 from .evaluation import evaluate
+from .optimisation import freeze, learning_rate, make_optimizer, set_learning_rate
 from .log import LOG_FILE, append_entry, read_training_log, tensorboard_writer
 from .run_folder import check_free, check_out, hold_run_folder
 from .resume import load_resume, save_resume
+from .anneal import sigma_annealing
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
 ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
-
-
-# ---------------------------------------------------------------------------------------
-# Optimisation
-# ---------------------------------------------------------------------------------------
-
-def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up to ``lr``, then cosine decay to ``lr · min_lr_ratio`` at the last step."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def freeze(model: torch.nn.Module, patterns: list[str]) -> None:
-    """Stop training every parameter whose name contains one of ``patterns``; each must match one."""
-    for pattern in patterns:
-        matched = [p for name, p in model.named_parameters() if pattern in name]
-        if not matched:
-            raise ValueError(f"training.frozen: no parameter name contains {pattern!r}")
-        for parameter in matched:
-            parameter.requires_grad_(False)
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    trained = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trained if p.dim() >= 2]
-    rest = [p for p in trained if p.dim() < 2]  # norms, biases, the memory gate γ
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
 
 
 def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[str, dict[str, Optional[float]]]:
@@ -103,10 +74,12 @@ def loss_on(model: torch.nn.Module, task: Task, batch: Batch, state: Any = None)
 
 def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig,
                   state: Any = None) -> tuple[torch.Tensor, Any]:
-    """``loss_on`` at training step ``step``, with the address scaffold's places blended in while it lasts."""
+    """``loss_on`` at training step ``step``, with the address scaffold's places blended in and the writes' σ floor
+    (``anneal.py``) while each lasts."""
     weight = scaffold_weight(step, cfg.address_scaffold_steps)
     places = task.true_places(batch.inputs) if weight else None
-    with address_scaffold(model, places, weight):
+    with address_scaffold(model, places, weight), \
+            sigma_annealing(model, step, cfg.sigma_anneal_steps, cfg.sigma_anneal_from):
         return loss_on(model, task, batch, state)
 
 
@@ -265,8 +238,7 @@ def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, 
     """
     cfg, world = run.cfg, run.world
     run.model.train()
-    for group in run.optimizer.param_groups:
-        group["lr"] = learning_rate(step, cfg)
+    set_learning_rate(run.optimizer, step, cfg)
     shard = cfg.batch_size // world.world
     batch = run.samples.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
     batch = batch.to(run.device)
@@ -326,6 +298,6 @@ def _finish(run: Run, writer) -> dict[str, Any]:
     return metrics
 
 
-__all__ = ["train", "loss_on", "training_loss", "learning_rate", "freeze", "make_optimizer",
+__all__ = ["train", "loss_on", "training_loss", "learning_rate", "set_learning_rate", "freeze", "make_optimizer",
            "addressing_during_training", "check_out", "init_distributed", "Distributed", "RESUME_FILE",
            "ADDRESSING_SAMPLES"]
