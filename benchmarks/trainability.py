@@ -37,7 +37,7 @@ from tensor_memory.memory import record  # noqa: E402
 from tensor_memory.training.scaffold import address_scaffold  # noqa: E402
 from tensor_memory.tasks.base import derive_seed  # noqa: E402
 from tensor_memory.training import apply_overrides, load_run_config, resolve  # noqa: E402
-from tensor_memory.training.loop import make_optimizer, set_learning_rate, training_loss  # noqa: E402
+from tensor_memory.training.loop import freeze, make_optimizer, set_learning_rate, training_loss  # noqa: E402
 
 PROBE_SEED, PROBE_BATCHES, PROBE_BATCH_SIZE = 0, 4, 64  # 256 fixed samples, stream "probe"
 
@@ -241,6 +241,7 @@ def run(args: argparse.Namespace) -> dict:
     with torch.no_grad():
         for name in args.variant:
             model = VARIANTS[name](model, task)
+    freeze(model, cfg.frozen)  # training.frozen, as tensor-memory train applies it
     if args.optimiser == "prototype":
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     else:
