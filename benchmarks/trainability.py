@@ -223,11 +223,15 @@ def probe(model: TaskModel, task) -> dict:
         out["addressing"] = {name: {k: round(v, 3) for k, v in layer_measures(r, grids[name]).items()
                                     if v is not None}
                              for name, r in rec.layers.items()}
-        places = task.true_places(batch.inputs)  # None for a task without places
+        places, where = task.true_places(batch.inputs), None  # None for a task without places
+        if places is None and "positions" in batch.meta:  # a moving object (y, x) per frame: do writes follow it?
+            places, where = batch.meta["positions"].float(), ~batch.meta["occluded"]  # on the frames it is seen
         if places is not None:
             for name, r in rec.layers.items():
                 K = r.mu_write.shape[1]
-                out["addressing"][name]["place_r2"] = round(place_fit(r.mu_write.numpy(), places[:, :K].numpy()), 3)
+                seen = None if where is None else where[:, :K].numpy()
+                fit = place_fit(r.mu_write.numpy(), places[:, :K].numpy(), seen)
+                out["addressing"][name]["place_r2"] = round(fit, 3)
     return out
 
 

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
@@ -79,10 +80,17 @@ def command(task: str, backbone: str, lr: str, out: Path) -> list[str]:
 
 def run(task: str, backbone: str, lr: str, runs: Path, threads: int, reuse: bool = False) -> dict:
     out = runs / f"{task}-{backbone}-lr{lr}"
+    return execute(task, backbone, lr, lambda: command(task, backbone, lr, out), out, threads, reuse)
+
+
+def execute(task: str, backbone: str, lr: str, make_command: Callable[[], list[str]], out: Path, threads: int,
+            reuse: bool = False) -> dict:
+    """Run ``make_command()`` (a ``tensor-memory train`` into ``out``) and return its record: wall time, validation
+    metrics, addressing verdicts; ``backbone`` names the run in the record (a kind, a variant, an ablation)."""
     if reuse and (out / RUN_RECORD).exists():  # written last, so the run finished
         print(f"{task}-{backbone} lr {lr}: reused, finished earlier in {out}", flush=True)
         return json.loads((out / RUN_RECORD).read_text())
-    cmd = command(task, backbone, lr, out)
+    cmd = make_command()
     headline = TASK_CLASSES[task].headline  # accuracy, or masked_patches' PSNR
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()

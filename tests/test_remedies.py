@@ -4,13 +4,15 @@ tests/test_relayout.py); on, each does what it says, checked against an independ
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from tensor_memory import MemoryConfig, TensorMemory, record
 from tensor_memory.memory.reference import ReferenceMemory
 from tensor_memory.tasks import TaskModel
-from tensor_memory.training import resolve
+from tensor_memory.training import TrainConfig, resolve
 from tensor_memory.training.loop import make_optimizer, set_learning_rate
 
 from test_training import tiny_config
@@ -77,7 +79,7 @@ def test_soft_argmax_starts_at_the_centre_with_centre_init_and_moves_to_a_voxel_
 
 
 def test_the_literal_reference_refuses_a_remedy_it_does_not_have():
-    with pytest.raises(ValueError, match="coordinates='soft_argmax' is a remedy it does not have"):
+    with pytest.raises(ValueError, match="coordinates='soft_argmax' is a remedy or an ablation it does not have"):
         ReferenceMemory(layer(coordinates="soft_argmax"))
     with pytest.raises(ValueError, match="coordinates must be one of 'tanh', 'soft_argmax'"):
         MemoryConfig(coordinates="argmax")
@@ -152,3 +154,31 @@ def test_the_place_probe_scores_writes_against_true_places_on_samples_it_was_not
     assert place_fit(unrelated, places) < 0.1
     with pytest.raises(ValueError, match="at least two samples"):
         place_fit(mixed[:1], places[:1])
+    hidden = rng.uniform(size=(8, 10)) < 0.3  # frames where the object is hidden: the writes there say nothing
+    wrong = np.where(hidden[..., None], unrelated, mixed)
+    assert place_fit(wrong, places) < 0.9 and place_fit(wrong, places, ~hidden) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_sigma_pull_adds_its_weight_times_the_squared_log_ratio_of_each_write_to_the_layers_sigma_init():
+    from tensor_memory.training.loop import training_loss
+
+    config = tiny_config(sigma_pull=0.5)
+    config["model"]["memory"]["sigma_init"] = 0.3
+    task, backbone, cfg = resolve(config)
+    torch.manual_seed(0)
+    model = TaskModel(task, backbone)
+    with torch.no_grad():
+        model.backbone.blocks[0].memory.spread.weight.normal_(0, 0.5)  # σ differs from write to write
+    batch = task.draw("train", 4, 0, 0)
+    with record(model, gates=False) as rec:
+        plain, _ = training_loss(model, task, batch, 0, dataclasses.replace(cfg, sigma_pull=0.0))
+    sigma = next(iter(rec.layers.values())).sigma.double()
+    expected = 0.5 * (sigma.log() - torch.log(torch.tensor(0.3, dtype=torch.float64))).square().mean()
+    pulled, _ = training_loss(model, task, batch, 0, cfg)
+    assert expected > 0.01
+    torch.testing.assert_close((pulled - plain).double(), expected, atol=1e-6, rtol=1e-5)
+    pulled.backward()
+    assert model.backbone.blocks[0].memory.spread.weight.grad.abs().sum() > 0
+    assert TrainConfig().sigma_pull == 0.0  # off by default
+    with pytest.raises(ValueError, match="sigma_pull"):
+        resolve(tiny_config(sigma_pull=-1.0))

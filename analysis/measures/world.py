@@ -53,15 +53,16 @@ def r_squared(truth: np.ndarray, predicted: np.ndarray) -> float:
     return float(1.0 - ((truth - predicted) ** 2).sum() / total) if total > 0 else float("nan")
 
 
-def place_fit(mu: np.ndarray, places: np.ndarray) -> float:
+def place_fit(mu: np.ndarray, places: np.ndarray, where: Optional[np.ndarray] = None) -> float:
     """Whether writes land where the task's true places are: R² of a linear map from μ (S, K, 3) to the places
-    (S, K, p), fitted on the first half of the samples and scored on the other half (0: no better than the mean)."""
+    (S, K, p), fitted on the first half of the samples and scored on the other half (0: no better than the mean).
+    ``where`` (S, K) bool keeps only those writes (a moving object's visible frames)."""
     half = len(mu) // 2
     if half == 0 or len(mu) - half == 0:
         raise ValueError(f"place_fit needs at least two samples (one to fit, one to score), got {len(mu)}")
-    width = places.shape[-1]
-    weights = fit_linear(mu[:half].reshape(-1, 3), places[:half].reshape(-1, width))
-    return r_squared(places[half:].reshape(-1, width), apply_linear(weights, mu[half:].reshape(-1, 3)))
+    keep = np.ones(mu.shape[:2], dtype=bool) if where is None else np.asarray(where, dtype=bool)
+    weights = fit_linear(mu[:half][keep[:half]], places[:half][keep[:half]])
+    return r_squared(places[half:][keep[half:]], apply_linear(weights, mu[half:][keep[half:]]))
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,6 +37,10 @@ PARTIAL_CHUNKS = ("pending", "pad")
 # voxel centre under their softmax (DSNT, arXiv 1801.07372): every voxel of every axis gets gradient, where tanh
 # gives one direction that vanishes at a face. A remedy of issue 30, off by default.
 COORDINATES = ("tanh", "soft_argmax")
+# Where a chunk's content lands. "gaussian": the soft write of step 4. "nearest": all of it on the voxel nearest μ_write,
+# a hard write through which no gradient reaches μ_write or σ — an ablation of issue 30 (the paper's public code has it).
+WRITE_PROFILES = ("gaussian", "nearest")
+UPDATE_TAPS = (3, 1)  # the update's depthwise convolutions: 3 taps per axis, or 1 (a 1×1×1 update: no neighbourhood)
 
 
 @dataclasses.dataclass
@@ -55,6 +59,10 @@ class MemoryConfig(ConfigBase):
     coordinates: str = "tanh"  # "tanh" | "soft_argmax", see COORDINATES
     write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
     window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
+    # Ablations of the mechanism (issue 30's table in docs/results.md); the defaults are the mechanism.
+    write_profile: str = "gaussian"  # "gaussian" | "nearest", see WRITE_PROFILES
+    separate_heads: bool = False  # True: reads get a coordinate head of their own instead of sharing the writes'
+    update_taps: int = 3  # 3 | 1, see UPDATE_TAPS
     # Options for the paper's public code (public_code.py sets them all); the defaults are this mechanism.
     input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
     output: str = "residual"  # "residual" | "message", see OUTPUTS
@@ -82,16 +90,22 @@ class MemoryConfig(ConfigBase):
         require_float(owner, "sigma_init", self.sigma_init, self.sigma_min * self.sigma_scale, low_open=True)
         require_float(owner, "write_eps", self.write_eps, 0.0)
         require_float(owner, "forget_bias", self.forget_bias)
-        for name in ("summary_norm", "input_norm", "depthwise_bias"):
+        for name in ("summary_norm", "input_norm", "depthwise_bias", "separate_heads"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
         choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS,
-                   "coordinates": COORDINATES}
+                   "coordinates": COORDINATES, "write_profile": WRITE_PROFILES}
         for name, allowed in choices.items():
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
                 raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
         require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
+        if isinstance(self.update_taps, bool) or self.update_taps not in UPDATE_TAPS:
+            raise ValueError(f"{owner}.update_taps must be 3 (the mechanism) or 1 (a 1×1×1 update), "
+                             f"got {self.update_taps!r}")
+        if self.write_profile == "nearest" and self.write_mode != "dense":
+            raise ValueError(f"{owner}.write_profile='nearest' needs write_mode='dense': a ±kσ box could cut the one "
+                             f"voxel a hard write lands on (got write_mode={self.write_mode!r})")
 
     @property
     def write_window(self) -> Optional[float]:

@@ -17,6 +17,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 Coordinates = Union[torch.Tensor, np.ndarray]
 
@@ -167,6 +168,13 @@ def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, i
     if window is not None:  # the box, a hard 0/1 cut
         profiles = [g * inside.to(g.dtype) for g, inside in zip(profiles, _in_box(offsets, sigma, window))]
     return tuple(profiles)
+
+
+def nearest_profiles(xyz: torch.Tensor, grid: tuple[int, int, int]):
+    """A hard write's profiles: along each axis 1 at the voxel centre nearest xyz (M, 3), 0 elsewhere; (gz, gy, gx)
+    as :func:`gaussian_profiles` gives them. Piecewise constant in xyz, so no gradient flows back through them."""
+    return tuple(F.one_hot(offset.abs().argmin(-1), n).to(xyz.dtype)  # (M, n)
+                 for offset, n in zip(_axis_offsets(xyz, grid), grid))
 
 
 def gaussian_write(content: torch.Tensor, xyz: torch.Tensor, sigma: torch.Tensor,

@@ -35,7 +35,7 @@ from torch import nn
 
 from ..config import require_int
 from .config import MemoryConfig, MemoryState
-from .geometry import gaussian_profiles, sample_channels_last, voxel_centres, write_box
+from .geometry import gaussian_profiles, nearest_profiles, sample_channels_last, voxel_centres, write_box
 from .hookpoints import POINTS, HookPoint, any_active, nothing_hooked
 from .local_update import local_scan, update_regions
 from .public_code import from_public_code, read_public_code
@@ -67,7 +67,9 @@ class TensorMemory(nn.Module):
         self.norm = nn.LayerNorm(d) if config.input_norm else nn.Identity()  # LN_m
         self.summary = nn.Linear(chunk * d, d)  # step 1: chunk → write summary
         # step 2: shared by reads and writes; three numbers before tanh, or a logit per voxel of each axis
-        self.coord_head = nn.Linear(d, 3 if config.coordinates == "tanh" else sum(config.grid))
+        coords = 3 if config.coordinates == "tanh" else sum(config.grid)
+        self.coord_head = nn.Linear(d, coords)
+        self.read_head = nn.Linear(d, coords) if config.separate_heads else None  # ablation: reads' own head
         self.out_proj = nn.Linear(C, d)  # step 3: read vector → token width
         residual = config.output == "residual"  # "message" returns m itself: no γ
         self.gate = nn.Parameter(torch.tensor(float(config.gate_init))) if residual else None  # step 3: γ
@@ -90,8 +92,9 @@ class TensorMemory(nn.Module):
                 self.summary.weight.copy_(identities / math.sqrt(chunk))
                 nn.init.zeros_(self.summary.bias)
             if cfg.coord_init == "centre":  # μ = tanh(0) = 0 for every input; the head learns to move them
-                nn.init.zeros_(self.coord_head.weight)
-                nn.init.zeros_(self.coord_head.bias)
+                for head in self._coordinate_heads():
+                    nn.init.zeros_(head.weight)
+                    nn.init.zeros_(head.bias)
             # σ starts at sigma_init for every input; its weights learn from there.
             nn.init.zeros_(self.spread.weight)
             self.spread.bias.fill_(math.log(math.expm1(cfg.sigma_init / cfg.sigma_scale - cfg.sigma_min)))
@@ -103,6 +106,9 @@ class TensorMemory(nn.Module):
             self.mix.bias[C:2 * C].fill_(cfg.forget_bias)
             if self.gate is not None:
                 self.gate.fill_(cfg.gate_init)
+
+    def _coordinate_heads(self) -> tuple[nn.Linear, ...]:
+        return (self.coord_head,) if self.read_head is None else (self.coord_head, self.read_head)
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> MemoryState:
         """Zero state for a new sequence: h, c (batch_size, C, D, H, W), nothing pending."""
@@ -184,15 +190,16 @@ class TensorMemory(nn.Module):
         return tokens, queries, summaries
 
     def _address(self, queries: torch.Tensor, summaries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """2. Addressing: one coordinate head for reads and writes; tanh keeps the coordinates in the grid."""
-        mu_read = self.hook("mu_read", self._coordinates(queries))  # (B, n_read, 3)
-        mu_write = self.hook("mu_write", self._coordinates(summaries))  # (B, n_write, 3)
+        """2. Addressing: one coordinate head for reads and writes (unless ``separate_heads``); tanh keeps the
+        coordinates in the grid."""
+        read_head = self.coord_head if self.read_head is None else self.read_head
+        mu_read = self.hook("mu_read", self._coordinates(read_head(queries)))  # (B, n_read, 3)
+        mu_write = self.hook("mu_write", self._coordinates(self.coord_head(summaries)))  # (B, n_write, 3)
         return mu_read, mu_write
 
-    def _coordinates(self, features: torch.Tensor) -> torch.Tensor:
-        """(…, d) → (…, 3) as (x, y, z) in [-1, 1]: tanh of the head, or the expected voxel centre under a softmax
-        over each axis's voxels (``coordinates="soft_argmax"``: every voxel gets gradient, none saturates)."""
-        out = self.coord_head(features)
+    def _coordinates(self, out: torch.Tensor) -> torch.Tensor:
+        """A coordinate head's output (…, 3 or W+H+D) → (…, 3) as (x, y, z) in [-1, 1]: tanh, or the expected voxel
+        centre under a softmax over each axis's voxels (``coordinates="soft_argmax"``: every voxel gets gradient)."""
         if self.config.coordinates == "tanh":
             return torch.tanh(out)
         D, H, W = self.config.grid
@@ -235,7 +242,10 @@ class TensorMemory(nn.Module):
         sigma = (F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min) * cfg.sigma_scale  # (B, n_write)
         sigma = self.hook("sigma", sigma)
         xyz, sigma = mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1)  # chunk-major, (n_write·B, …)
-        profiles = gaussian_profiles(xyz, sigma, cfg.grid, cfg.write_window, cfg.write_eps)
+        if cfg.write_profile == "nearest":  # ablation: a hard write, one voxel; nothing flows back to μ or σ
+            profiles = nearest_profiles(xyz, cfg.grid)
+        else:
+            profiles = gaussian_profiles(xyz, sigma, cfg.grid, cfg.write_window, cfg.write_eps)
         profiles = [p.view(n_write, B, n) for p, n in zip(profiles, cfg.grid)]  # (n_write, B, n) each
         return Write(content.transpose(0, 1), profiles, xyz, sigma)
 
@@ -247,9 +257,12 @@ class TensorMemory(nn.Module):
         observes them. The write volume is separable, so its depthwise convolutions act on the three
         profiles, never on a full volume.
         """
-        taps_v, taps_h = self.depthwise.split(self.config.channels, dim=1)  # (3, C, 3) each
+        depthwise = self.depthwise  # (3 axes, 2C, 3 taps)
+        if self.config.update_taps == 1:  # ablation, a 1×1×1 update: the side taps held at 0, no gradient to them
+            depthwise = F.pad(depthwise[..., 1:2], (1, 1))
+        taps_v, taps_h = depthwise.split(self.config.channels, dim=1)  # (3, C, 3) each
         factors = write_factors(write.content, write.profiles, taps_v)  # dw_V(V) = fz ⊗ fy ⊗ fxc
-        offset = None if self.depthwise_bias is None else bias_volume(self.depthwise, self.depthwise_bias,
+        offset = None if self.depthwise_bias is None else bias_volume(depthwise, self.depthwise_bias,
                                                                       self.config.grid)  # (D, H, W, 2C)
         # The incoming state passes its hook points first (an intervention may replace it).
         h0, c0 = (self.hook(name, v).contiguous(memory_format=torch.channels_last_3d).permute(TO_CHANNELS_LAST)

@@ -19,15 +19,22 @@ from torch import nn
 from .layer import TensorMemory
 
 
+# The settings of issue 30's remedies and ablations, as the mechanism has them: the reference refuses any other.
+MECHANISM_AS_WRITTEN = {"coordinates": "tanh", "write_profile": "gaussian", "separate_heads": False, "update_taps": 3}
+
+
 class ReferenceMemory(nn.Module):
     """Same maths as :class:`TensorMemory`, one chunk at a time, with plain PyTorch layers."""
 
     def __init__(self, memory: TensorMemory) -> None:
         super().__init__()
         cfg = self.config = memory.config
-        if cfg.coordinates != "tanh":
-            raise ValueError(f"ReferenceMemory writes the mechanism as the paper does (tanh coordinates); "
-                             f"coordinates={cfg.coordinates!r} is a remedy it does not have")
+        changed = {name: getattr(cfg, name) for name, as_written in MECHANISM_AS_WRITTEN.items()
+                   if getattr(cfg, name) != as_written}
+        if changed:
+            name, value = next(iter(changed.items()))
+            raise ValueError(f"ReferenceMemory writes the mechanism as the paper does; {name}={value!r} is a remedy "
+                             f"or an ablation it does not have")
         d, C, cs = cfg.token_dim, cfg.channels, cfg.chunk_size
         self.norm = nn.LayerNorm(d) if cfg.input_norm else nn.Identity()
         self.summary = nn.Linear(cs * d, d)

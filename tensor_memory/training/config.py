@@ -42,6 +42,7 @@ class TrainConfig(ConfigBase):
     # 1 = one learning rate for every parameter
     sigma_anneal_steps: int = 0  # steps over which every write spreads at least σ₀(σ₁/σ₀)^(t/T) (anneal.py); 0 = off
     sigma_anneal_from: float = 1.0  # σ₀, normalised units (1 = half the grid); σ₁ is each layer's sigma_init
+    sigma_pull: float = 0.0  # weight of the penalty (log σ − log sigma_init)² on every write (sigma_pull.py); 0 = off
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -58,6 +59,7 @@ class TrainConfig(ConfigBase):
         require_float(owner, "grad_clip", self.grad_clip, 0.0, low_open=True)
         require_float(owner, "coord_lr_scale", self.coord_lr_scale, 0.0, low_open=True)
         require_float(owner, "sigma_anneal_from", self.sigma_anneal_from, 0.0, low_open=True)
+        require_float(owner, "sigma_pull", self.sigma_pull, 0.0)
         if self.precision not in PRECISIONS:
             raise ValueError(f"{owner}.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):

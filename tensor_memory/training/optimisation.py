@@ -27,7 +27,11 @@ def freeze(model: torch.nn.Module, patterns: list[str]) -> None:
             parameter.requires_grad_(False)
 
 
-COORDINATE_HEADS = "coord_head"  # the parameters training.coord_lr_scale applies to
+COORDINATE_HEADS = ("coord_head", "read_head")  # the parameters training.coord_lr_scale applies to
+
+
+def _is_coordinate_head(name: str) -> bool:
+    return any(head in name for head in COORDINATE_HEADS)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -35,8 +39,8 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
     own whose ``lr_scale`` :func:`set_learning_rate` applies."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     apart = cfg.coord_lr_scale != 1.0
-    coordinates = [p for name, p in named if apart and COORDINATE_HEADS in name]
-    groups = _decay_groups([p for name, p in named if not (apart and COORDINATE_HEADS in name)], cfg)
+    coordinates = [p for name, p in named if apart and _is_coordinate_head(name)]
+    groups = _decay_groups([p for name, p in named if not (apart and _is_coordinate_head(name))], cfg)
     if coordinates:
         groups += [{**group, "lr_scale": cfg.coord_lr_scale} for group in _decay_groups(coordinates, cfg)]
     return torch.optim.AdamW(groups, lr=cfg.lr)
