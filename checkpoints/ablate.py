@@ -106,6 +106,10 @@ def table(record: dict) -> list[str]:
     return lines + ["", END]
 
 
+def read_record() -> dict:
+    return json.loads(RECORD.read_text()) if RECORD.exists() else {"rows": []}
+
+
 def write_table(record: dict) -> None:
     path = ROOT / "docs" / "results.md"
     text = path.read_text()
@@ -127,16 +131,16 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep runs that already finished under --runs")
     parser.add_argument("--table", action="store_true", help="only rewrite docs/results.md's table from the record")
     args = parser.parse_args()
-    record = json.loads(RECORD.read_text()) if RECORD.exists() else {"rows": []}
     if not args.table:
         jobs = [(t, name) for name in args.rows for t in args.tasks]
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda job: train_and_evaluate(*job, ROOT / args.runs, args.threads, args.reuse),
                                     jobs))
         redone = {(r["task"], r["backbone"]) for r in results}
+        record = read_record()  # read once the runs are done: another call may have added its rows meanwhile
         record["rows"] = [r for r in record["rows"] if (r["task"], r["backbone"]) not in redone] + results
         RECORD.write_text(json.dumps(record, indent=2) + "\n")
-    write_table(record)
+    write_table(read_record())
     print(f"record in {RECORD.relative_to(ROOT)}, table in docs/results.md")
 
 

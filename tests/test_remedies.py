@@ -182,3 +182,46 @@ def test_sigma_pull_adds_its_weight_times_the_squared_log_ratio_of_each_write_to
     assert TrainConfig().sigma_pull == 0.0  # off by default
     with pytest.raises(ValueError, match="sigma_pull"):
         resolve(tiny_config(sigma_pull=-1.0))
+
+
+def test_occupancy_shortfall_is_one_minus_the_normalised_entropy_of_where_a_samples_writes_land():
+    import numpy as np
+
+    from tensor_memory.training.penalties import occupancy_shortfall
+
+    torch.manual_seed(0)
+    mu = torch.rand(2, 5, 3, dtype=torch.float64) * 2 - 1
+    D, H, W = GRID
+    centres = np.stack(np.meshgrid(*(np.linspace(-1, 1, n) for n in (W, H, D)), indexing="ij"), -1)  # (W, H, D, 3)
+    expected = []
+    for sample in mu.numpy():  # an independent computation: the 3-D Gaussian at every voxel centre, normalised
+        masses = [np.exp(-((centres - m) ** 2).sum(-1) / (2 * 0.3 ** 2)) for m in sample]
+        p = np.mean([m / m.sum() for m in masses], axis=0).ravel()
+        expected.append(1 + (p * np.log(p)).sum() / np.log(p.size))
+    torch.testing.assert_close(occupancy_shortfall(mu, 0.3, GRID), torch.tensor(np.mean(expected),
+                                                                                dtype=torch.float64))
+    one_place = torch.zeros(1, 6, 3)
+    spread = torch.cartesian_prod(*(torch.tensor([-1.0, 1.0]),) * 3)[None]  # the grid's eight corners
+    assert occupancy_shortfall(spread, 0.3, GRID) < 0.5 * occupancy_shortfall(one_place, 0.3, GRID)
+
+
+def test_the_occupancy_penalty_moves_the_coordinates_and_leaves_sigma_out():
+    from tensor_memory.training.loop import training_loss
+    from tensor_memory.training.penalties import occupancy_shortfall
+
+    task, backbone, cfg = resolve(tiny_config(occupancy_weight=2.0))
+    assert TrainConfig().occupancy_weight == 0.0
+    torch.manual_seed(0)
+    model = TaskModel(task, backbone)
+    batch = task.draw("train", 4, 0, 0)
+    memory = model.backbone.blocks[0].memory
+    with record(model, gates=False) as rec:
+        plain, _ = training_loss(model, task, batch, 0, dataclasses.replace(cfg, occupancy_weight=0.0))
+    mu = next(iter(rec.layers.values())).mu_write
+    expected = 2.0 * occupancy_shortfall(mu, memory.config.sigma_init, memory.config.grid)
+    penalised, _ = training_loss(model, task, batch, 0, cfg)
+    torch.testing.assert_close(penalised - plain, expected, atol=1e-6, rtol=1e-5)
+    model.zero_grad()
+    (penalised - plain).backward()  # the penalty alone
+    assert memory.coord_head.weight.grad.abs().sum() > 0
+    assert memory.spread.weight.grad is None or memory.spread.weight.grad.abs().sum() == 0

@@ -42,7 +42,8 @@ class TrainConfig(ConfigBase):
     # 1 = one learning rate for every parameter
     sigma_anneal_steps: int = 0  # steps over which every write spreads at least σ₀(σ₁/σ₀)^(t/T) (anneal.py); 0 = off
     sigma_anneal_from: float = 1.0  # σ₀, normalised units (1 = half the grid); σ₁ is each layer's sigma_init
-    sigma_pull: float = 0.0  # weight of the penalty (log σ − log sigma_init)² on every write (sigma_pull.py); 0 = off
+    sigma_pull: float = 0.0  # weight of the penalty (log σ − log sigma_init)² on every write (penalties.py); 0 = off
+    occupancy_weight: float = 0.0  # weight of the penalty on writes that do not cover the grid (penalties.py); 0 = off
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -60,6 +61,7 @@ class TrainConfig(ConfigBase):
         require_float(owner, "coord_lr_scale", self.coord_lr_scale, 0.0, low_open=True)
         require_float(owner, "sigma_anneal_from", self.sigma_anneal_from, 0.0, low_open=True)
         require_float(owner, "sigma_pull", self.sigma_pull, 0.0)
+        require_float(owner, "occupancy_weight", self.occupancy_weight, 0.0)
         if self.precision not in PRECISIONS:
             raise ValueError(f"{owner}.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):

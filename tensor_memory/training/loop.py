@@ -40,7 +40,7 @@ from .run_folder import check_free, check_out, hold_run_folder
 from .resume import load_resume, save_resume
 from .anneal import sigma_annealing
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
-from .sigma_pull import sigma_pull
+from .penalties import addressing_penalties
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
 ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
@@ -76,13 +76,14 @@ def loss_on(model: torch.nn.Module, task: Task, batch: Batch, state: Any = None)
 def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig,
                   state: Any = None) -> tuple[torch.Tensor, Any]:
     """``loss_on`` at training step ``step``, with the address scaffold's places blended in and the writes' σ floor
-    (``anneal.py``) while each lasts, plus the pull on σ (``sigma_pull.py``, which sees σ before the floor)."""
+    (``anneal.py``) while each lasts, plus the addressing penalties (``penalties.py``, which see the model's own
+    values, before the scaffold and the floor)."""
     weight = scaffold_weight(step, cfg.address_scaffold_steps)
     places = task.true_places(batch.inputs) if weight else None
-    with sigma_pull(model, cfg.sigma_pull) as pull, address_scaffold(model, places, weight), \
+    with addressing_penalties(model, cfg) as penalty, address_scaffold(model, places, weight), \
             sigma_annealing(model, step, cfg.sigma_anneal_steps, cfg.sigma_anneal_from):
         loss, state = loss_on(model, task, batch, state)
-    return (loss + pull() if cfg.sigma_pull else loss), state
+    return (loss + penalty() if cfg.sigma_pull or cfg.occupancy_weight else loss), state
 
 
 # ---------------------------------------------------------------------------------------
