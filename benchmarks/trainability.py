@@ -289,8 +289,8 @@ def _addressing_cell(results: list[dict]) -> str:
 
 
 def table(path: Path) -> str:
-    """One line per row label: the key accuracy at each evaluated step, mean over seeds (each seed's value in
-    brackets), and the addressing at the last step."""
+    """One line per row label: the key accuracy at each evaluated step (hidden frames for occlusion and moving digits),
+    mean over seeds (each seed's value in brackets), and the addressing at the last step."""
     rows: dict[str, list[dict]] = {}
     for line in path.read_text().splitlines():
         if line.strip():
@@ -300,7 +300,7 @@ def table(path: Path) -> str:
     out = ["| row | seeds | " + " | ".join(f"step {s}" for s in steps) + " | spread / σ / at a face / place R² |",
            "|---|---|" + "---:|" * len(steps) + "---|"]
     for label, results in rows.items():
-        metric = "occluded_accuracy" if results[0]["task"] == "occlusion" else "accuracy"
+        metric = "occluded_accuracy" if results[0]["task"] in ("occlusion", "moving_digits") else "accuracy"  # hidden
         cells = []
         at_step = [{e["step"]: e for e in r["history"]} for r in results]  # runs may evaluate at other steps
         for step in steps:

@@ -68,7 +68,11 @@ REMEDIES = {
                        "everywhere. Without MemoryConfig.summary_norm the occlusion memory (and the plain prototype) "
                        "grew σ to 3–7 voxels this way; keep it on. A memory that has to lay out a map (reads "
                        "finding writes made elsewhere) widened σ like this from scratch; the address scaffold "
-                       "(training.address_scaffold_steps, for a task with Task.true_places) gave it the layout.",
+                       "(training.address_scaffold_steps, for a task with Task.true_places) gave it the layout. "
+                       "Pulling each write's σ toward sigma_init (training.sigma_pull = 0.1) ended the explosion on "
+                       "both of the moving-digits model's layers (median σ 3.8 and 2.8 voxels → 1.1 and 1.0) for "
+                       "hidden frames 0.675 ± 0.018 against 0.690 ± 0.008 (docs/trainability.md); annealing σ "
+                       "broad → narrow (training.sigma_anneal_steps) kept occlusion's σ at 1.2–1.4 voxels, not 2.1.",
     "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
                            "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
     "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
