@@ -160,7 +160,7 @@ def test_the_place_probe_scores_writes_against_true_places_on_samples_it_was_not
 
 
 def test_sigma_pull_adds_its_weight_times_the_squared_log_ratio_of_each_write_to_the_layers_sigma_init():
-    from tensor_memory.training.loop import training_loss
+    from tensor_memory.training.loop import loss_on, training_loss
 
     config = tiny_config(sigma_pull=0.5)
     config["model"]["memory"]["sigma_init"] = 0.3
@@ -172,6 +172,7 @@ def test_sigma_pull_adds_its_weight_times_the_squared_log_ratio_of_each_write_to
     batch = task.draw("train", 4, 0, 0)
     with record(model, gates=False) as rec:
         plain, _ = training_loss(model, task, batch, 0, dataclasses.replace(cfg, sigma_pull=0.0))
+    assert torch.equal(plain, loss_on(model, task, batch)[0])  # off: the task's loss, bit for bit
     sigma = next(iter(rec.layers.values())).sigma.double()
     expected = 0.5 * (sigma.log() - torch.log(torch.tensor(0.3, dtype=torch.float64))).square().mean()
     pulled, _ = training_loss(model, task, batch, 0, cfg)
