@@ -30,7 +30,7 @@ import torch
 
 from .accelerator.device import check_device_memory, resolve_device
 from .backbone import BackboneConfig, check_budget
-from .backbone.budget import task_parts
+from .backbone.budget import task_bytes
 from .files import (FileFormatError, PathLike, atomic_write_bytes, atomic_write_text, dumps_json, finite_or_none,
                     json_type, read_json, remove_stale_temp_files)
 from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_migratable, check_side_files, decisive,
@@ -232,7 +232,7 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
         raise CheckpointError(str(error)) from None
     task.restore(directory)  # what the task keeps beside the weights (a tokenizer), validated
     device = resolve_device(device)
-    check_device_memory(sum(task_parts(backbone, task.tokens, 1, False, task).values()), device, str(config_path))
+    check_device_memory(task_bytes(backbone, task.tokens, 1, False, task), device, str(config_path))
     model = _load_model(weights, task, backbone, config_path).to(device).eval()
     metrics_path = directory / METRICS_FILE
     metrics = read_json(metrics_path, MAX_METRICS_BYTES, METRICS_FILE) if metrics_path.exists() else None

@@ -55,6 +55,11 @@ def task_parts(backbone: BackboneConfig, tokens: int, batch: int, training: bool
     return estimated_parts(backbone, tokens, batch, training, outputs, getattr(task, "input_vocabulary", 0))
 
 
+def task_bytes(backbone: BackboneConfig, tokens: int, batch: int, training: bool, task: Any = None) -> int:
+    """The total of :func:`task_parts`: what a device must hold for ``task`` at this size."""
+    return sum(task_parts(backbone, tokens, batch, training, task).values())
+
+
 def check_budget(backbone: BackboneConfig, tokens: int, batch: int, training: bool, where: str,
                  task: Any = None) -> None:
     """A ValueError naming the sizes, the largest part and what to lower when :func:`estimated_bytes` is over
@@ -87,4 +92,4 @@ def state_budget(backbone: BackboneConfig) -> dict[str, Optional[int]]:
     return {"memory_state_numbers": memory, "kv_cache_numbers": kv, "total_state_numbers": total}
 
 
-__all__ = ["estimated_parts", "estimated_bytes", "check_budget", "state_budget"]
+__all__ = ["estimated_parts", "estimated_bytes", "task_parts", "task_bytes", "check_budget", "state_budget"]

@@ -18,7 +18,7 @@ from torch import nn
 from .. import limits as L
 from ..accelerator import autocast, check_device_memory, check_precision, model_device, resolve_device
 from ..backbone import SLOT_GATE_INIT, SlotMemory, check_budget
-from ..backbone.budget import task_parts
+from ..backbone.budget import task_bytes
 from ..checkpoint import Checkpoint
 from ..config import require_int
 from ..memory import TensorMemory
@@ -56,8 +56,7 @@ def _placed(model: nn.Module, task: Task, batch_size: int, device: Union[str, to
     target = model_device(model) if device is None else resolve_device(device)
     check_precision(precision, target)
     if backbone is not None:
-        check_device_memory(sum(task_parts(backbone, task.tokens, batch_size, False, task).values()), target,
-                            "evaluate")
+        check_device_memory(task_bytes(backbone, task.tokens, batch_size, False, task), target, "evaluate")
     model.to(target)
     return target
 

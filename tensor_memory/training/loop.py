@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..accelerator import autocast, check_device_memory, check_precision, grad_scaler, rank_device
 from ..backbone import check_budget, state_budget
-from ..backbone.budget import task_parts
+from ..backbone.budget import task_bytes
 from ..checkpoint import SCHEMA_VERSION, save_checkpoint
 from ..files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
@@ -165,8 +165,8 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     world = init_distributed(device)
     if cfg.batch_size % world.world:
         raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
-    per_rank = task_parts(backbone, samples.tokens, cfg.batch_size // world.world, True, samples)
-    check_device_memory(sum(per_rank.values()), device, "the training config")
+    per_rank = task_bytes(backbone, samples.tokens, cfg.batch_size // world.world, True, samples)
+    check_device_memory(per_rank, device, "the training config")
     if world.main:
         check_free(out)  # a run still writing there: say so, not that the folder "holds a run"
     check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
