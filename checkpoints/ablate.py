@@ -55,14 +55,14 @@ def overrides(task: str, name: str) -> list[str]:
     return [value.replace("{chunk2}", str(2 * chunk)) for value in ABLATIONS[name][1]]
 
 
-def shipped_lr(task: str) -> str:
-    """The learning rate of the shipped ``<task>-tensor`` run."""
+def shipped_run(task: str) -> dict:
+    """The record of the shipped ``<task>-tensor`` run in checkpoints/training.json (its learning rate, verdicts)."""
     runs = json.loads((ROOT / "checkpoints" / "training.json").read_text())["runs"]
-    return f"{next(r['lr'] for r in runs if (r['task'], r['backbone']) == (task, 'tensor') and r.get('shipped')):g}"
+    return next(r for r in runs if (r["task"], r["backbone"]) == (task, "tensor") and r.get("shipped"))
 
 
 def train_and_evaluate(task: str, name: str, runs: Path, threads: int, reuse: bool) -> dict:
-    lr, out = shipped_lr(task), runs / f"{task}-{name}"
+    lr, out = f"{shipped_run(task)['lr']:g}", runs / f"{task}-{name}"
     sets = [item for value in overrides(task, name) for item in ("--set", value)]
     cmd = ["tensor-memory", "train", "--task", task, "--backbone", "tensor", *sets, "--set", f"training.lr={lr}",
            "--out", str(out.relative_to(ROOT)), "--overwrite", "--no-progress"]
@@ -84,9 +84,7 @@ def cell(mean: dict, std: dict, metric: str, verdicts: dict) -> str:
 def table(record: dict) -> list[str]:
     tasks = [t for t in KEY_METRIC if any(r["task"] == t for r in record["rows"])]
     shipped = {t: json.loads((ROOT / "checkpoints" / f"{t}-tensor" / "metrics.json").read_text()) for t in tasks}
-    runs = json.loads((ROOT / "checkpoints" / "training.json").read_text())["runs"]
-    verdicts = {t: next(r for r in runs if (r["task"], r["backbone"]) == (t, "tensor") and r.get("shipped"))
-                .get("addressing_verdicts", {}) for t in tasks}
+    verdicts = {t: shipped_run(t).get("addressing_verdicts", {}) for t in tasks}
     head = " | ".join(f"{t.replace('_', ' ')}: {METRIC_NAMES[KEY_METRIC[t]]}" for t in tasks)
     lines = [BEGIN, "", f"Mean ± standard deviation over evaluation seeds {', '.join(map(str, SEEDS))} ({BATCHES} × "
              f"{BATCH_SIZE}); in brackets the addressing report's verdict (the worst memory layer's, 16 samples of "

@@ -92,9 +92,10 @@ class TensorMemory(nn.Module):
                 self.summary.weight.copy_(identities / math.sqrt(chunk))
                 nn.init.zeros_(self.summary.bias)
             if cfg.coord_init == "centre":  # μ = tanh(0) = 0 for every input; the head learns to move them
-                for head in self._coordinate_heads():
-                    nn.init.zeros_(head.weight)
-                    nn.init.zeros_(head.bias)
+                for head in (self.coord_head, self.read_head):
+                    if head is not None:  # read_head: only with separate_heads
+                        nn.init.zeros_(head.weight)
+                        nn.init.zeros_(head.bias)
             # σ starts at sigma_init for every input; its weights learn from there.
             nn.init.zeros_(self.spread.weight)
             self.spread.bias.fill_(math.log(math.expm1(cfg.sigma_init / cfg.sigma_scale - cfg.sigma_min)))
@@ -106,9 +107,6 @@ class TensorMemory(nn.Module):
             self.mix.bias[C:2 * C].fill_(cfg.forget_bias)
             if self.gate is not None:
                 self.gate.fill_(cfg.gate_init)
-
-    def _coordinate_heads(self) -> tuple[nn.Linear, ...]:
-        return (self.coord_head,) if self.read_head is None else (self.coord_head, self.read_head)
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> MemoryState:
         """Zero state for a new sequence: h, c (batch_size, C, D, H, W), nothing pending."""

@@ -29,12 +29,10 @@ class ReferenceMemory(nn.Module):
     def __init__(self, memory: TensorMemory) -> None:
         super().__init__()
         cfg = self.config = memory.config
-        changed = {name: getattr(cfg, name) for name, as_written in MECHANISM_AS_WRITTEN.items()
-                   if getattr(cfg, name) != as_written}
-        if changed:
-            name, value = next(iter(changed.items()))
-            raise ValueError(f"ReferenceMemory writes the mechanism as the paper does; {name}={value!r} is a remedy "
-                             f"or an ablation it does not have")
+        for name, as_written in MECHANISM_AS_WRITTEN.items():
+            if getattr(cfg, name) != as_written:
+                raise ValueError(f"ReferenceMemory writes the mechanism as the paper does; {name}="
+                                 f"{getattr(cfg, name)!r} is a remedy or an ablation it does not have")
         d, C, cs = cfg.token_dim, cfg.channels, cfg.chunk_size
         self.norm = nn.LayerNorm(d) if cfg.input_norm else nn.Identity()
         self.summary = nn.Linear(cs * d, d)

@@ -83,7 +83,8 @@ def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, c
     with addressing_penalties(model, cfg) as penalty, address_scaffold(model, places, weight), \
             sigma_annealing(model, step, cfg.sigma_anneal_steps, cfg.sigma_anneal_from):
         loss, state = loss_on(model, task, batch, state)
-    return (loss + penalty() if cfg.sigma_pull or cfg.occupancy_weight else loss), state
+    extra = penalty()
+    return (loss if extra is None else loss + extra), state
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -45,9 +45,9 @@ def occupancy_shortfall(mu: torch.Tensor, sigma: float, grid: tuple[int, int, in
 
 
 @contextlib.contextmanager
-def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callable[[], torch.Tensor]]:
+def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callable[[], Optional[torch.Tensor]]]:
     """While the block runs, the values the penalties need are collected; yields a function that returns their
-    weighted sum (0 when both weights are 0 or nothing was written)."""
+    weighted sum (None when both weights are 0 or nothing was written: the loss is the task's alone)."""
     terms: dict[str, list[torch.Tensor]] = {"sigma": [], "mu_write": []}
     weights = {"sigma": cfg.sigma_pull, "mu_write": cfg.occupancy_weight}
 
@@ -58,15 +58,15 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
                                     occupancy_shortfall(value, layer.config.sigma_init, layer.config.grid))
         return keep
 
-    def total() -> torch.Tensor:
+    def total() -> Optional[torch.Tensor]:
         parts = [weights[point] * torch.stack(values).mean() for point, values in terms.items() if values]
-        return sum(parts) if parts else torch.zeros(())
+        return sum(parts) if parts else None
 
-    spec = {f"{name}.{point}" if name else point: collect(point, layer)
-            for name, layer in memory_layers(model).items() for point in terms if weights[point]}
-    if not spec:
+    if not any(weights.values()):  # off (the default): nothing is looked up or hooked on the training step
         yield total
         return
+    spec = {f"{name}.{point}" if name else point: collect(point, layer)
+            for name, layer in memory_layers(model).items() for point in terms if weights[point]}
     with hooks(model, spec):
         yield total
 
