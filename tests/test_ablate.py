@@ -25,7 +25,9 @@ def configs(task: str, name: str):
 @pytest.mark.parametrize("task", list(ablate.KEY_METRIC))
 def test_each_row_changes_exactly_its_one_setting(task):
     expected = {"hard_writes": {"write_profile": "nearest"}, "separate_heads": {"separate_heads": True},
-                "update_1x1x1": {"update_taps": 1}, "grid_4": {"grid": (4, 4, 4)}, "grid_8": {"grid": (8, 8, 8)}}
+                "update_1x1x1": {"update_taps": 1},
+                "grid_smaller": {"grid": (2, 6, 6) if task == "map_building" else (4, 4, 4)},
+                "grid_larger": {"grid": (2, 10, 10) if task == "map_building" else (8, 8, 8)}}
     for name in ablate.ABLATIONS:
         (_, before, train_before), (task_obj, after, train_after) = configs(task, name)
         memory_changes = {k: v for k, v in after.memory.to_dict().items() if before.memory.to_dict()[k] != v}
