@@ -44,6 +44,9 @@ class TrainConfig(ConfigBase):
     sigma_anneal_from: float = 1.0  # σ₀, normalised units (1 = half the grid); σ₁ is each layer's sigma_init
     sigma_pull: float = 0.0  # weight of the penalty (log σ − log sigma_init)² on every write (penalties.py); 0 = off
     occupancy_weight: float = 0.0  # weight of the penalty on writes that do not cover the grid (penalties.py); 0 = off
+    recall_weight: float = 0.0  # weight of the self-supervised address loss: each chunk's write found again where it
+    # was written, recall_lag chunks later (penalties.py); 0 = off
+    recall_lag: int = 8
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -52,7 +55,7 @@ class TrainConfig(ConfigBase):
                                        ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
                                        ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS),
                                        ("stream_segments", 1, L.MAX_SEQUENCE),
-                                       ("sigma_anneal_steps", 0, L.MAX_STEPS)):
+                                       ("sigma_anneal_steps", 0, L.MAX_STEPS), ("recall_lag", 1, L.MAX_STEPS)):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
@@ -62,6 +65,7 @@ class TrainConfig(ConfigBase):
         require_float(owner, "sigma_anneal_from", self.sigma_anneal_from, 0.0, low_open=True)
         require_float(owner, "sigma_pull", self.sigma_pull, 0.0)
         require_float(owner, "occupancy_weight", self.occupancy_weight, 0.0)
+        require_float(owner, "recall_weight", self.recall_weight, 0.0)
         if self.precision not in PRECISIONS:
             raise ValueError(f"{owner}.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):

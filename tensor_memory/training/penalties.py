@@ -9,8 +9,13 @@ by default, each read through a hook point without changing the value):
   μ_write (the learned σ is left out: a flat write would otherwise raise the entropy by itself), and the penalty is
   ``occupancy_weight · (1 − H(p) / log(D·H·W))``, 0 when the writes cover the grid evenly, 1 when they all land on
   one voxel.
+- **what was written stays findable where it was written** (``training.recall_weight``), a self-supervised address
+  loss: for each chunk k, the state ``recall_lag`` chunks later is read at μ_write_k and has to pick out, among the
+  reads of the sample's chunks just after their own writes, chunk k's (InfoNCE over cosine similarity at
+  temperature ``RECALL_TEMPERATURE``). Writes that pile onto one place, fade, or carry nothing of their input all
+  fail it, and it needs no decoder: both sides are the memory's own h.
 
-Each is a mean over the memory layers and the forward calls of a step. With both weights 0 nothing is hooked.
+Each is a mean over the memory layers and the forward calls of a step. With every weight 0 nothing is hooked.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ import math
 from typing import Callable, Iterator, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..memory import hooks, memory_layers
-from ..memory.geometry import gaussian_profiles
+from ..memory.geometry import gaussian_profiles, sample_channels_last
 from .config import TrainConfig
+
+RECALL_TEMPERATURE = 0.1  # sharp enough that a read half-way between two writes is a poor answer
 
 
 def log_ratio_squared(sigma: torch.Tensor, target: float) -> torch.Tensor:
@@ -44,31 +52,65 @@ def occupancy_shortfall(mu: torch.Tensor, sigma: float, grid: tuple[int, int, in
     return (1 - entropy / math.log(p.shape[-1])).mean()
 
 
+def recall_shortfall(h: torch.Tensor, mu: torch.Tensor, lag: int) -> Optional[torch.Tensor]:
+    """InfoNCE of finding each chunk's write again ``lag`` chunks later; h (B, K, C, D, H, W) the states after each
+    chunk, μ (B, K, 3) where each chunk wrote. None when no chunk has ``lag`` chunks after it."""
+    B, K, C, D, H, W = h.shape
+    asked = K - lag  # chunks k with a state k + lag to read
+    if asked < 1 or K < 2:
+        return None
+    states = h.permute(0, 1, 3, 4, 5, 2)  # (B, K, D, H, W, C), the layout the layer reads from
+
+    def read(volumes: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:  # (B, n, D, H, W, C) at (B, n, 3) → (B, n, C)
+        n = xyz.shape[1]
+        return sample_channels_last(volumes.reshape(B * n, D, H, W, C), xyz.reshape(B * n, 3)).view(B, n, C)
+
+    just_after = F.normalize(read(states, mu), dim=-1)  # (B, K, C) chunk j read from its own state at its place
+    later = F.normalize(read(states[:, lag:], mu[:, :asked]), dim=-1)  # (B, asked, C) chunk k from state k + lag
+    logits = later @ just_after.transpose(1, 2) / RECALL_TEMPERATURE  # (B, asked, K)
+    target = torch.arange(asked, device=h.device).repeat(B)  # chunk k's own earlier read
+    return F.cross_entropy(logits.reshape(B * asked, K), target)
+
+
 @contextlib.contextmanager
 def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callable[[], Optional[torch.Tensor]]]:
     """While the block runs, the values the penalties need are collected; yields a function that returns their
-    weighted sum (None when both weights are 0 or nothing was written: the loss is the task's alone)."""
-    terms: dict[str, list[torch.Tensor]] = {"sigma": [], "mu_write": []}
-    weights = {"sigma": cfg.sigma_pull, "mu_write": cfg.occupancy_weight}
+    weighted sum (None when every weight is 0 or nothing was written: the loss is the task's alone)."""
+    weights = {"sigma_pull": cfg.sigma_pull, "occupancy": cfg.occupancy_weight, "recall": cfg.recall_weight}
+    terms: dict[str, list[torch.Tensor]] = {term: [] for term in weights}
 
-    def collect(point: str, layer) -> Callable[[torch.Tensor], None]:
-        def keep(value: torch.Tensor) -> None:  # σ (B, K) or μ_write (B, K, 3); returns None: the value is kept
-            if value.numel():
-                terms[point].append(log_ratio_squared(value, layer.config.sigma_init) if point == "sigma" else
-                                    occupancy_shortfall(value, layer.config.sigma_init, layer.config.grid))
-        return keep
+    def collectors(layer) -> dict[str, Callable[[torch.Tensor], None]]:
+        """A hook per point the penalties read; each returns None, so the value is kept."""
+        memory, last_mu = layer.config, []  # last_mu: this call's μ_write, for its h (step 5 follows step 2)
+
+        def on_sigma(sigma: torch.Tensor) -> None:  # (B, K)
+            if sigma.numel():
+                terms["sigma_pull"].append(log_ratio_squared(sigma, memory.sigma_init))
+
+        def on_mu_write(mu: torch.Tensor) -> None:  # (B, K, 3)
+            last_mu[:] = [mu]
+            if mu.numel() and weights["occupancy"]:
+                terms["occupancy"].append(occupancy_shortfall(mu, memory.sigma_init, memory.grid))
+
+        def on_h(h: torch.Tensor) -> None:  # (B, K, C, D, H, W)
+            found = recall_shortfall(h, last_mu[0], cfg.recall_lag) if h.numel() else None
+            if found is not None:
+                terms["recall"].append(found)
+        return {"sigma": on_sigma, "mu_write": on_mu_write, "h": on_h}
 
     def total() -> Optional[torch.Tensor]:
-        parts = [weights[point] * torch.stack(values).mean() for point, values in terms.items() if values]
+        parts = [weights[term] * torch.stack(values).mean() for term, values in terms.items() if values]
         return sum(parts) if parts else None
 
     if not any(weights.values()):  # off (the default): nothing is looked up or hooked on the training step
         yield total
         return
-    spec = {f"{name}.{point}" if name else point: collect(point, layer)
-            for name, layer in memory_layers(model).items() for point in terms if weights[point]}
+    needed = {"sigma": weights["sigma_pull"] > 0, "mu_write": weights["occupancy"] > 0 or weights["recall"] > 0,
+              "h": weights["recall"] > 0}
+    spec = {f"{name}.{point}" if name else point: hook for name, layer in memory_layers(model).items()
+            for point, hook in collectors(layer).items() if needed[point]}
     with hooks(model, spec):
         yield total
 
 
-__all__ = ["addressing_penalties", "log_ratio_squared", "occupancy_shortfall"]
+__all__ = ["addressing_penalties", "log_ratio_squared", "occupancy_shortfall", "recall_shortfall"]
