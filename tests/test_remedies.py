@@ -297,3 +297,6 @@ def test_the_recall_loss_adds_its_weight_times_the_shortfall_and_trains_the_addr
     assert memory.coord_head.weight.grad.abs().sum() > 0 and memory.content.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="recall_lag"):
         resolve(tiny_config(recall_weight=0.5, recall_lag=0))
+    with pytest.raises(ValueError, match="recall_lag=8: a sample of no_harm has 8 memory chunks"):
+        resolve(tiny_config(recall_weight=0.5, recall_lag=8))  # the term would never be computed
+    resolve(tiny_config(recall_lag=8))  # while the loss is off, the lag is not checked against the task

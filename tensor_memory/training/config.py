@@ -178,6 +178,11 @@ def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
     if cfg.stream_segments > 1 and not (hasattr(task, "stream") and backbone.causal):
         raise ValueError(f"training.stream_segments={cfg.stream_segments}: streamed training feeds a text in order "
                          f"to a causal model, so it applies to language_modelling only; set it to 1")
+    chunks = task.tokens // backbone.memory.chunk_size if backbone.memory is not None else 0
+    if cfg.recall_weight and cfg.recall_lag >= chunks:
+        raise ValueError(f"training.recall_lag={cfg.recall_lag}: a sample of {task.name} has {chunks} memory chunks, "
+                         f"so no write has a state that many chunks on to be found in and the recall loss would do "
+                         f"nothing; set recall_lag below {chunks}" + ("" if chunks else " (or use a tensor backbone)"))
     return task, backbone, cfg
 
 
