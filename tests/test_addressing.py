@@ -154,6 +154,16 @@ def test_collapse_threshold_is_applied_at_its_value():
     assert addressing_report(_trace(wide))["verdict"] == "healthy"
 
 
+def test_reads_that_never_land_near_a_write_are_unread_writes():
+    writes = [[x, y, -0.5] for x in (-0.5, 0.0, 0.5) for y in (-0.5, 0.5)]  # six writes, spread over the z = -0.5 plane
+    apart = _layer(mu_write=writes, sigma=[0.2] * 6, mu_read=[[0, 0, 0.8]] * 6)  # reads 1.3 (6.5σ) above the plane
+    report = addressing_report(_trace(apart))
+    assert report["verdict"] == "unread writes" and report["measures"]["reads_within_2sigma"] == 0.0
+    assert report["reasons"][0].startswith("0% of reads land within 2σ of an earlier write (threshold 5%)")
+    on_them = _layer(mu_write=writes, sigma=[0.2] * 6, mu_read=[[0, 0, 0]] + writes[:5])  # read k where k−1 wrote
+    assert addressing_report(_trace(on_them))["verdict"] == "healthy"
+
+
 def test_each_failure_names_its_remedy_and_a_failure_by_design_none():
     eps = COLLAPSE_SPREAD_VOXELS / 4 * 2 / 4
     tight = _trace(_layer(mu_write=[[0, 0, 0], [eps, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2))

@@ -300,3 +300,45 @@ def test_the_recall_loss_adds_its_weight_times_the_shortfall_and_trains_the_addr
     with pytest.raises(ValueError, match="recall_lag=8: a sample of no_harm has 8 memory chunks"):
         resolve(tiny_config(recall_weight=0.5, recall_lag=8))  # the term would never be computed
     resolve(tiny_config(recall_lag=8))  # while the loss is off, the lag is not checked against the task
+
+
+def test_reach_shortfall_is_the_squared_distance_from_each_read_to_the_nearest_earlier_write_and_moves_only_reads():
+    from tensor_memory.training.penalties import reach_shortfall
+
+    torch.manual_seed(0)
+    mu_read = (torch.rand(2, 5, 3, dtype=torch.float64) * 2 - 1).requires_grad_()  # 5 reads: 4 complete chunks + 1
+    mu_write = (torch.rand(2, 4, 3, dtype=torch.float64) * 2 - 1).requires_grad_()
+    by_hand = [min(((mu_read[b, k] - mu_write[b, j]) ** 2).sum().item() for j in range(k))
+               for b in range(2) for k in range(1, 5)]  # an independent computation, one read at a time
+    found = reach_shortfall(mu_read, mu_write)
+    assert found.item() == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
+    found.backward()
+    assert mu_read.grad[:, 1:].abs().sum() > 0 and mu_read.grad[:, 0].abs().sum() == 0  # read 0 has no earlier write
+    assert mu_write.grad is None  # the writes are held: the reads come to them
+    on_writes = torch.cat([mu_write[:, :1], mu_write], dim=1).detach()  # read k at write k−1's place
+    assert reach_shortfall(on_writes, mu_write) == 0
+    assert reach_shortfall(mu_read[:, :1], mu_write) is None
+
+
+def test_the_reach_penalty_adds_its_weight_and_trains_only_the_read_side_of_the_addressing():
+    from tensor_memory.training.loop import loss_on, training_loss
+    from tensor_memory.training.penalties import reach_shortfall
+
+    assert TrainConfig().reach_weight == 0.0  # off by default
+    task, backbone, cfg = resolve(tiny_config(reach_weight=2.0))
+    torch.manual_seed(0)
+    model = TaskModel(task, backbone)
+    memory = model.backbone.blocks[0].memory
+    with torch.no_grad():
+        memory.coord_head.weight.normal_(0, 0.5)
+    batch = task.draw("train", 4, 0, 0)
+    with record(model, gates=False) as rec:
+        plain, _ = training_loss(model, task, batch, 0, dataclasses.replace(cfg, reach_weight=0.0))
+    assert torch.equal(plain, loss_on(model, task, batch)[0])  # off: the task's loss, bit for bit
+    layer_record = next(iter(rec.layers.values()))
+    expected = 2.0 * reach_shortfall(layer_record.mu_read, layer_record.mu_write)
+    reached, _ = training_loss(model, task, batch, 0, cfg)
+    assert expected > 1e-3
+    torch.testing.assert_close(reached - plain, expected, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="reach_weight"):
+        resolve(tiny_config(reach_weight=-1.0))

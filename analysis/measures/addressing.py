@@ -27,7 +27,7 @@ from tensor_memory.memory.hookpoints import GATE_POINTS
 from analysis.traces.trace import LayerTrace, Trace
 
 VERDICTS = ("dead memory", "coordinate collapse", "sigma collapse", "sigma explosion", "boundary saturation",
-            "gate saturation", "healthy")
+            "unread writes", "gate saturation", "healthy")
 
 # Thresholds. Each is a point past which the mechanism cannot do its job, not a tuned number.
 COLLAPSE_SPREAD_VOXELS = 0.5  # all writes within half a voxel of their mean: one location for everything
@@ -36,6 +36,7 @@ SIGMA_EXPLOSION_EXTENT = 0.5  # σ over half the grid's extent: the write is nea
 BOUNDARY_FRACTION = 0.5  # over half the coordinates pinned at a face: tanh saturated, no gradient to move them
 DEAD_READ_RATIO = 1e-3  # reads vary less than 0.1% of the read gate's scale: the path carries nothing
 DEAD_GATE_SCALE = 1e-3  # σ(γ) below this: the read is multiplied away
+UNREAD_FRACTION = 0.05  # under 1 read in 20 within 2σ of an earlier write: reads and writes live apart
 GATE_SATURATION_FRACTION = 0.9  # over 90% of gate values within GATE_EPS of 0 or 1: gradients vanish
 GATE_EPS = 0.01
 ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at ≥ e^-2 (within 2σ)
@@ -75,6 +76,11 @@ REMEDIES = {
                        "broad → narrow (training.sigma_anneal_steps) kept occlusion's σ at 1.2–1.4 voxels, not 2.1.",
     "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
                            "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
+    "unread writes": "Reads and writes share one coordinate head (MemoryConfig.separate_heads off), so this is learned, "
+                     "not built in: check what pulls the writes away from where the queries look. A penalty that "
+                     "spreads the writes (training.occupancy_weight) did this to the language model: its block 3 "
+                     "went from 12 % of reads within 2σ of a write to none, its writes stopped depending on the text, "
+                     "and the spread-writes check passed all the same (docs/trainability.md). Train without it.",
     "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
 }
 
@@ -213,6 +219,10 @@ def _findings(m: dict[str, Any]) -> list[tuple[str, str]]:
         found.append(("boundary saturation", f"{m['boundary_fraction']:.0%} of read/write coordinates are pinned at "
                                              f"a face of the grid (|μ| > {BOUNDARY_EPS}; threshold "
                                              f"{BOUNDARY_FRACTION:.0%}): tanh is saturated there"))
+    if m["reads_within_2sigma"] is not None and m["reads_within_2sigma"] < UNREAD_FRACTION:
+        found.append(("unread writes", f"{m['reads_within_2sigma']:.0%} of reads land within 2σ of an earlier write "
+                                       f"(threshold {UNREAD_FRACTION:.0%}): the reads look where nothing was written, "
+                                       f"so however the writes spread, the memory is not read back"))
     saturated = {k: v["saturated"] for k, v in m["gates"].items() if v["saturated"] > GATE_SATURATION_FRACTION}
     if saturated:
         listed = ", ".join(f"{k[-1]} {v:.0%}" for k, v in saturated.items())

@@ -72,7 +72,7 @@ MEASURES = (  # (label, measure key, format, what the threshold means)
     ("voxels ever written", "ever_active_fraction", _percent, ""),
     ("median σ (voxels)", "sigma_voxels", _number, "below 0.25: σ collapse"),
     ("median σ (share of the grid)", "sigma_extent", _percent, "above 50%: σ explosion"),
-    ("reads within 2σ of a write", "reads_within_2sigma", _percent, ""),
+    ("reads within 2σ of a write", "reads_within_2sigma", _percent, "below 5%: unread writes"),
     ("coordinates at a face", "boundary_fraction", _percent, "above 50%: boundary saturation"),
     ("σ(γ) read gate", "gate_scale", lambda v: _number(v, 3), "below 0.001: dead memory"),
     ("input dependence of writes", "input_dependence", _percent, "0%: every sample writes the same path"),

@@ -47,6 +47,7 @@ class TrainConfig(ConfigBase):
     recall_weight: float = 0.0  # weight of the self-supervised address loss: each chunk's write found again where it
     # was written, recall_lag chunks later (penalties.py); 0 = off
     recall_lag: int = 8
+    reach_weight: float = 0.0  # weight of the pull of each read onto the nearest earlier write (penalties.py); 0 = off
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -66,6 +67,7 @@ class TrainConfig(ConfigBase):
         require_float(owner, "sigma_pull", self.sigma_pull, 0.0)
         require_float(owner, "occupancy_weight", self.occupancy_weight, 0.0)
         require_float(owner, "recall_weight", self.recall_weight, 0.0)
+        require_float(owner, "reach_weight", self.reach_weight, 0.0)
         if self.precision not in PRECISIONS:
             raise ValueError(f"{owner}.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):

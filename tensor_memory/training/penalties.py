@@ -14,6 +14,9 @@ by default, each read through a hook point without changing the value):
   reads of the sample's chunks just after their own writes, chunk k's (InfoNCE over cosine similarity at
   temperature ``RECALL_TEMPERATURE``). Writes that pile onto one place, fade, or carry nothing of their input all
   fail it, and it needs no decoder: both sides are the memory's own h.
+- **reads that go where something was written** (``training.reach_weight``): the squared distance, in normalised
+  units, from each chunk's read to the nearest write of an earlier chunk, with the writes held where they are
+  (no gradient to them), so the reads come to the writes and not the writes to one another.
 
 Each is a mean over the memory layers and the forward calls of a step. With every weight 0 nothing is hooked.
 """
@@ -72,31 +75,49 @@ def recall_shortfall(h: torch.Tensor, mu: torch.Tensor, lag: int) -> Optional[to
     return F.cross_entropy(logits.reshape(B * asked, K), target)
 
 
+def reach_shortfall(mu_read: torch.Tensor, mu_write: torch.Tensor) -> Optional[torch.Tensor]:
+    """Mean over reads k ≥ 1 of min over writes j < k of |μ_read_k − μ_write_j|²; μ_read (B, n_read, 3), μ_write
+    (B, n_write, 3) of one call, the writes detached. None when no read has an earlier write."""
+    n = min(mu_read.shape[1], mu_write.shape[1] + 1)  # reads 1 … n−1 each follow a write
+    if n < 2:
+        return None
+    squared = torch.cdist(mu_read[:, 1:n], mu_write[:, :n - 1].detach()).square()  # (B, n−1, n−1) read k, write j
+    earlier = torch.ones(n - 1, n - 1, dtype=torch.bool, device=mu_read.device).tril()  # read k+1 sees writes ≤ k
+    return squared.masked_fill(~earlier, math.inf).amin(-1).mean()
+
+
 @contextlib.contextmanager
 def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callable[[], Optional[torch.Tensor]]]:
     """While the block runs, the values the penalties need are collected; yields a function that returns their
     weighted sum (None when every weight is 0 or nothing was written: the loss is the task's alone)."""
-    weights = {"sigma_pull": cfg.sigma_pull, "occupancy": cfg.occupancy_weight, "recall": cfg.recall_weight}
+    weights = {"sigma_pull": cfg.sigma_pull, "occupancy": cfg.occupancy_weight, "recall": cfg.recall_weight,
+               "reach": cfg.reach_weight}
     terms: dict[str, list[torch.Tensor]] = {term: [] for term in weights}
 
     def collectors(layer) -> dict[str, Callable[[torch.Tensor], None]]:
         """A hook per point the penalties read; each returns None, so the value is kept."""
-        memory, last_mu = layer.config, []  # last_mu: this call's μ_write, for its h (step 5 follows step 2)
+        memory, last_mu, last_read = layer.config, [], []  # this call's μ_write for its h, μ_read for its μ_write
 
         def on_sigma(sigma: torch.Tensor) -> None:  # (B, K)
             if sigma.numel():
                 terms["sigma_pull"].append(log_ratio_squared(sigma, memory.sigma_init))
 
+        def on_mu_read(mu: torch.Tensor) -> None:  # (B, n_read, 3), marked just before this call's μ_write
+            last_read[:] = [mu]
+
         def on_mu_write(mu: torch.Tensor) -> None:  # (B, K, 3)
             last_mu[:] = [mu]
             if mu.numel() and weights["occupancy"]:
                 terms["occupancy"].append(occupancy_shortfall(mu, memory.sigma_init, memory.grid))
+            found = reach_shortfall(last_read[0], mu) if weights["reach"] else None
+            if found is not None:
+                terms["reach"].append(found)
 
         def on_h(h: torch.Tensor) -> None:  # (B, K, C, D, H, W)
             found = recall_shortfall(h, last_mu[0], cfg.recall_lag) if h.numel() else None
             if found is not None:
                 terms["recall"].append(found)
-        return {"sigma": on_sigma, "mu_write": on_mu_write, "h": on_h}
+        return {"sigma": on_sigma, "mu_read": on_mu_read, "mu_write": on_mu_write, "h": on_h}
 
     def total() -> Optional[torch.Tensor]:
         parts = [weights[term] * torch.stack(values).mean() for term, values in terms.items() if values]
@@ -105,7 +126,8 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
     if not any(weights.values()):  # off (the default): nothing is looked up or hooked on the training step
         yield total
         return
-    needed = {"sigma": weights["sigma_pull"] > 0, "mu_write": weights["occupancy"] > 0 or weights["recall"] > 0,
+    needed = {"sigma": weights["sigma_pull"] > 0, "mu_read": weights["reach"] > 0,
+              "mu_write": weights["occupancy"] > 0 or weights["recall"] > 0 or weights["reach"] > 0,
               "h": weights["recall"] > 0}
     spec = {f"{name}.{point}" if name else point: hook for name, layer in memory_layers(model).items()
             for point, hook in collectors(layer).items() if needed[point]}
@@ -113,4 +135,4 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
         yield total
 
 
-__all__ = ["addressing_penalties", "log_ratio_squared", "occupancy_shortfall", "recall_shortfall"]
+__all__ = ["addressing_penalties", "log_ratio_squared", "occupancy_shortfall", "reach_shortfall", "recall_shortfall"]
