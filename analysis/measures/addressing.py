@@ -58,8 +58,10 @@ REMEDIES = {
                            "narrow (training.sigma_anneal_steps = 1000, sigma_anneal_from = 1.0): binding from "
                            "scratch went from 0.93 / 0.46 (two seeds) to 0.98 / 0.98, its writes laid out on its "
                            "keys (R² 0.98; docs/trainability.md, table RB). Map building stayed at chance with every "
-                           "remedy tried; the address scaffold (training.address_scaffold_steps, for a task with "
-                           "Task.true_places) still gives it its layout. A penalty on unspread writes "
+                           "remedy tried, a self-supervised address loss (training.recall_weight) and reads pulled "
+                           "onto writes (training.reach_weight) included; the address scaffold "
+                           "(training.address_scaffold_steps, for a task with Task.true_places) still gives it its "
+                           "layout. A penalty on unspread writes "
                            "(training.occupancy_weight) is no cure alone: on the language model it spread a "
                            "collapsed layer's writes (0.3 → 2.8 voxels) but they stopped depending on the text and "
                            "no read landed near them.",
@@ -76,11 +78,13 @@ REMEDIES = {
                        "broad → narrow (training.sigma_anneal_steps) kept occlusion's σ at 1.2–1.4 voxels, not 2.1.",
     "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
                            "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
-    "unread writes": "Reads and writes share one coordinate head (MemoryConfig.separate_heads off), so this is learned, "
-                     "not built in: check what pulls the writes away from where the queries look. A penalty that "
-                     "spreads the writes (training.occupancy_weight) did this to the language model: its block 3 "
-                     "went from 12 % of reads within 2σ of a write to none, its writes stopped depending on the text, "
-                     "and the spread-writes check passed all the same (docs/trainability.md). Train without it.",
+    "unread writes": "Reads and writes share one coordinate head (MemoryConfig.separate_heads off), so this is "
+                     "learned, not built in: look for what pulls the writes away from where the queries look. A "
+                     "penalty that spreads the writes (training.occupancy_weight) did this to the language model: "
+                     "its block 3 went from 12 % of reads within 2σ of a write to none, and its writes stopped "
+                     "depending on the text (docs/trainability.md); train without it. training.reach_weight pulls "
+                     "each read onto the nearest earlier write (map building: reads 0.37 voxels from a write), but "
+                     "the nearest write need not be the right one.",
     "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
 }
 
