@@ -54,7 +54,7 @@ def overrides(task: str, name: str) -> list[str]:
     chunk, grid = task_obj.chunk_size, backbone.memory.grid
 
     def resized(step: int) -> str:
-        return "[" + ",".join(str(n + step if n > 2 else n) for n in grid) + "]"
+        return "[" + ",".join(str(max(n + step, 2) if n > 2 else n) for n in grid) + "]"
 
     fills = {"{chunk2}": str(2 * chunk), "{smaller}": resized(-2), "{larger}": resized(2)}
     values = ABLATIONS[name][1]

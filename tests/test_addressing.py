@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from analysis import addressing_report
-from analysis.measures.addressing import COLLAPSE_SPREAD_VOXELS, REMEDIES, VERDICTS, measure, write_mass
+from analysis.measures.addressing import (COLLAPSE_SPREAD_VOXELS, REMEDIES, UNREAD_FRACTION, VERDICTS, measure,
+                                         write_mass)
 from analysis.traces.capture import capture_many
 from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
@@ -162,6 +163,13 @@ def test_reads_that_never_land_near_a_write_are_unread_writes():
     assert report["reasons"][0].startswith("0% of reads land within 2σ of an earlier write (threshold 5%)")
     on_them = _layer(mu_write=writes, sigma=[0.2] * 6, mu_read=[[0, 0, 0]] + writes[:5])  # read k where k−1 wrote
     assert addressing_report(_trace(on_them))["verdict"] == "healthy"
+    # At the threshold: 1 of 20 reads (5 %) on a write is not below 5 %; none is.
+    line = [[x, 0, -0.5] for x in np.linspace(-0.9, 0.9, 21)]
+    one_of_twenty = _layer(mu_write=line, sigma=[0.2] * 21, mu_read=[[0, 0, 0.8]] * 20 + [line[0]])
+    none = _layer(mu_write=line, sigma=[0.2] * 21, mu_read=[[0, 0, 0.8]] * 21)
+    assert measure([_trace(one_of_twenty)])["reads_within_2sigma"] == pytest.approx(UNREAD_FRACTION)
+    assert addressing_report(_trace(one_of_twenty))["verdict"] == "healthy"
+    assert addressing_report(_trace(none))["verdict"] == "unread writes"
 
 
 def test_each_failure_names_its_remedy_and_a_failure_by_design_none():

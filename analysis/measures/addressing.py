@@ -78,11 +78,12 @@ REMEDIES = {
                        "broad → narrow (training.sigma_anneal_steps) kept occlusion's σ at 1.2–1.4 voxels, not 2.1.",
     "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
                            "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md).",
-    "unread writes": "Reads and writes share one coordinate head (MemoryConfig.separate_heads off), so this is "
-                     "learned, not built in: look for what pulls the writes away from where the queries look. A "
+    "unread writes": "With separate read and write heads (MemoryConfig.separate_heads) share them first. With one "
+                     "head this is learned, not built in: look for what pulls the writes away from the reads. A "
                      "penalty that spreads the writes (training.occupancy_weight) did this to the language model: "
                      "its block 3 went from 12 % of reads within 2σ of a write to none, and its writes stopped "
-                     "depending on the text (docs/trainability.md); train without it. training.reach_weight pulls "
+                     "depending on the text, and the recall loss (training.recall_weight) did the same "
+                     "(docs/trainability.md); train without them. training.reach_weight pulls "
                      "each read onto the nearest earlier write (map building: reads 0.37 voxels from a write), but "
                      "the nearest write need not be the right one.",
     "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",

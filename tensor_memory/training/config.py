@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,14 @@ def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
     if cfg.stream_segments > 1 and not (hasattr(task, "stream") and backbone.causal):
         raise ValueError(f"training.stream_segments={cfg.stream_segments}: streamed training feeds a text in order "
                          f"to a causal model, so it applies to language_modelling only; set it to 1")
-    chunks = task.tokens // backbone.memory.chunk_size if backbone.memory is not None else 0
+    chunks = 0  # memory chunks a sample writes; partial_chunk "pad" writes the last, short one too
+    if backbone.memory is not None:
+        rounding = math.ceil if backbone.memory.partial_chunk == "pad" else math.floor
+        chunks = rounding(task.tokens / backbone.memory.chunk_size)
+    if cfg.recall_weight and cfg.address_scaffold_steps:
+        raise ValueError("training.recall_weight with training.address_scaffold_steps: the recall loss reads where "
+                         "the model's own head put each write, but while the scaffold lasts the writes go where it "
+                         "blends them; use one or the other")
     if cfg.recall_weight and cfg.recall_lag >= chunks:
         raise ValueError(f"training.recall_lag={cfg.recall_lag}: a sample of {task.name} has {chunks} memory chunks, "
                          f"so no write has a state that many chunks on to be found in and the recall loss would do "

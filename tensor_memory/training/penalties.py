@@ -36,6 +36,9 @@ from ..memory.geometry import gaussian_profiles, sample_channels_last
 from .config import TrainConfig
 
 RECALL_TEMPERATURE = 0.1  # sharp enough that a read half-way between two writes is a poor answer
+# The hook points each penalty reads.
+POINTS_READ = {"sigma_pull": ("sigma",), "occupancy": ("mu_write",), "recall": ("mu_write", "h"),
+               "reach": ("mu_read", "mu_write")}
 
 
 def log_ratio_squared(sigma: torch.Tensor, target: float) -> torch.Tensor:
@@ -60,7 +63,7 @@ def recall_shortfall(h: torch.Tensor, mu: torch.Tensor, lag: int) -> Optional[to
     chunk, μ (B, K, 3) where each chunk wrote. None when no chunk has ``lag`` chunks after it."""
     B, K, C, D, H, W = h.shape
     asked = K - lag  # chunks k with a state k + lag to read
-    if asked < 1 or K < 2:
+    if asked < 1:
         return None
     states = h.permute(0, 1, 3, 4, 5, 2)  # (B, K, D, H, W, C), the layout the layer reads from
 
@@ -81,7 +84,8 @@ def reach_shortfall(mu_read: torch.Tensor, mu_write: torch.Tensor) -> Optional[t
     n = min(mu_read.shape[1], mu_write.shape[1] + 1)  # reads 1 … n−1 each follow a write
     if n < 2:
         return None
-    squared = torch.cdist(mu_read[:, 1:n], mu_write[:, :n - 1].detach()).square()  # (B, n−1, n−1) read k, write j
+    # (B, n−1, n−1): read k+1 against write j, as differences (torch.cdist's matrix product is not exact at 0)
+    squared = (mu_read[:, 1:n, None] - mu_write[:, None, :n - 1].detach()).square().sum(-1)
     earlier = torch.ones(n - 1, n - 1, dtype=torch.bool, device=mu_read.device).tril()  # read k+1 sees writes ≤ k
     return squared.masked_fill(~earlier, math.inf).amin(-1).mean()
 
@@ -96,25 +100,27 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
 
     def collectors(layer) -> dict[str, Callable[[torch.Tensor], None]]:
         """A hook per point the penalties read; each returns None, so the value is kept."""
-        memory, last_mu, last_read = layer.config, [], []  # this call's μ_write for its h, μ_read for its μ_write
+        # A forward call marks μ_read, then μ_write (step 2), then h (step 5): the later points pair with the call's
+        # earlier ones through these.
+        memory, last_mu_read, last_mu_write = layer.config, [], []
 
         def on_sigma(sigma: torch.Tensor) -> None:  # (B, K)
             if sigma.numel():
                 terms["sigma_pull"].append(log_ratio_squared(sigma, memory.sigma_init))
 
-        def on_mu_read(mu: torch.Tensor) -> None:  # (B, n_read, 3), marked just before this call's μ_write
-            last_read[:] = [mu]
+        def on_mu_read(mu: torch.Tensor) -> None:  # (B, n_read, 3)
+            last_mu_read[:] = [mu]
 
         def on_mu_write(mu: torch.Tensor) -> None:  # (B, K, 3)
-            last_mu[:] = [mu]
+            last_mu_write[:] = [mu]
             if mu.numel() and weights["occupancy"]:
                 terms["occupancy"].append(occupancy_shortfall(mu, memory.sigma_init, memory.grid))
-            found = reach_shortfall(last_read[0], mu) if weights["reach"] else None
+            found = reach_shortfall(last_mu_read[0], mu) if weights["reach"] else None
             if found is not None:
                 terms["reach"].append(found)
 
         def on_h(h: torch.Tensor) -> None:  # (B, K, C, D, H, W)
-            found = recall_shortfall(h, last_mu[0], cfg.recall_lag) if h.numel() else None
+            found = recall_shortfall(h, last_mu_write[0], cfg.recall_lag) if h.numel() else None
             if found is not None:
                 terms["recall"].append(found)
         return {"sigma": on_sigma, "mu_read": on_mu_read, "mu_write": on_mu_write, "h": on_h}
@@ -126,11 +132,9 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
     if not any(weights.values()):  # off (the default): nothing is looked up or hooked on the training step
         yield total
         return
-    needed = {"sigma": weights["sigma_pull"] > 0, "mu_read": weights["reach"] > 0,
-              "mu_write": weights["occupancy"] > 0 or weights["recall"] > 0 or weights["reach"] > 0,
-              "h": weights["recall"] > 0}
+    needed = {point for term, points in POINTS_READ.items() if weights[term] for point in points}
     spec = {f"{name}.{point}" if name else point: hook for name, layer in memory_layers(model).items()
-            for point, hook in collectors(layer).items() if needed[point]}
+            for point, hook in collectors(layer).items() if point in needed}
     with hooks(model, spec):
         yield total
 
