@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +64,24 @@ def _app(args: argparse.Namespace) -> int:
     details = "full" if getattr(args, "debug", False) else "none"  # tracebacks in the browser only for developers
     command = [sys.executable, "-m", "app", "--server.port", str(args.port),  # app/__main__.py: streamlit run, prepared
                "--server.address", args.host, "--client.showErrorDetails", details]
+    return serve(command, env)
+
+
+def serve(command: list[str], env: dict[str, str]) -> int:
+    """Run the server until it stops and return its exit status (128 + N for signal N, as a shell reports it).
+
+    A SIGTERM to this command (``kill``, a service manager) stops the server too: otherwise the server outlives it
+    and keeps the port, on every address in class mode. Ctrl-C reaches both already (one process group)."""
+    server = subprocess.Popen(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
+    previous = signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     try:
-        return subprocess.call(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
+        status = server.wait()
     except KeyboardInterrupt:
-        return 130
+        server.wait()  # it got the same Ctrl-C: let it finish closing
+        status = -signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 128 - status if status < 0 else status
 
 
 def add_app_parser(subparsers: Any) -> None:

@@ -427,12 +427,12 @@ def test_app_command_runs_streamlit_on_the_chosen_checkpoint(monkeypatch):
     parser = argparse.ArgumentParser()
     cli.add_app_parser(parser.add_subparsers(dest="command"))
     calls = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd, env: calls.append((command, cwd, env)) or 0)
+    monkeypatch.setattr(cli, "serve", lambda command, env: calls.append((command, env)) or 0)
     args = parser.parse_args(["app", "--checkpoint", str(CHECKPOINTS / "map_building-tensor"), "--port", "8765"])
     assert args.func(args) == 0
-    (command, cwd, env), = calls
+    (command, env), = calls
     assert command[1:3] == ["-m", "app"]  # app/__main__.py: streamlit run app/main.py, the opening page prepared
-    assert command[3:5] == ["--server.port", "8765"] and cwd == ROOT
+    assert command[3:5] == ["--server.port", "8765"]
     assert env[cli.CHECKPOINT_ENV] == str(CHECKPOINTS / "map_building-tensor")
     args = parser.parse_args(["app", "--checkpoint", str(ROOT / "tests")])
     with pytest.raises(ValueError, match="config.json"):

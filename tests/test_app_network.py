@@ -88,7 +88,7 @@ def run_app(monkeypatch, argv: list[str]) -> tuple[list[str], dict]:
     from tensor_memory_cli import main
 
     seen = {}
-    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd, env: seen.update(command=command, env=env) or 0)
+    monkeypatch.setattr(cli, "serve", lambda command, env: seen.update(command=command, env=env) or 0)
     assert main(argv) == 0
     return seen["command"], seen["env"]
 
@@ -107,7 +107,7 @@ def test_the_app_listens_here_and_hides_error_details_unless_told(monkeypatch, t
 def test_a_data_root_that_is_not_a_folder_is_refused_before_the_server_starts(monkeypatch, tmp_path, capsys):
     from tensor_memory_cli import main
 
-    monkeypatch.setattr(cli.subprocess, "call", lambda *a, **k: pytest.fail("the server started"))
+    monkeypatch.setattr(cli, "serve", lambda *a, **k: pytest.fail("the server started"))
     assert main(["app", "--data-root", str(tmp_path / "missing")]) == 2
     assert "--data-root" in capsys.readouterr().err
 
@@ -117,3 +117,44 @@ def test_the_shipped_streamlit_config_listens_here_and_hides_error_details():
 
     config = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
     assert config["server"]["address"] == "127.0.0.1" and config["client"]["showErrorDetails"] == "none"
+
+
+def test_stopping_tensor_memory_app_stops_its_server(tmp_path):
+    """A SIGTERM to ``tensor-memory app`` (``kill``, a service manager) takes the Streamlit server it started down with
+    it: before, the server outlived its command and kept answering on the port."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    health = f"http://127.0.0.1:{port}/_stcore/health"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(health, timeout=2) as reply:
+                return reply.read().strip() == b"ok"
+        except OSError:
+            return False
+
+    log = open(tmp_path / "app.log", "w")
+    command = subprocess.Popen([sys.executable, "-m", "tensor_memory_cli", "app", "--port", str(port)],
+                               cwd=cli.ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not answers():
+            assert command.poll() is None and time.monotonic() < deadline, (tmp_path / "app.log").read_text()
+            time.sleep(0.5)
+        command.send_signal(signal.SIGTERM)
+        command.wait(timeout=30)  # it returns once its server has stopped (Streamlit closes cleanly on SIGTERM)
+        deadline = time.monotonic() + 30
+        while answers() and time.monotonic() < deadline:  # the server may take a moment to close its port
+            time.sleep(0.5)
+        assert not answers()
+    finally:
+        command.kill()
+        log.close()

@@ -191,6 +191,6 @@ def test_trace_report_audit_and_app_on_the_shipped_minilm_checkpoint(tmp_path, c
     assert "bidirectional" in said and "`tensor-memory eval` and `tensor-memory trace` apply" in said
     assert "\n" not in said
     started = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd, env: started.append(env) or 0)
+    monkeypatch.setattr(cli, "serve", lambda command, env: started.append(env) or 0)
     assert main(["app", "--checkpoint", str(SHIPPED)]) == 0
     assert started[0][cli.CHECKPOINT_ENV] == str(SHIPPED.resolve())
