@@ -41,6 +41,13 @@ COORDINATES = ("tanh", "soft_argmax")
 # a hard write through which no gradient reaches μ_write or σ — an ablation of issue 30 (the paper's public code has it).
 WRITE_PROFILES = ("gaussian", "nearest")
 UPDATE_TAPS = (3, 1)  # the update's depthwise convolutions: 3 taps per axis, or 1 (a 1×1×1 update: no neighbourhood)
+# Two remedies of issue 30 on the read, off by default. read_jitter r > 0: a read's value is still the trilinear
+# sample at μ_read, but its gradient with respect to μ_read is the mean of the gradients at the six points r voxel
+# spacings either side of μ_read along each axis (Linearized Multi-Sampling, arXiv 1901.07124, simplified to a fixed
+# stencil): a read feels writes a few voxels away, where trilinear interpolation feels only its 8 voxels.
+# voxel_codes: every read samples h plus a learned volume of voxel identities (CoordConv; the Block-Recurrent
+# Transformer's state IDs), so a read says where it read even from an empty memory; the codes start as the voxel's
+# (x, y, z) mixed into the C channels by a fixed random matrix, so nearby voxels start with nearby codes.
 
 
 @dataclasses.dataclass
@@ -63,6 +70,9 @@ class MemoryConfig(ConfigBase):
     write_profile: str = "gaussian"  # "gaussian" | "nearest", see WRITE_PROFILES
     separate_heads: bool = False  # True: reads get a coordinate head of their own instead of sharing the writes'
     update_taps: int = 3  # 3 | 1, see UPDATE_TAPS
+    # Remedies of issue 30 on the read (see above); the defaults are the mechanism.
+    read_jitter: float = 0.0  # r in voxel spacings; 0: a read's gradient is the trilinear one
+    voxel_codes: bool = False  # True: reads sample h + a learned (D, H, W, C) volume of voxel codes
     # Options for the paper's public code (public_code.py sets them all); the defaults are this mechanism.
     input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
     output: str = "residual"  # "residual" | "message", see OUTPUTS
@@ -90,7 +100,7 @@ class MemoryConfig(ConfigBase):
         require_float(owner, "sigma_init", self.sigma_init, self.sigma_min * self.sigma_scale, low_open=True)
         require_float(owner, "write_eps", self.write_eps, 0.0)
         require_float(owner, "forget_bias", self.forget_bias)
-        for name in ("summary_norm", "input_norm", "depthwise_bias", "separate_heads"):
+        for name in ("summary_norm", "input_norm", "depthwise_bias", "separate_heads", "voxel_codes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
         choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS,
@@ -100,6 +110,7 @@ class MemoryConfig(ConfigBase):
             if not isinstance(value, str) or value not in allowed:
                 raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
         require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
+        require_float(owner, "read_jitter", self.read_jitter, 0.0, float(L.MAX_GRID_SIDE))
         if isinstance(self.update_taps, bool) or self.update_taps not in UPDATE_TAPS:
             raise ValueError(f"{owner}.update_taps must be 3 (the mechanism) or 1 (a 1×1×1 update), "
                              f"got {self.update_taps!r}")

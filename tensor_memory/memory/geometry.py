@@ -98,6 +98,12 @@ def voxel_centres(n: int, dtype: torch.dtype = torch.float32, device=None) -> to
     return torch.linspace(-1.0, 1.0, n, dtype=dtype, device=device)
 
 
+def voxel_grid(grid: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Every voxel's centre as (x, y, z): (D, H, W, 3)."""
+    z, y, x = torch.meshgrid(*(voxel_centres(n, dtype) for n in grid_sizes(grid)), indexing="ij")
+    return torch.stack([x, y, z], dim=-1)
+
+
 def _neighbours(u: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(M,) coordinates in [-1, 1] → the two voxels either side along one axis (M, 2) and their linear weights
     (M, 2). Border padding: coordinates are clamped to the grid; the lower neighbour is chosen with floor, as
@@ -120,6 +126,17 @@ def sample_channels_last(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     weights = wz[:, :, None, None] * wy[:, None, :, None] * wx[:, None, None, :]  # (M, 2, 2, 2)
     corners = h.reshape(M, D * H * W, C).gather(1, index.reshape(M, 8, 1).expand(M, 8, C))  # (M, 8, C)
     return torch.bmm(weights.reshape(M, 1, 8), corners).view(M, C)  # weighted sum of the 8
+
+
+def jittered_sample(h: torch.Tensor, xyz: torch.Tensor, jitter: float, grid: Sequence[int]) -> torch.Tensor:
+    """:func:`sample_channels_last`'s value, h (M, D, H, W, C) at xyz (M, 3) → (M, C), with the gradient to xyz
+    taken as the mean of the gradients at the six points ``jitter`` voxel spacings either side of xyz along each
+    axis (``MemoryConfig.read_jitter``). h gets the gradient of the read at xyz alone, as without jitter."""
+    value = sample_channels_last(h, xyz.detach())  # (M, C) the read itself
+    steps = torch.diag(xyz.new_tensor(voxel_spacing(grid))) * jitter  # (3, 3) one step along x, y, z
+    fixed = h.detach()  # the probes only tell the coordinate where to go
+    probes = sum(sample_channels_last(fixed, xyz + offset) for offset in torch.cat([steps, -steps])) / 6  # (M, C)
+    return value + (probes - probes.detach())  # the value of the read, the gradient of the probes
 
 
 def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:

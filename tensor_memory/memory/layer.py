@@ -35,7 +35,8 @@ from torch import nn
 
 from ..config import require_int
 from .config import MemoryConfig, MemoryState
-from .geometry import gaussian_profiles, nearest_profiles, sample_channels_last, voxel_centres, write_box
+from .geometry import (gaussian_profiles, jittered_sample, nearest_profiles, sample_channels_last, voxel_centres,
+                       voxel_grid, write_box)
 from .hookpoints import POINTS, HookPoint, any_active, nothing_hooked
 from .local_update import local_scan, update_regions
 from .public_code import from_public_code, read_public_code
@@ -71,6 +72,7 @@ class TensorMemory(nn.Module):
         self.coord_head = nn.Linear(d, coords)
         self.read_head = nn.Linear(d, coords) if config.separate_heads else None  # ablation: reads' own head
         self.out_proj = nn.Linear(C, d)  # step 3: read vector → token width
+        self.codes = nn.Parameter(torch.zeros(*config.grid, C)) if config.voxel_codes else None  # step 3, a remedy
         residual = config.output == "residual"  # "message" returns m itself: no γ
         self.gate = nn.Parameter(torch.tensor(float(config.gate_init))) if residual else None  # step 3: γ
         self.content = nn.Linear(d, C)  # step 4: what to write
@@ -91,6 +93,8 @@ class TensorMemory(nn.Module):
                 identities = torch.eye(d).repeat(1, chunk)  # (d, chunk·d) = [I … I]
                 self.summary.weight.copy_(identities / math.sqrt(chunk))
                 nn.init.zeros_(self.summary.bias)
+            if self.codes is not None:  # (D, H, W, C): each voxel's (x, y, z) mixed into C channels, then learned
+                self.codes.copy_(voxel_grid(cfg.grid) @ torch.randn(3, C))
             if cfg.coord_init == "centre":  # μ = tanh(0) = 0 for every input; the head learns to move them
                 for head in (self.coord_head, self.read_head):
                     if head is not None:  # read_head: only with separate_heads
@@ -216,9 +220,9 @@ class TensorMemory(nn.Module):
         """
         n_write, B, D, H, W, C = hs.shape
         n_read, N = mu_read.shape[1], x.shape[1]
-        first = sample_channels_last(h0, mu_read[:, 0])  # (B, C)
+        first = self._sample(h0, mu_read[:, 0])  # (B, C)
         later_xyz = F.pad(mu_read[:, 1:], (0, 0, 0, n_write + 1 - n_read))  # (B, n_write, 3)
-        later = sample_channels_last(hs.reshape(-1, D, H, W, C), later_xyz.transpose(0, 1).reshape(-1, 3))
+        later = self._sample(hs.reshape(-1, D, H, W, C), later_xyz.transpose(0, 1).reshape(-1, 3))
         later = later.view(n_write, B, C).transpose(0, 1)[:, :n_read - 1]  # (B, n_read-1, C)
         read = self.hook("read", torch.cat([first[:, None], later], dim=1))  # (B, n_read, C)
         message = self.out_proj(read)  # (B, n_read, d)
@@ -226,6 +230,14 @@ class TensorMemory(nn.Module):
         per_token = per_token[:, already_output:already_output + N]  # (B, N, d): drop tokens already output
         scaled = self.hook("gate_scale", self.gate_scale[None]) * per_token  # σ(γ) as (1,)
         return x + scaled if self.gate is not None else scaled  # output "message": m alone (scaled by 1)
+
+    def _sample(self, volumes: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
+        """Trilinear reads of volumes (M, D, H, W, C) at xyz (M, 3) → (M, C), with issue 30's read remedies when on."""
+        if self.codes is not None:  # voxel codes: a read also says where it is
+            volumes = volumes + self.codes  # (M, D, H, W, C)
+        if self.config.read_jitter == 0:
+            return sample_channels_last(volumes, xyz)
+        return jittered_sample(volumes, xyz, self.config.read_jitter, self.config.grid)
 
     def _write(self, summaries: torch.Tensor, mu_write: torch.Tensor) -> Write:
         """4. Soft write: each chunk's content, spread as a Gaussian of width σ around μ_write.
