@@ -26,6 +26,7 @@ from ..config import require_float
 from ..files import PathLike
 from ..user_files import read_safetensors
 from .config import MemoryConfig, MemoryState
+from .geometry import voxel_grid
 
 PUBLIC_OPTIONS = dict(input_norm=False, summary_norm=False, output="message", partial_chunk="pad",
                       depthwise_bias=True, sigma_min=1e-4, write_eps=1e-6)
@@ -74,8 +75,7 @@ def public_shapes(d: int, C: int, chunk: int, grid: Sequence[int]) -> dict[str, 
 
 def public_grid_cache(grid: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The public code's cell coordinates (1, 3, D, H, W), channels (x, y, z) at linspace(-1, 1, n) per axis."""
-    z, y, x = torch.meshgrid(*(torch.linspace(-1, 1, n, dtype=dtype) for n in grid), indexing="ij")
-    return torch.stack([x, y, z])[None]  # (1, 3, D, H, W)
+    return voxel_grid(grid, dtype).permute(3, 0, 1, 2)[None].contiguous()  # (D, H, W, 3) → (1, 3, D, H, W)
 
 
 def from_public_code(state_dict: Mapping[str, torch.Tensor], *, layer: type, chunk_size: Optional[int] = None,
