@@ -48,6 +48,11 @@ UPDATE_TAPS = (3, 1)  # the update's depthwise convolutions: 3 taps per axis, or
 # voxel_codes: every read samples h plus a learned volume of voxel identities (CoordConv; the Block-Recurrent
 # Transformer's state IDs), so a read says where it read even from an empty memory; the codes start as the voxel's
 # (x, y, z) mixed into the C channels by a fixed random matrix, so nearby voxels start with nearby codes.
+# Where writes go, a remedy of issue 30 for moving objects. "free": each write's place comes from its own summary
+# (the mechanism). "integrated": path integration, as GTM-SM does: a sequence's first write is placed as "free" does,
+# every later one at the last write's place plus a step a head predicts from the chunk (summed before tanh, so the
+# path stays in the grid); the last place travels in MemoryState.place, so a stream cut anywhere gives one pass.
+WRITE_PATHS = ("free", "integrated")
 
 
 @dataclasses.dataclass
@@ -73,6 +78,7 @@ class MemoryConfig(ConfigBase):
     # Remedies of issue 30 on the read (see above); the defaults are the mechanism.
     read_jitter: float = 0.0  # r in voxel spacings; 0: a read's gradient is the trilinear one
     voxel_codes: bool = False  # True: reads sample h + a learned (D, H, W, C) volume of voxel codes
+    write_path: str = "free"  # "free" | "integrated", see WRITE_PATHS
     # Options for the paper's public code (public_code.py sets them all); the defaults are this mechanism.
     input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
     output: str = "residual"  # "residual" | "message", see OUTPUTS
@@ -104,7 +110,7 @@ class MemoryConfig(ConfigBase):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
         choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS,
-                   "coordinates": COORDINATES, "write_profile": WRITE_PROFILES}
+                   "coordinates": COORDINATES, "write_profile": WRITE_PROFILES, "write_path": WRITE_PATHS}
         for name, allowed in choices.items():
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
@@ -117,6 +123,9 @@ class MemoryConfig(ConfigBase):
         if self.write_profile == "nearest" and self.write_mode != "dense":
             raise ValueError(f"{owner}.write_profile='nearest' needs write_mode='dense': a ±kσ box could cut the one "
                              f"voxel a hard write lands on (got write_mode={self.write_mode!r})")
+        if self.write_path == "integrated" and self.coordinates != "tanh":
+            raise ValueError(f"{owner}.write_path='integrated' sums steps before tanh and needs coordinates='tanh' "
+                             f"(got coordinates={self.coordinates!r})")
 
     @property
     def write_window(self) -> Optional[float]:
@@ -136,16 +145,21 @@ class MemoryState:
 
     h, c: (B, C, D, H, W). pending: (B, P, d), the normalised tokens of a chunk that is not
     complete yet (P < chunk_size): it is read already but written once its last token arrives,
-    so a stream cut anywhere gives the same outputs as one pass.
+    so a stream cut anywhere gives the same outputs as one pass. place: (B, 3), the last write's
+    coordinates before tanh, carried only by a layer with ``write_path="integrated"`` once it has
+    written (None otherwise).
     """
 
     h: torch.Tensor
     c: torch.Tensor
     pending: torch.Tensor
+    place: Optional[torch.Tensor] = None
 
     def detach(self) -> "MemoryState":
         """Cut the gradient history (truncated back-propagation through a stream)."""
-        return MemoryState(self.h.detach(), self.c.detach(), self.pending.detach())
+        return MemoryState(self.h.detach(), self.c.detach(), self.pending.detach(),
+                           None if self.place is None else self.place.detach())
 
     def numel(self) -> int:
-        return self.h.numel() + self.c.numel() + self.pending.numel()
+        place = 0 if self.place is None else self.place.numel()
+        return self.h.numel() + self.c.numel() + self.pending.numel() + place

@@ -8,7 +8,8 @@ at the start of a sequence. The tokens are cut into chunks of ``chunk_size``; fo
    that it sits on the same scale as the query, which is a normalised token.
 2. Addressing — one shared ``coord_head`` + tanh: ``mu_read = tanh(coord_head(q_k))``,
    ``mu_write = tanh(coord_head(s_k))``, as (x, y, z) in [-1, 1] (grid_sample's order). (With
-   ``coordinates="soft_argmax"`` the head gives a logit per voxel of each axis and μ is the expected centre.)
+   ``coordinates="soft_argmax"`` the head gives a logit per voxel of each axis and μ is the expected centre; with
+   ``write_path="integrated"`` a write after a sequence's first is the last one's place plus a predicted step.)
 3. Read — trilinear interpolation of ``h`` *before* chunk k's write at ``mu_read``,
    projected to the token width and added to every token of the chunk through σ(γ).
 4. Soft write — ``content_k`` spread as a Gaussian of width ``sigma_k`` around ``mu_write``.
@@ -71,6 +72,7 @@ class TensorMemory(nn.Module):
         coords = 3 if config.coordinates == "tanh" else sum(config.grid)
         self.coord_head = nn.Linear(d, coords)
         self.read_head = nn.Linear(d, coords) if config.separate_heads else None  # ablation: reads' own head
+        self.step_head = nn.Linear(d, 3) if config.write_path == "integrated" else None  # a remedy: writes' steps
         self.out_proj = nn.Linear(C, d)  # step 3: read vector → token width
         self.codes = nn.Parameter(torch.zeros(*config.grid, C)) if config.voxel_codes else None  # step 3, a remedy
         residual = config.output == "residual"  # "message" returns m itself: no γ
@@ -93,6 +95,9 @@ class TensorMemory(nn.Module):
                 identities = torch.eye(d).repeat(1, chunk)  # (d, chunk·d) = [I … I]
                 self.summary.weight.copy_(identities / math.sqrt(chunk))
                 nn.init.zeros_(self.summary.bias)
+            if self.step_head is not None:  # steps of a tenth of the default init: a path drifts, not jumps
+                self.step_head.weight.mul_(0.1)
+                nn.init.zeros_(self.step_head.bias)
             if self.codes is not None:  # (D, H, W, C): each voxel's (x, y, z) mixed into C channels, then learned
                 self.codes.copy_(voxel_grid(cfg.grid) @ torch.randn(3, C))
             if cfg.coord_init == "centre":  # μ = tanh(0) = 0 for every input; the head learns to move them
@@ -160,14 +165,14 @@ class TensorMemory(nn.Module):
         if x.shape[1] == 0:  # an empty segment of a stream changes nothing
             return x, state
         tokens, queries, summaries = self._summaries(x, state.pending)  # 1
-        mu_read, mu_write = self._address(queries, summaries)  # 2
+        mu_read, mu_write, place = self._address(queries, summaries, state.place)  # 2
         write = self._write(summaries, mu_write)  # 4
         h0, c0, hs, cells = self._update(write, state)  # 5
         y = self._read(x, h0, hs, mu_read, state.pending.shape[1])  # 3
         n_write = summaries.shape[1]
         h, c = (hs[-1], cells[-1]) if n_write else (h0, c0)
         return y, MemoryState(h=h.permute(TO_PUBLIC), c=c.permute(TO_PUBLIC),
-                              pending=tokens[:, n_write * self.config.chunk_size:])
+                              pending=tokens[:, n_write * self.config.chunk_size:], place=place)
 
     def _summaries(self, x: torch.Tensor, pending: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """1. Chunk summaries: each chunk's read query (its first token) and each complete chunk's write summary.
@@ -191,13 +196,19 @@ class TensorMemory(nn.Module):
             summaries = F.layer_norm(summaries, (d,))
         return tokens, queries, summaries
 
-    def _address(self, queries: torch.Tensor, summaries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _address(self, queries: torch.Tensor, summaries: torch.Tensor, place: Optional[torch.Tensor]) -> tuple:
         """2. Addressing: one coordinate head for reads and writes (unless ``separate_heads``); tanh keeps the
-        coordinates in the grid."""
+        coordinates in the grid. Returns μ_read, μ_write and the place a later call's writes continue from."""
         read_head = self.coord_head if self.read_head is None else self.read_head
         mu_read = self.hook("mu_read", self._coordinates(read_head(queries)))  # (B, n_read, 3)
-        mu_write = self.hook("mu_write", self._coordinates(self.coord_head(summaries)))  # (B, n_write, 3)
-        return mu_read, mu_write
+        raw = self.coord_head(summaries)  # (B, n_write, 3 or W+H+D)
+        if self.step_head is not None and raw.shape[1]:  # path integration: each write = the last one + a step
+            steps = self.step_head(summaries)  # (B, n_write, 3)
+            first = raw[:, :1] if place is None else place[:, None] + steps[:, :1]  # (B, 1, 3); a first write is free
+            raw = torch.cat([first, steps[:, 1:]], dim=1).cumsum(1)  # (B, n_write, 3)
+            place = raw[:, -1]  # (B, 3), before tanh
+        mu_write = self.hook("mu_write", self._coordinates(raw))  # (B, n_write, 3)
+        return mu_read, mu_write, place
 
     def _coordinates(self, out: torch.Tensor) -> torch.Tensor:
         """A coordinate head's output (…, 3 or W+H+D) → (…, 3) as (x, y, z) in [-1, 1]: tanh, or the expected voxel
@@ -306,6 +317,9 @@ class TensorMemory(nn.Module):
                     or state.pending.shape[1] >= cfg.chunk_size or state.pending.shape[2] != cfg.token_dim:
                 raise ValueError(f"MemoryState.pending must be (B, P < chunk_size, token_dim), "
                                  f"got {tuple(state.pending.shape)}")
+            if state.place is not None and (self.step_head is None or tuple(state.place.shape) != (x.shape[0], 3)):
+                raise ValueError(f"MemoryState.place must be None, or (B, 3) for a layer with write_path='integrated'; "
+                                 f"got {tuple(state.place.shape)} for write_path={cfg.write_path!r}")
 
     def _observe_state(self, hs, cells, factors, h0, taps_h, offset) -> None:
         """Hand the read-only points their values, shaped (B, K, C, D, H, W)."""

@@ -46,7 +46,7 @@ class Stream:
 
     def detach(self) -> None:
         """Keep the carried values but cut their autograd history (truncated backpropagation)."""
-        self.states = {name: MemoryState(*(t.detach() for t in state)) for name, state in self.states.items()}
+        self.states = {name: state.detach() for name, state in self.states.items()}
 
     def before_call(self, name: str, args: tuple, kwargs: dict[str, Any]):
         """Forward pre-hook of memory ``name``: give a call without a state the carried one."""
