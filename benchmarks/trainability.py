@@ -37,6 +37,7 @@ from tensor_memory.memory import record  # noqa: E402
 from tensor_memory.training.scaffold import address_scaffold  # noqa: E402
 from tensor_memory.tasks.base import derive_seed  # noqa: E402
 from tensor_memory.training import apply_overrides, load_run_config, resolve  # noqa: E402
+from tensor_memory.training.curriculum import HorizonCurriculum  # noqa: E402
 from tensor_memory.training.loop import freeze, make_optimizer, set_learning_rate, training_loss  # noqa: E402
 
 PROBE_SEED, PROBE_BATCHES, PROBE_BATCH_SIZE = 0, 4, 64  # 256 fixed samples, stream "probe"
@@ -251,10 +252,12 @@ def run(args: argparse.Namespace) -> dict:
     else:
         optimizer = make_optimizer(model, cfg)
     history, start = [], time.perf_counter()
+    curriculum = HorizonCurriculum(task, cfg)  # training.horizon_steps: shorter samples first, as tensor-memory train
     for step in range(cfg.steps):
         set_learning_rate(optimizer, step, cfg)
-        batch = task.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
-        loss, _ = training_loss(model, task, batch, step, cfg)
+        samples = curriculum.task_at(step)
+        batch = samples.sample(cfg.batch_size, derive_seed("train", cfg.seed, step))
+        loss, _ = training_loss(model, samples, batch, step, cfg)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -104,6 +104,9 @@ class Task:
     outputs: ClassVar[str] = "classes"  # "classes" | "values"
     headline: ClassVar[str] = "accuracy"  # the metric a model is judged and chosen by (higher is better)
     distance_unit: ClassVar[Optional[str]] = None  # what :meth:`distances` counts ("frames", "tokens"), if it can
+    # The integer parameter that sets how long a sample is without changing the model's shapes (observations, writes,
+    # frames), if there is one: what a curriculum over horizon (training/curriculum.py) grows.
+    horizon: ClassVar[Optional[str]] = None
 
     def __init__(self, config: ConfigBase) -> None:
         self.config = config

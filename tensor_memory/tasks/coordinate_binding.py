@@ -62,6 +62,7 @@ class CoordinateBinding(Task):
     sweep_values = (5, 10, 20, 50)
     extra_sweeps = {"noise": (0.0, 0.05, 0.1)}  # swept separately from `writes`
     distance_unit = "tokens"
+    horizon = "writes"
 
     @property
     def num_classes(self) -> int:

@@ -68,6 +68,7 @@ class MapBuilding(Task):
     sweep_field = "observations"
     sweep_values = (16, 32, 64)
     distance_unit = "tokens"
+    horizon = "observations"
 
     @property
     def num_classes(self) -> int:

@@ -144,6 +144,7 @@ class Occlusion(FrameTask):
     sweep_field = "occlusion_length"
     sweep_values = (0, 2, 4, 6)
     distance_unit = "frames"
+    horizon = "frames"
 
     @property
     def num_classes(self) -> int:

@@ -49,6 +49,9 @@ class TrainConfig(ConfigBase):
     # was written, recall_lag chunks later (penalties.py); 0 = off
     recall_lag: int = 8
     reach_weight: float = 0.0  # weight of the pull of each read onto the nearest earlier write (penalties.py); 0 = off
+    horizon_steps: int = 0  # steps over which training samples grow from horizon_from to the task's own length
+    # (curriculum.py: Task.horizon, e.g. map building's observations); 0 = off
+    horizon_from: int = 1  # the horizon at step 0
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -57,7 +60,8 @@ class TrainConfig(ConfigBase):
                                        ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
                                        ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS),
                                        ("stream_segments", 1, L.MAX_SEQUENCE),
-                                       ("sigma_anneal_steps", 0, L.MAX_STEPS), ("recall_lag", 1, L.MAX_STEPS)):
+                                       ("sigma_anneal_steps", 0, L.MAX_STEPS), ("recall_lag", 1, L.MAX_STEPS),
+                                       ("horizon_steps", 0, L.MAX_STEPS), ("horizon_from", 1, L.MAX_TASK_ITEMS)):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)

@@ -39,6 +39,7 @@ from .log import LOG_FILE, append_entry, read_training_log, tensorboard_writer
 from .run_folder import check_free, check_out, hold_run_folder
 from .resume import load_resume, save_resume
 from .anneal import sigma_annealing
+from .curriculum import HorizonCurriculum
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 from .penalties import addressing_penalties
 
@@ -114,6 +115,7 @@ class Run:
     world: Distributed
     out: Path
     samples: Task  # what training draws from: the task, or windows of stream_segments segments of it
+    curriculum: HorizonCurriculum  # which length of samples each step draws (samples itself unless horizon_steps)
     device: torch.device = torch.device("cpu")  # where this rank computes
     scaler: Optional[torch.amp.GradScaler] = None  # fp16's loss scaling
 
@@ -157,6 +159,7 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     """Validate everything and build the model and optimizer, before anything is written."""
     task, backbone, cfg = resolve(config)
     samples = stream_window_task(task, cfg)  # a streamed sample's carried state grows with all of it: counted whole
+    curriculum = HorizonCurriculum(samples, cfg)  # refuses a horizon the task does not have, before anything is written
     check_budget(backbone, samples.tokens, cfg.batch_size, training=True, where="the training config", task=samples)
     device = rank_device(device_spec)
     check_precision(cfg.precision, device)
@@ -177,7 +180,7 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     model = TaskModel(task, backbone).to(device)
     freeze(model, cfg.frozen)
     check_scaffold(model, task, cfg.address_scaffold_steps)
-    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out, samples, device,
+    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out, samples, curriculum, device,
                grad_scaler(cfg.precision, device))
 
 
@@ -244,7 +247,8 @@ def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, 
     run.model.train()
     set_learning_rate(run.optimizer, step, cfg)
     shard = cfg.batch_size // world.world
-    batch = run.samples.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
+    samples = run.curriculum.task_at(step)  # the task, or a shorter one while a curriculum over horizon lasts
+    batch = samples.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
     batch = batch.to(run.device)
     run.optimizer.zero_grad(set_to_none=True)
     loss = _backward(run, wrapped, batch, step)
@@ -263,13 +267,14 @@ def _backward(run: Run, wrapped: torch.nn.Module, batch: Batch, step: int) -> to
     """Back-propagate the batch's loss (its mean over the segments of a streamed sample, the state carried from one
     to the next and its gradient cut there); returns the loss, detached."""
     segments, length = run.cfg.stream_segments, run.task.tokens
+    task = run.curriculum.task_at(step) if segments == 1 else run.task  # the length of this step's samples
     total, state = torch.zeros((), device=run.device), None
     for k in range(segments):
         last = k == segments - 1  # data-parallel ranks average gradients once, after the last segment
         with contextlib.nullcontext() if last or run.world.world == 1 else wrapped.no_sync():
             piece = batch if segments == 1 else batch.columns(k * length, (k + 1) * length)
             with autocast(run.cfg.precision, run.device):  # the backward runs outside, in the forward's types
-                loss, state = training_loss(wrapped, run.task, piece, step, run.cfg, state)
+                loss, state = training_loss(wrapped, task, piece, step, run.cfg, state)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower training.lr and retrain")
             scaled = loss / segments
