@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from tensor_memory.tasks import TaskModel
 from tensor_memory.training import TrainConfig, loop, resolve, train
+from tensor_memory.training.curriculum import HorizonCurriculum
 from tensor_memory_cli import main as cli_main
 
 from test_training import ROOT, kill_run_at
@@ -40,7 +41,8 @@ def test_the_gradient_is_each_segments_loss_from_the_state_the_previous_left_unl
     samples = loop.stream_window_task(task, cfg)
     batch = samples.draw("train", 2, 0, 0)
     assert batch.targets.shape == (2, 3 * 8)
-    run = loop.Run(task, cfg, config, model, loop.make_optimizer(model, cfg), loop.Distributed(), None, samples)
+    run = loop.Run(task, cfg, config, model, loop.make_optimizer(model, cfg), loop.Distributed(), None, samples,
+                   HorizonCurriculum(samples, cfg))
     model.zero_grad()
     loss = loop._backward(run, model, batch, step=5)
     streamed = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
