@@ -21,8 +21,7 @@ from .layer import TensorMemory
 
 # The settings of issue 30's remedies and ablations, as the mechanism has them: the reference refuses any other.
 MECHANISM_AS_WRITTEN = {"coordinates": "tanh", "write_profile": "gaussian", "separate_heads": False, "update_taps": 3,
-                        "read_jitter": 0.0, "voxel_codes": False,
-                        "write_path": "free"}
+                        "read_jitter": 0.0, "voxel_codes": False, "write_path": "free"}
 
 
 class ReferenceMemory(nn.Module):
