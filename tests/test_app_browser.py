@@ -10,7 +10,6 @@ Screenshots go to test-artifacts/ (git-ignored) for people to look at.
 from __future__ import annotations
 
 import io
-import ipaddress
 import os
 import re
 import socket
@@ -377,41 +376,44 @@ def test_a_long_trace_steps_in_the_browser_within_its_page_and_the_server_turns_
     page.close()
 
 
-def other_address() -> Optional[str]:
-    """An address of this machine that is not a loopback one (the one its route out leaves from), or None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses of the TCP sockets listening on ``port``, read from the kernel's own tables
+    (``/proc/net/tcp`` and ``tcp6``): where a server answers, found without sending it any traffic."""
+    addresses = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
         try:
-            probe.connect(("192.0.2.1", 9))  # UDP: nothing is sent, the kernel only picks the route and the address
-            address = probe.getsockname()[0]
+            rows = Path(table).read_text().splitlines()[1:]
         except OSError:
-            return None
-    return None if ipaddress.ip_address(address).is_loopback else address
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            address, hex_port = local.split(":")
+            if state != "0A" or int(hex_port, 16) != port:  # 0A: TCP_LISTEN
+                continue
+            # The kernel prints each 32-bit word of the address in host byte order.
+            packed = b"".join(int(address[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8))
+            addresses.add(socket.inet_ntop(family, packed))
+    return addresses
 
 
 def test_tensor_memory_app_answers_on_this_machine_only_unless_told(browser):
-    """``tensor-memory app`` listens on 127.0.0.1: the page opens there and the machine's other address refuses the
-    connection; ``--host 0.0.0.0`` answers there too and says in one line who can then use the machine."""
-    other = other_address()
-    if other is None:
-        pytest.skip("this machine has no address but loopback ones")
+    """``tensor-memory app`` listens on 127.0.0.1 only (the page opens there, and the kernel lists no other
+    listening address for its port); ``--host 0.0.0.0`` listens on every address and says in one line who can
+    then use the machine. Only loopback is ever connected to."""
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("this machine has no /proc/net/tcp to read listening sockets from")
     cli = [sys.executable, "-m", "tensor_memory_cli", "app"]
     page = browser.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    served = serve(None, "streamlit-local.log", cli)
-    url = next(served)
-    try:
-        assert page.goto(url).ok
-        elsewhere = url.replace("127.0.0.1", other)
-        with pytest.raises(sync_api.Error, match="ERR_CONNECTION_REFUSED"):
-            page.goto(elsewhere, timeout=15_000)
-    finally:
-        served.close()
-    served = serve(None, "streamlit-network.log", [*cli, "--host", "0.0.0.0"])
-    url = next(served)
-    try:
-        assert page.goto(url.replace("127.0.0.1", other)).ok
-    finally:
-        served.close()
+    for log_name, flags, expected in (("streamlit-local.log", [], {"127.0.0.1"}),
+                                      ("streamlit-network.log", ["--host", "0.0.0.0"], {"0.0.0.0"})):
+        served = serve(None, log_name, [*cli, *flags])
+        url = next(served)
+        try:
+            assert page.goto(url).ok
+            assert listening_addresses(int(url.rsplit(":", 1)[1])) == expected
+        finally:
+            served.close()
     said = (ARTIFACTS / "streamlit-network.log").read_text()
     assert "anyone who can reach this port can upload checkpoints and run them on this machine" in said
     assert "anyone who can reach" not in (ARTIFACTS / "streamlit-local.log").read_text()
