@@ -10,7 +10,7 @@ from typing import Any
 
 from tensor_memory.accelerator import add_device_argument
 from tensor_memory.cli import seed, task_param
-from tensor_memory.files import check_output_path
+from tensor_memory.storage.files import check_output_path
 
 from analysis.traces.trace import VOLUME_DTYPES
 
@@ -135,7 +135,7 @@ def read_inputs(path: str, width: int) -> Any:
     the ``width`` the interface reads."""
     import torch
 
-    from tensor_memory.user_files import read_safetensors
+    from tensor_memory.storage.user_files import read_safetensors
 
     redo = "save it with safetensors.torch.save_file({'x': x}, path), x of shape (N, d) or (1, N, d)"
     stored = read_safetensors(path, MAX_INPUT_BYTES, "the input file", redo)

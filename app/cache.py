@@ -37,7 +37,7 @@ from analysis.measures.world import READOUT_SAMPLES, decoded_map, map_probe, wri
 from analysis.figures.views import explore_figures
 from analysis.measures.volumes import VolumeSeries, state_series
 from tensor_memory import memory_layers
-from tensor_memory.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
+from tensor_memory.storage.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
 from tensor_memory.training.log import read_training_log
 
 from . import browser_stepper

@@ -42,7 +42,7 @@ def _app(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env[DEVICE_ENV] = str(resolve_device(args.device))  # refused here, in one line, before a server starts
     if args.checkpoint:
-        from tensor_memory.checkpoint import load_checkpoint
+        from tensor_memory.storage.checkpoint import load_checkpoint
         from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint, is_pretrained_memory
 
         folder = Path(args.checkpoint).expanduser().resolve()

@@ -9,7 +9,7 @@ from typing import Any, Optional, Union
 import streamlit as st
 
 from analysis.traces.trace import Trace
-from tensor_memory.checkpoint import Checkpoint, CheckpointError
+from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache

@@ -19,7 +19,7 @@ import streamlit as st
 
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.trace import Trace
-from tensor_memory.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
+from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 from . import cache

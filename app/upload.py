@@ -3,7 +3,7 @@
 Nothing in an upload is ever unpickled: the archive is read with :mod:`zipfile`, only regular
 files with plain relative names are written, sizes are capped before and while unpacking (a zip
 bomb stops at the cap), and the folder is then checked by
-:func:`tensor_memory.checkpoint.load_checkpoint`, which reads only safetensors and JSON. Each
+:func:`tensor_memory.storage.checkpoint.load_checkpoint`, which reads only safetensors and JSON. Each
 upload is unpacked into its own folder named by the archive's SHA-256, so the same file uploaded
 twice (or by two sessions) shares one folder, and a folder is complete before it becomes visible.
 An uploaded trace file is kept whole under traces/, named by its digest, and checked by
@@ -24,8 +24,8 @@ from pathlib import Path, PurePosixPath
 
 from typing import Optional
 
-from tensor_memory.checkpoint import CONFIG_FILE, MAX_CONFIG_BYTES, MODEL_FILE
-from tensor_memory.files import atomic_write_bytes, read_json
+from tensor_memory.storage.checkpoint import CONFIG_FILE, MAX_CONFIG_BYTES, MODEL_FILE
+from tensor_memory.storage.files import atomic_write_bytes, read_json
 from tensor_memory.pretrained.checkpoint import KIND as PRETRAINED_KIND
 from tensor_memory.tasks import data_paths
 

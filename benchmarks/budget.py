@@ -43,7 +43,7 @@ def write_corpus(folder: Path, types: int) -> None:
 def estimate(run: Path) -> dict[str, int]:
     """What the budget estimated for the training run that wrote ``run`` (its own settings, read back)."""
     from tensor_memory.backbone.budget import estimated_parts
-    from tensor_memory.checkpoint import load_checkpoint
+    from tensor_memory.storage.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(run)
     return estimated_parts(ckpt.model.backbone.config, ckpt.task.tokens, ckpt.config["training"]["batch_size"], True,

@@ -26,7 +26,7 @@ import torch
 from analysis import addressing_report, capture, load_trace
 from analysis.traces.capture import capture_many
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
-from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint
 from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from analysis import addressing_report  # noqa: E402
 from analysis.traces.capture import capture_many  # noqa: E402
 from tensor_memory import load_checkpoint, memory_layers  # noqa: E402
-from tensor_memory.checkpoint import store_half_precision  # noqa: E402
+from tensor_memory.storage.checkpoint import store_half_precision  # noqa: E402
 from tensor_memory.tasks import TASKS as TASK_CLASSES  # noqa: E402
 from tensor_memory.training import load_run_config  # noqa: E402
 

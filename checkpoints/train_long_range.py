@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from train_all import addressing_verdicts  # noqa: E402  (this folder: the addressing report of every memory layer)
 from tensor_memory import load_checkpoint  # noqa: E402
 from tensor_memory.backbone import BackboneConfig, state_budget  # noqa: E402
-from tensor_memory.checkpoint import store_half_precision  # noqa: E402
+from tensor_memory.storage.checkpoint import store_half_precision  # noqa: E402
 from tensor_memory.training.distance import distance_evaluation  # noqa: E402
 from tensor_memory.training.evaluation import evaluate_checkpoint  # noqa: E402
 from tensor_memory.training.streamed import stream_evaluation  # noqa: E402

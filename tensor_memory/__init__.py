@@ -2,11 +2,13 @@
 
 ``memory/`` the mechanism · ``backbone/`` the Transformers around it · ``tasks/`` what they learn
 and the data they read · ``training/`` training and evaluation · ``pretrained/`` the memory on
-all-MiniLM-L6-v2 · ``checkpoint.py`` saving and loading safely.
+all-MiniLM-L6-v2 · ``storage/`` checkpoints and files, saved and loaded safely · ``accelerator/`` devices and
+precision · ``cli.py`` the model's commands · ``config.py`` the configs' shared plumbing · ``limits.py`` the ceilings
+on what a config or file may ask for · ``errors.py`` failures said in one line.
 """
 
 from .backbone import Backbone, BackboneConfig, BackboneState, attach_memory, detach_memory
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .storage.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .memory import (MemoryConfig, MemoryRecord, MemoryState, Recording, TensorMemory, gaussian_write, hook_points,
                      hooks, memory_layers, record, streaming, trilinear_read)
 

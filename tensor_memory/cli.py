@@ -92,7 +92,7 @@ def _train(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .checkpoint import migrate_checkpoint
+    from .storage.checkpoint import migrate_checkpoint
     from .pretrained.checkpoint import is_pretrained_memory, migrate_minilm
 
     migrate = migrate_minilm if is_pretrained_memory(Path(args.checkpoint)) else migrate_checkpoint
@@ -240,7 +240,7 @@ def _eval_minilm(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from .accelerator import autocast, check_precision, resolve_device
-    from .checkpoint import CheckpointError, load_checkpoint
+    from .storage.checkpoint import CheckpointError, load_checkpoint
     from .pretrained.checkpoint import is_pretrained_memory, require_cpu
 
     try:

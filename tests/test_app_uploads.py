@@ -16,7 +16,7 @@ from app.upload import MAX_UPLOAD_BYTES, UPLOAD_ROOT, UploadError, unpack_checkp
 from app_helpers import CHECKPOINTS, counter, ok, start, upload, zipped
 from tensor_memory import load_checkpoint
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import save_checkpoint
+from tensor_memory.storage.checkpoint import save_checkpoint
 from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task
 

@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import save as st_save
 
 import tensor_memory
-from tensor_memory import files
+from tensor_memory.storage import files
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import (RECORD_KEY, SCHEMA_VERSION, CheckpointError, load_checkpoint, save_checkpoint,
+from tensor_memory.storage.checkpoint import (RECORD_KEY, SCHEMA_VERSION, CheckpointError, load_checkpoint, save_checkpoint,
                                       trained_record)
-from tensor_memory.files import atomic_write_text
+from tensor_memory.storage.files import atomic_write_text
 from tensor_memory.memory import MemoryConfig
 from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from tensor_memory import load_checkpoint
-from tensor_memory.checkpoint import SIDE_FILES_KEY, CheckpointError, migrate_checkpoint
+from tensor_memory.storage.checkpoint import SIDE_FILES_KEY, CheckpointError, migrate_checkpoint
 from tensor_memory.pretrained import checkpoint as P
 from tensor_memory.pretrained.recall import RecallConfig
 

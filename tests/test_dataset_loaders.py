@@ -24,7 +24,7 @@ from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.data import video as V
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.training.evaluation import evaluate
-from tensor_memory.files import FileFormatError
+from tensor_memory.storage.files import FileFormatError
 from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import Batch, make_task
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import load_checkpoint, save_checkpoint
+from tensor_memory.storage.checkpoint import load_checkpoint, save_checkpoint
 from tensor_memory.cli import add_eval_parser
 from tensor_memory.training.evaluation import evaluate, evaluate_checkpoint, sweep, sweep_points
 from tensor_memory.memory import MemoryConfig, TensorMemory

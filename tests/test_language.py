@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from tensor_memory.tasks.data import corpus as C
 from tensor_memory import load_checkpoint, save_checkpoint
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.checkpoint import CheckpointError
+from tensor_memory.storage.checkpoint import CheckpointError
 from tensor_memory.training.evaluation import evaluate
 from tensor_memory.tasks import TaskModel
 from tensor_memory.tasks import make_task

@@ -18,8 +18,8 @@ from safetensors.torch import save_file
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory import limits as L
 from tensor_memory.backbone import check_budget, estimated_bytes
-from tensor_memory.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint, trained_record
-from tensor_memory.user_files import read_safetensors
+from tensor_memory.storage.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint, trained_record
+from tensor_memory.storage.user_files import read_safetensors
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.tasks import make_task
 from tensor_memory.training import TrainConfig

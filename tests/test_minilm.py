@@ -12,7 +12,7 @@ from tensor_memory import attach_memory, detach_memory, streaming
 from tensor_memory.backbone.attach import AttachedAfter
 from tensor_memory.pretrained import minilm as M
 from tensor_memory.pretrained import recall as P
-from tensor_memory.checkpoint import CheckpointError
+from tensor_memory.storage.checkpoint import CheckpointError
 from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
 
 from app_helpers import CHECKPOINTS, ok, start

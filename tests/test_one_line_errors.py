@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tensor_memory.errors import describe
-from tensor_memory.files import FileFormatError, atomic_write_bytes
+from tensor_memory.storage.files import FileFormatError, atomic_write_bytes
 from tensor_memory.tasks.data import images as I
 from tensor_memory_cli import main
 
@@ -123,7 +123,7 @@ def test_a_full_disk_names_the_file_says_what_to_do_and_keeps_the_old_one(tmp_pa
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("tensor_memory.files.os.fsync", full)
+    monkeypatch.setattr("tensor_memory.storage.files.os.fsync", full)
     with pytest.raises(OSError) as failed:
         atomic_write_bytes(target, b"new")
     said = describe(failed.value)

@@ -15,7 +15,7 @@ import torch
 from analysis import Trace, TraceError, capture, load_trace
 from analysis.traces.capture import capture_many, sample_batch
 from analysis.traces.trace import TRACE_VERSION
-from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint
 from tensor_memory_cli import main
 from tensor_memory.memory import MemoryConfig
 from tensor_memory.tasks import TaskModel

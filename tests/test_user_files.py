@@ -1,4 +1,4 @@
-"""Files a user names are read by one helper (tensor_memory.user_files.open_user_file): only a regular file under its
+"""Files a user names are read by one helper (tensor_memory.storage.user_files.open_user_file): only a regular file under its
 cap, and nothing can block. Named pipes and devices where a picture, a video or a checkpoint's tokenizer is expected are
 refused at once, naming the file; the lists' parsers are linear in their length."""
 
@@ -20,10 +20,10 @@ import torch
 from analysis import load_trace
 from analysis.cli import read_inputs
 from tensor_memory import load_checkpoint
-from tensor_memory.files import FileFormatError
+from tensor_memory.storage.files import FileFormatError
 from tensor_memory.memory.public_code import read_public_code
 from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint
-from tensor_memory.user_files import read_safetensors, read_user_file
+from tensor_memory.storage.user_files import read_safetensors, read_user_file
 from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.data import ucf101 as U
 from tensor_memory.tasks.data import video as V

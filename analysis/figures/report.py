@@ -16,7 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from tensor_memory.files import atomic_write_text
+from tensor_memory.storage.files import atomic_write_text
 from tensor_memory.memory.hookpoints import GATE_POINTS
 
 from analysis import figures

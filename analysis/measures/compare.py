@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 
 from tensor_memory import memory_layers
-from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint
 from tensor_memory.training.evaluation import format_metric
 
 from analysis.measures.addressing import addressing_report

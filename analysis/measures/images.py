@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.tasks.masked_patches import hidden_pixels, image_metrics
 
 from tensor_memory.memory.geometry import in_voxels

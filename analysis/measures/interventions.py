@@ -21,7 +21,7 @@ import torch
 from tensor_memory import TensorMemory, hooks, memory_layers
 from tensor_memory.memory.hooking import reads_off
 from tensor_memory.backbone import BackboneState
-from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.memory.hookpoints import Hook
 
 from analysis.traces.capture import memory_chunk_size, per_chunk, sample_batch

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tensor_memory import hooks, memory_layers
-from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint
 
 from analysis.measures.checks import check_index
 from analysis.measures.interventions import intervention_hooks

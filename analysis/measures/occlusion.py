@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.memory.addressing import sigma_voxels
 from tensor_memory.memory.geometry import in_voxels, nearest_voxel, sigma_in_voxels
 from tensor_memory.training.evaluation import task_with

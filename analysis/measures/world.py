@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from tensor_memory.checkpoint import Checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint
 
 from analysis.traces.capture import capture_many, memory_chunk_size, run_recorded, sample_batch
 

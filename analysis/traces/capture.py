@@ -20,7 +20,7 @@ from tensor_memory import memory_layers, record
 from tensor_memory.accelerator import resolve_device
 from tensor_memory.memory.recording import Recording
 from tensor_memory.backbone import check_budget
-from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 from tensor_memory.tasks import Batch
 from tensor_memory.training.evaluation import task_with

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 import torch
 
-from tensor_memory.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 
 from analysis.traces.capture import per_chunk, sample_batch, sample_meta, trace_info
 from analysis.traces.trace import Trace, TraceError

@@ -43,8 +43,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from tensor_memory.files import FileFormatError, atomic_write_bytes
-from tensor_memory.user_files import NUMPY_DTYPES, read_safetensors
+from tensor_memory.storage.files import FileFormatError, atomic_write_bytes
+from tensor_memory.storage.user_files import NUMPY_DTYPES, read_safetensors
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 
 from analysis.traces.quantized import QuantizedVolumes

@@ -13,7 +13,7 @@ from analysis.measures.compare import comparison_note, comparison_rows
 from app import browser_stepper, cache, layout, state, stepper, world_view
 from app.cache import CheckpointRef, Sample
 from app.sidebar import checkpoint_options
-from tensor_memory.checkpoint import CheckpointError
+from tensor_memory.storage.checkpoint import CheckpointError
 from tensor_memory.training.evaluation import format_metric
 from tensor_memory.tasks import TASKS
 from tensor_memory.errors import EXPECTED_ERRORS, describe

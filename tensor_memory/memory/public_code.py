@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from ..config import require_float
-from ..files import PathLike
-from ..user_files import read_safetensors
+from ..storage.files import PathLike
+from ..storage.user_files import read_safetensors
 from .config import MemoryConfig, MemoryState
 from .geometry import voxel_grid
 

@@ -6,7 +6,7 @@
     metrics.json        the test-document figures it was shipped with
 
 Loading checks the installed base model against the reference (a different MiniLM would make the
-memory's weights meaningless), validates the weights file as ``tensor_memory/checkpoint.py`` does
+memory's weights meaningless), validates the weights file as ``tensor_memory/storage/checkpoint.py`` does
 (never unpickled), and rebuilds the model around the installed MiniLM.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, Optional
 import torch
 
 from ..accelerator import resolve_device
-from ..checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
-from ..integrity import RECORD_KEY, check_migratable, check_record, record_of, rewrite_metadata
-from ..files import atomic_write_bytes, atomic_write_text, dumps_json, read_json
-from ..user_files import SafetensorsFile, read_safetensors
+from ..storage.checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
+from ..storage.integrity import RECORD_KEY, check_migratable, check_record, record_of, rewrite_metadata
+from ..storage.files import atomic_write_bytes, atomic_write_text, dumps_json, read_json
+from ..storage.user_files import SafetensorsFile, read_safetensors
 from .minilm import PACKAGE, weights_digest
 from .recall import RecallConfig, RecallModel
 

@@ -28,14 +28,14 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .accelerator.device import check_device_memory, resolve_device
-from .backbone import BackboneConfig, check_budget
-from .backbone.budget import task_bytes
+from ..accelerator.device import check_device_memory, resolve_device
+from ..backbone import BackboneConfig, check_budget
+from ..backbone.budget import task_bytes
 from .files import (FileFormatError, PathLike, atomic_write_bytes, atomic_write_text, dumps_json, finite_or_none,
                     json_type, read_json, remove_stale_temp_files)
 from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_migratable, check_side_files, decisive,
                         record_of, rewrite_metadata, side_file_digests, sha256, trained_record, weights_metadata)
-from .tasks import TASKS, Task, TaskModel, make_task
+from ..tasks import TASKS, Task, TaskModel, make_task
 from .user_files import FLOAT_DTYPES, SafetensorsFile, TensorInfo, read_safetensors
 
 SCHEMA_VERSION = 2

@@ -24,7 +24,7 @@ from typing import Any, Union
 
 import torch
 
-from .errors import FileFormatError
+from ..errors import FileFormatError
 from .user_files import check_plain_name, read_user_file, strict_json
 
 PathLike = Union[str, os.PathLike]

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Iterator, Optional
 
 import torch
 
-from .errors import FileFormatError
+from ..errors import FileFormatError
 
 FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))

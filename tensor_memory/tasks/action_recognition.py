@@ -28,7 +28,7 @@ from torch import nn
 
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from ..files import FileFormatError
+from ..storage.files import FileFormatError
 from .data import ucf101 as U
 from .data import video as V
 from .base import Batch, Counts, FrameTask, derive_seed, generator, masked_accuracy, split_of

@@ -27,7 +27,7 @@ from torch import nn
 
 from .. import limits as L
 from ..config import ConfigBase, require_int
-from ..user_files import read_user_file
+from ..storage.user_files import read_user_file
 from .data import corpus as C
 from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy, split_of
 

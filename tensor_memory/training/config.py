@@ -11,9 +11,9 @@ from typing import Any
 from .. import limits as L
 from ..accelerator.precision import PRECISIONS
 from ..backbone import BackboneConfig
-from ..checkpoint import MAX_CONFIG_BYTES
+from ..storage.checkpoint import MAX_CONFIG_BYTES
 from ..config import ConfigBase, require_float, require_int
-from ..user_files import read_user_file
+from ..storage.user_files import read_user_file
 from ..tasks import Task, make_task
 
 

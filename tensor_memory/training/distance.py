@@ -18,7 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .. import limits as L
-from ..checkpoint import Checkpoint
+from ..storage.checkpoint import Checkpoint
 from ..config import require_int
 from ..memory import memory_layers
 from ..memory.hooking import hooks, reads_off

@@ -19,7 +19,7 @@ from .. import limits as L
 from ..accelerator import autocast, check_device_memory, check_precision, model_device, resolve_device
 from ..backbone import SLOT_GATE_INIT, SlotMemory, check_budget
 from ..backbone.budget import task_bytes
-from ..checkpoint import Checkpoint
+from ..storage.checkpoint import Checkpoint
 from ..config import require_int
 from ..memory import TensorMemory
 from ..tasks import Task, make_task

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Union
 
-from ..user_files import read_user_file
+from ..storage.user_files import read_user_file
 
 LOG_FILE = "train_log.jsonl"
 MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this

@@ -26,8 +26,8 @@ from tqdm import tqdm
 from ..accelerator import autocast, check_device_memory, check_precision, grad_scaler, rank_device
 from ..backbone import check_budget, state_budget
 from ..backbone.budget import task_bytes
-from ..checkpoint import SCHEMA_VERSION, save_checkpoint
-from ..files import atomic_write_text, remove_stale_temp_files
+from ..storage.checkpoint import SCHEMA_VERSION, save_checkpoint
+from ..storage.files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
 from ..memory.addressing import layer_measures
 from ..tasks import Batch, Task, TaskModel

@@ -18,8 +18,8 @@ from typing import Optional
 import torch
 from safetensors.torch import save as save_safetensors
 
-from ..files import FileFormatError, atomic_write_bytes
-from ..user_files import FLOAT_DTYPES, read_safetensors
+from ..storage.files import FileFormatError, atomic_write_bytes
+from ..storage.user_files import FLOAT_DTYPES, read_safetensors
 
 MAX_RESUME_BYTES = 2 << 30  # weights and two moments of the largest model the budget allows at most
 MOMENTS = ("exp_avg", "exp_avg_sq", "step")  # AdamW's state per parameter

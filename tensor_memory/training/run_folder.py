@@ -18,8 +18,8 @@ import stat
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ..files import RUN_FILES
-from ..user_files import check_plain_name
+from ..storage.files import RUN_FILES
+from ..storage.user_files import check_plain_name
 
 LOCK_FILE = "train.lock"
 

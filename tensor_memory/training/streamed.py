@@ -25,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..backbone import BackboneConfig
-from ..checkpoint import Checkpoint
+from ..storage.checkpoint import Checkpoint
 from ..memory import memory_layers
 from ..memory.hooking import hooks, reads_off
 

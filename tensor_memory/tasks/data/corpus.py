@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...files import FileFormatError
-from ...user_files import read_user_file
+from ...storage.files import FileFormatError
+from ...storage.user_files import read_user_file
 from . import kjv
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets"

@@ -29,8 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from ...files import FileFormatError
-from ...user_files import read_user_file, read_user_text
+from ...storage.files import FileFormatError
+from ...storage.user_files import read_user_file, read_user_text
 
 SPLITS = ("train", "valid", "test")
 SOURCES = ("skimage", "cub")

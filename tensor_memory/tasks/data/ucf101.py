@@ -14,7 +14,7 @@ a group goes whole to one side); ``train`` is the rest of ``trainlist0N``. Label
 when present, must agree.
 
 A malformed list or a list line pointing outside ``path`` raises one
-:class:`~tensor_memory.files.FileFormatError` naming the file.
+:class:`~tensor_memory.storage.files.FileFormatError` naming the file.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import functools
 import re
 from pathlib import Path, PurePosixPath
 
-from ...files import FileFormatError
-from ...user_files import read_user_text
+from ...storage.files import FileFormatError
+from ...storage.user_files import read_user_text
 
 LISTS_FOLDER = "ucfTrainTestlist"
 CLASS_FILE = "classInd.txt"

@@ -5,7 +5,7 @@ Pillow, in name order with digit runs compared as numbers). Every frame is centr
 square, resized to ``size × size`` and kept as uint8 in a cache of at most :data:`MAX_CACHE_BYTES`
 (least recently used first out); at most :data:`MAX_FRAMES` frames of a video are decoded. A
 missing, corrupt or empty video or an unreadable image raises one
-:class:`~tensor_memory.files.FileFormatError` naming the file.
+:class:`~tensor_memory.storage.files.FileFormatError` naming the file.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...files import FileFormatError
-from ...user_files import read_user_file
+from ...storage.files import FileFormatError
+from ...storage.user_files import read_user_file
 from .images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from .ucf101 import UCF_HELP
 
