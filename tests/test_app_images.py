@@ -76,6 +76,16 @@ def test_write_places_put_patches_on_their_voxels_and_alignment_scores_an_affine
     assert fit["r2_x"] == pytest.approx(1.0) and fit["r2_y"] < 0.3
 
 
+def test_each_chunk_ends_on_its_last_patch_and_the_gains_are_over_the_mean_fill(ckpt):
+    rec = reconstruct(ckpt, seed=0, index=0, mask_rate=0.5)
+    side = rec.image.shape[0] // rec.patch  # 6 patches a side
+    assert rec.chunk_patch(8, 1) == (8, 8 // side, 8 % side)
+    assert rec.chunk_patch(2, 4) == (11, 1, 5)  # a chunk of four patches ends on its fourth
+    assert rec.chunk_patch(20, 4) == (side * side - 1, side - 1, side - 1)  # past the image: its last patch
+    assert rec.psnr_gain == pytest.approx(rec.psnr - rec.psnr_mean_fill)
+    assert rec.ssim_gain == pytest.approx(rec.ssim - rec.ssim_mean_fill)
+
+
 def test_chunk_errors_are_pixel_errors_of_hidden_patches(trace):
     errors = chunk_errors(trace)
     scored = trace.chunks["scored"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analysis.measures.causality import audit_checkpoint
-from analysis.measures.language import read_overlap, token_losses
+from analysis.measures.language import loss_rows, read_overlap, read_source, token_losses
 from analysis.figures.language import audit_heatmap_figure, contribution_figure, token_loss_figure
 from tensor_memory import load_checkpoint
 
@@ -68,6 +68,27 @@ def test_token_losses_with_the_memory_off_differ_only_through_the_memory(lm):
     assert contribution_figure(losses, 0).data[0].y.shape == (128,)
     with pytest.raises(ValueError, match="chunk must be in"):
         token_loss_figure(losses, 8)
+
+
+def test_loss_rows_are_the_chunks_positions_with_their_numbers(lm):
+    losses = token_losses(lm, seed=0)
+    shown = loss_rows(losses, 2)
+    assert (shown["chunk"], shown["start"], shown["stop"]) == (2, 32, 48)
+    assert shown["text"] == "".join(losses.tokens[32:48]) and shown["before"] == "".join(losses.tokens[0:32])
+    row = shown["rows"][5]  # position 37
+    assert (row["position"], row["token"], row["next (true)"]) == (37, losses.tokens[37], losses.next_tokens[37])
+    assert row["loss"] == round(float(losses.loss[37]), 3)
+    assert row["loss, memory off"] == round(float(losses.loss_without_memory[37]), 3)
+    assert row["top 1"] == f"{losses.top_tokens[37][0]!r} {losses.top_probs[37][0]:.0%}"
+    assert loss_rows(losses, 99)["chunk"] == 7  # past the text: its last chunk
+
+
+def test_read_source_is_the_earlier_write_the_read_lands_on_most():
+    overlap = np.array([[0.0, 0, 0, 0], [0.3, 0, 0, 0], [0.2, 0.6, 0, 0], [0.01, 0.04, 0.02, 0]])
+    assert read_source(overlap, 0) is None  # the first chunk reads the empty memory
+    assert read_source(overlap, 1) == (0, 0.3) and read_source(overlap, 2) == (1, 0.6)
+    assert read_source(overlap, 3) is None  # every earlier footprint below the floor
+    assert read_source(overlap, 3, floor=0.03) == (1, 0.04)
 
 
 def test_read_overlap_is_each_earlier_writes_footprint_at_the_read():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from analysis.measures.pretrained import closed_gate_scale
 from tensor_memory import attach_memory, detach_memory, streaming
 from tensor_memory.backbone.attach import AttachedAfter
 from tensor_memory.pretrained import minilm as M
@@ -105,6 +106,10 @@ def test_shipped_checkpoint_references_the_base_and_reproduces_its_figures():
     assert again["accuracy"] == pytest.approx(metrics["first_64_documents"]["accuracy"], abs=1e-9)
     assert metrics["gate_scale"][0] > 2 * torch.sigmoid(torch.tensor(M.CLOSED_GATE)).item()  # the gate opened
     assert metrics["accuracy"] > metrics["frozen"]["accuracy"]  # above the frozen model with the same head
+
+
+def test_the_closed_gate_scale_is_the_sigmoid_of_the_closed_gate():
+    assert closed_gate_scale() == pytest.approx(torch.sigmoid(torch.tensor(M.CLOSED_GATE, dtype=torch.float64)).item())
 
 
 def test_a_checkpoint_for_another_base_model_is_refused(tmp_path, monkeypatch):

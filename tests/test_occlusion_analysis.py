@@ -12,8 +12,9 @@ import torch
 
 from analysis import capture
 from analysis.traces.capture import sample_batch
-from analysis.measures.interventions import intervene, run_intervened
-from analysis.measures.occlusion import belief, belief_survival, memory_energy, occlusion_memory
+from analysis.measures.interventions import intervene, intervention_defaults, run_intervened
+from analysis.measures.occlusion import (belief, belief_survival, frames_around, hit_rates, memory_energy,
+                                         occlusion_memory)
 from tensor_memory import load_checkpoint, memory_layers, record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,42 @@ def test_memory_energy_and_the_last_visible_write(trace):
     assert np.allclose(m["write_voxel"], write)
     reads = (layer.mu_read[5:9].astype(np.float64) + 1) * 5 / 2
     assert np.allclose(m["read_distance_voxels"], np.linalg.norm(reads - write, axis=1))
+    distances = sorted(np.linalg.norm(reads - write, axis=1))
+    assert m["median_read_distance_voxels"] == pytest.approx((distances[1] + distances[2]) / 2)  # four reads
+    sigma = layer.sigma[4] * 5 / 2  # σ in voxels along each axis of a 6³ grid
+    near = [np.linalg.norm((read - write) / sigma) <= 2 for read in reads]
+    assert m["reads_within_2sigma_count"] == sum(near) and m["read_within_2sigma"] == near
+
+
+def test_hit_rates_count_frames_right_hidden_and_visible_apart():
+    hidden = np.array([False, True, True, False, True])
+    place = np.array([True, True, False, False, True])
+    digit = np.array([True, False, False, True, True])
+    ball = hit_rates({"occluded": hidden, "correct": place})
+    assert ball == {"hidden": pytest.approx(2 / 3), "visible": pytest.approx(1 / 2)}
+    both = place & digit  # frames 0 and 4
+    rates = hit_rates({"occluded": hidden, "correct": place, "identity_correct": digit, "joint_correct": both})
+    assert rates == {"hidden": pytest.approx(1 / 3), "visible": pytest.approx(1 / 2),
+                     "place_hidden": pytest.approx(2 / 3), "place_visible": pytest.approx(1 / 2),
+                     "digit_hidden": pytest.approx(1 / 3), "digit_visible": pytest.approx(1.0)}
+    assert hit_rates({"occluded": np.zeros(3, bool), "correct": np.ones(3, bool)})["hidden"] is None  # none hidden
+
+
+def test_frames_around_a_frame_stay_inside_the_clip():
+    assert frames_around(5, 4, 12) == [3, 4, 5, 6]  # the frame at width // 2
+    assert frames_around(0, 4, 12) == [0, 1, 2, 3] and frames_around(11, 4, 12) == [8, 9, 10, 11]
+    assert frames_around(2, 8, 5) == [0, 1, 2, 3, 4]  # a clip shorter than the window: all of it
+
+
+def test_an_intervention_starts_at_the_first_hidden_frame_around_the_write_before_it(trace):
+    layer = trace.layer()
+    start = intervention_defaults(trace, None, chunk=9)
+    assert start["chunk"] == 5  # the first hidden frame, whatever chunk the session is on
+    before = np.rint((layer.mu_write[4].astype(np.float64) + 1) * 5 / 2).astype(int)  # (x, y, z) in voxels
+    assert start["region"] == tuple((max(v - 1, 0), min(v + 1, 5)) for v in before[::-1])  # (z, y, x), ends in
+    assert start["write_voxel"] == tuple(np.rint((layer.mu_write[5].astype(np.float64) + 1) * 5 / 2).astype(int))
+    binding = capture(BINDING, seed=0, index=3, progress=False)
+    assert intervention_defaults(binding, None, chunk=7)["chunk"] == 7  # nothing hidden: the session's chunk
 
 
 def test_zeroing_the_memory_equals_a_run_whose_state_was_zeroed_by_hand(occlusion):
@@ -175,5 +212,7 @@ def test_intervene_reports_the_effect_side_by_side():
     assert s["chunks_changed"] >= 1
     drop = result.target_probability("baseline") - result.target_probability("intervened")
     assert s["target_probability_drop"] == pytest.approx(np.nanmean(drop[20:]))
+    right = lambda run: (run["prediction"] == run["target"])[20:].mean()  # noqa: E731  (every query is scored)
+    assert s["accuracy_change"] == pytest.approx(right(result.intervened) - right(result.baseline))
     with pytest.raises(ValueError, match="unknown intervention"):
         intervene(BINDING, "scramble")

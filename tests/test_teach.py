@@ -68,6 +68,20 @@ def test_pieces_follow_the_mechanism(setup):
     np.testing.assert_allclose(units["write"], in_voxels(step.mu_write, step.grid))
 
 
+def test_step_sizes_are_the_norms_the_walkthrough_shows(setup):
+    trace, name, memory = setup
+    step, _ = teach.walkthrough(trace, memory, name, 4)
+    sizes = teach.step_sizes(step)
+    assert sizes["read"] == pytest.approx(np.sqrt((step.read.astype(np.float64) ** 2).sum()))
+    assert sizes["content"] == pytest.approx(np.sqrt((step.content.astype(np.float64) ** 2).sum()))
+    peak = max(np.sqrt(sum(float(step.write[c, z, y, x]) ** 2 for c in range(step.write.shape[0])))
+               for z, y, x in np.ndindex(*step.grid))  # voxel by voxel, over the channels
+    assert sizes["write_peak"] == pytest.approx(peak, rel=1e-6)
+    before, after = (np.sqrt((h.astype(np.float64) ** 2).sum()) for h in (step.h_prev, step.h_new))
+    assert (sizes["h_before"], sizes["h_after"]) == (pytest.approx(before, rel=1e-6), pytest.approx(after, rel=1e-6))
+    assert sizes["h_change"] == pytest.approx(after - before, rel=1e-5, abs=1e-6)
+
+
 def test_hand_set_step_on_an_empty_memory(setup):
     _, _, memory = setup
     C, grid = memory.config.channels, memory.config.grid

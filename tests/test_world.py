@@ -7,7 +7,8 @@ import pytest
 
 from analysis.traces.capture import capture
 from analysis.figures.world import decoded_map_figure, write_position_figure
-from analysis.measures.world import apply_linear, decoded_map, fit_linear, map_probe, r_squared, write_position_fit
+from analysis.measures.world import (apply_linear, decoded_map, fit_linear, map_probe, r_squared, world_readout,
+                                     write_position_fit)
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -62,3 +63,13 @@ def test_map_probe_and_the_decoded_map(occlusion):
     assert np.array_equal(fig.data[2].z, wrong.astype(float))
     with pytest.raises(ValueError, match="for map_building checkpoints"):
         map_probe(occlusion)
+
+
+def test_a_task_without_a_read_out_has_none(monkeypatch):
+    binding = load_checkpoint(CHECKPOINTS / "coordinate_binding-tensor")
+    assert world_readout(binding) is None
+    occlusion = load_checkpoint(CHECKPOINTS / "occlusion-tensor")
+    from analysis.measures import world
+
+    monkeypatch.setitem(world.READOUTS, "occlusion", lambda ckpt, layer: ("fitted", ckpt, layer))
+    assert world_readout(occlusion, "blocks.0.memory") == ("fitted", occlusion, "blocks.0.memory")  # the task's own

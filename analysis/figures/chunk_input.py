@@ -3,12 +3,14 @@
 :func:`chunk_input_figure` draws the chunk's input the way the task's metadata describes it: the
 occlusion frame (with the occluder, the true and the predicted ball), the coordinate-binding
 tokens in key space, the map observation beside the hidden map, the counter sequence.
-:func:`chunk_outcome` gives the prediction, the truth and their probability in words.
+:func:`chunk_outcome` gives the prediction, the truth and their probability in words, and
+:func:`prediction_card` those words as the app's card (HTML).
 A chunk's prediction is the model's at the chunk's last scored token, as in the trace.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any, Optional
 
 import numpy as np
@@ -110,6 +112,26 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
         out.update(prediction=class_label(trace, prediction), truth=class_label(trace, target),
                    correct=prediction == target, p_truth=p_truth, p_prediction=p_prediction)
     return out
+
+
+def prediction_card(outcome: dict[str, Any], predicts: bool) -> str:
+    """A :func:`chunk_outcome` as one card of escaped HTML (classes ``card``, ``card plain``: the app's stepper styles
+    them): the prediction against the truth with their probabilities, or why there is none. ``predicts``: whether
+    the trace holds predictions at all."""
+    event = html.escape(outcome["event"][:1].upper() + outcome["event"][1:])
+    if not predicts:
+        return (f"<div class='card'>{event}. This trace was recorded without targets, so it holds no predictions "
+                f"(trace_model(..., targets=...) adds them).</div>")
+    if not outcome["scored"]:
+        return f"<div class='card'>{event}: nothing to predict here; the model only takes it in.</div>"
+    if "error" in outcome:
+        return (f"<div class='card plain'>Reconstructed the hidden patch · RMS pixel error "
+                f"<b>{outcome['error']:.3f}</b> (pixels in [0, 1]); the Images page shows the whole picture.</div>")
+    verdict = "<span style='color:#177233'>✓ right</span>" if outcome["correct"] else \
+        "<span style='color:#b42318'>✗ wrong</span>"
+    return (f"<div class='card plain'>Predicted <b>{html.escape(outcome['prediction'])}</b> · truth "
+            f"<b>{html.escape(outcome['truth'])}</b> {verdict}<br>p(truth) = {outcome['p_truth']:.1%}, "
+            f"p(prediction) = {outcome['p_prediction']:.1%}</div>")
 
 
 def _occlusion_figure(trace: Trace, k: int, box: Optional[int] = None, thing: str = "the ball") -> go.Figure:
@@ -266,4 +288,4 @@ def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
     return builder(trace, k)
 
 
-__all__ = ["chunk_input_figure", "chunk_outcome", "class_label"]
+__all__ = ["chunk_input_figure", "chunk_outcome", "class_label", "prediction_card"]

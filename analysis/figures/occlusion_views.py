@@ -1,5 +1,5 @@
 """Figures for the occlusion questions: where the memory's energy sits, what an intervention changes,
-and how long the belief in a hidden ball survives.
+how long the belief in a hidden ball survives, and a frame's belief in words (:func:`belief_card`).
 
 Each builder is pure, like :mod:`analysis.figures`: arrays or results in, a new Plotly figure out.
 """
@@ -31,6 +31,16 @@ def _shade(fig: go.Figure, occluded: Optional[np.ndarray], count: int, offset: i
     for first, last in figures.flag_runs(np.asarray(occluded, dtype=bool)):
         fig.add_vrect(x0=offset + first - 0.5, x1=offset + last + 0.5, fillcolor="grey", opacity=0.18, line_width=0,
                       layer="below", **where)
+
+
+def belief_card(b: dict[str, Any], frame: int) -> str:
+    """The probability of the truth at ``frame`` of a :func:`analysis.measures.occlusion.belief` (and of the true
+    digit, for moving digits), as one card of HTML (class ``card plain``: the app's stepper styles it)."""
+    digits = "identity_truth_probability" in b
+    text = f"p({'true place' if digits else 'truth'}) at frame {frame}: <b>{b['truth_probability'][frame]:.1%}</b>"
+    if digits:
+        text += f" · p(true digit): <b>{b['identity_truth_probability'][frame]:.1%}</b>"
+    return f"<div class='card plain'>{text}</div>"
 
 
 def energy_figure(layer: LayerTrace, current: int, occluded: Optional[np.ndarray] = None,
@@ -105,4 +115,4 @@ def survival_figure(survival: dict[str, Any]) -> go.Figure:
                            yaxis_tickformat=".0%", height=320)
 
 
-__all__ = ["energy_figure", "intervention_figure", "survival_figure", "KIND_NAMES"]
+__all__ = ["energy_figure", "intervention_figure", "survival_figure", "belief_card", "KIND_NAMES"]

@@ -2,7 +2,8 @@
 
 - :func:`reconstruct` runs one sample through any ``masked_patches`` checkpoint (every backbone) and
   returns the picture, which patches were hidden, the model's reconstruction and its error, with the
-  sample's PSNR and SSIM computed exactly as ``tensor-memory eval`` does.
+  sample's PSNR and SSIM computed exactly as ``tensor-memory eval`` does, and which patch each memory
+  chunk ends on (:meth:`Reconstruction.chunk_patch`).
 - :func:`memory_on_image` lays a memory layer's hidden state over the image after a chunk, where the
   memory's H × W grid is the image's patch grid (voxel (·, r, c) above patch (r, c)).
 - :func:`write_places` puts each patch's write coordinate beside the patch's place in the image, and
@@ -54,6 +55,22 @@ class Reconstruction:
     def patch_grid(self) -> int:
         """Patches per side: the image is patch_grid × patch_grid patches."""
         return self.image.shape[0] // self.patch
+
+    @property
+    def psnr_gain(self) -> float:
+        """dB of PSNR above filling the hidden pixels with the visible mean."""
+        return self.psnr - self.psnr_mean_fill
+
+    @property
+    def ssim_gain(self) -> float:
+        """SSIM above filling the hidden pixels with the visible mean."""
+        return self.ssim - self.ssim_mean_fill
+
+    def chunk_patch(self, chunk: int, chunk_size: int) -> tuple[int, int, int]:
+        """(patch, row, column) of the last patch memory chunk ``chunk`` of ``chunk_size`` patches takes in, raster
+        order (a chunk past the image: its last patch)."""
+        patch = min(int(chunk) * chunk_size + chunk_size - 1, self.masked.size - 1)
+        return (patch, *divmod(patch, self.patch_grid))
 
 
 def reconstruct(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0,

@@ -22,9 +22,12 @@ from tensor_memory import TensorMemory, hooks, memory_layers
 from tensor_memory.memory.hooking import reads_off
 from tensor_memory.backbone import BackboneState
 from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.memory.geometry import nearest_voxel
 from tensor_memory.memory.hookpoints import Hook
 
 from analysis.traces.capture import memory_chunk_size, per_chunk, sample_batch
+from analysis.traces.trace import Trace
+from analysis.measures.occlusion import TASKS as OCCLUSION_TASKS
 
 # zero, zero_region and gate_off act from the chosen chunk on; move_write and set_sigma on its write alone.
 KINDS = ("zero", "zero_region", "gate_off", "move_write", "set_sigma")
@@ -158,13 +161,16 @@ class InterventionResult:
         return np.where(run["scored"], p, np.nan)
 
     def summary(self) -> dict[str, Any]:
-        """Accuracy before and after over the scored chunks from ``chunk`` on, and how many predictions changed."""
+        """Accuracy untouched and intervened over the scored chunks from ``chunk`` on (and its change), and how many
+        predictions changed."""
         after = np.arange(len(self.changed)) >= self.chunk
         scored = self.baseline["scored"] & after
         acc = lambda run: float((run["prediction"] == run["target"])[scored].mean()) if scored.any() else None  # noqa: E731
+        baseline, intervened = acc(self.baseline), acc(self.intervened)
         out = {"kind": self.kind, "chunk": self.chunk, "region": self.region, "to": self.to, "sigma": self.sigma,
                "chunks_changed": int(self.changed[after].sum()), "chunks_after": int(after.sum()),
-               "accuracy_baseline": acc(self.baseline), "accuracy_intervened": acc(self.intervened),
+               "accuracy_baseline": baseline, "accuracy_intervened": intervened,
+               "accuracy_change": None if baseline is None else intervened - baseline,
                "target_probability_drop": float(np.nanmean(self.target_probability("baseline")[after]
                                                            - self.target_probability("intervened")[after]))
                if scored.any() else None}
@@ -191,4 +197,19 @@ def intervene(checkpoint: Union[str, Path, Checkpoint], kind: str = "zero", chun
                               rows(base), rows(changed), {k: v[0].numpy() for k, v in batch.meta.items()})
 
 
-__all__ = ["intervene", "run_intervened", "intervention_hooks", "InterventionResult", "KINDS"]
+def intervention_defaults(trace: Trace, layer: Optional[str], chunk: int) -> dict[str, Any]:
+    """Where an intervention on this sample starts out: ``chunk`` (the first hidden frame of an occlusion, else the
+    given chunk), ``region`` ((z0, z1), (y0, y1), (x0, x1), ends included: the voxels within one of the write before
+    that chunk) and ``write_voxel`` ((x, y, z): the voxel nearest that chunk's own write)."""
+    lay = trace.layer(layer)
+    hidden = (np.flatnonzero(np.asarray(trace.meta["occluded"][:trace.num_chunks], dtype=bool))
+              if trace.info.get("task") in OCCLUSION_TASKS else [])
+    start = int(hidden[0]) if len(hidden) else int(chunk)
+    before = nearest_voxel(lay.mu_write[max(start - 1, 0)], lay.grid)
+    region = tuple((max(v - 1, 0), min(v + 1, n - 1)) for v, n in zip(before, lay.grid))
+    z, y, x = nearest_voxel(lay.mu_write[min(start, len(lay.mu_write) - 1)], lay.grid)
+    return {"chunk": start, "region": region, "write_voxel": (x, y, z)}
+
+
+__all__ = ["intervene", "run_intervened", "intervention_hooks", "intervention_defaults", "InterventionResult",
+           "KINDS"]

@@ -6,7 +6,10 @@
   positive = the memory helps) and the top-5 next tokens with their probabilities.
 - :func:`read_overlap` says which earlier chunks a read draws on: how much of chunk j's Gaussian
   write footprint lies at chunk k's read point, exp(−‖μ_read,k − μ_write,j‖² / 2σ_j²), for j < k
-  (chunk k reads the state before its own write, so j ≥ k is 0).
+  (chunk k reads the state before its own write, so j ≥ k is 0); :func:`read_source` the one it
+  draws on most.
+- :func:`chunk_text` (a trace with tokens) and :func:`loss_rows` (a :func:`token_losses` sample) give one
+  chunk's text and a row of numbers per position.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from analysis.measures.interventions import intervention_hooks
 from analysis.traces.trace import Trace
 
 TOP = 5
+READ_FLOOR = 0.05  # a write whose footprint at the read is below this is not what the read draws on
+BEFORE = 48  # tokens of text shown before a chunk
 
 
 @dataclasses.dataclass
@@ -87,7 +92,34 @@ def read_overlap(mu_read: np.ndarray, mu_write: np.ndarray, sigma: np.ndarray) -
     return np.tril(footprint, k=-1)  # only earlier writes
 
 
-def chunk_text(trace: Trace, chunk: int, before: int = 48) -> dict[str, Any]:
+def read_source(overlap: np.ndarray, chunk: int, floor: float = READ_FLOOR) -> Optional[tuple[int, float]]:
+    """(j, footprint): the earlier chunk whose write chunk ``chunk``'s read lands on most (a :func:`read_overlap`
+    row), and its footprint at the read; None when no earlier write's footprint there is above ``floor``."""
+    earlier = np.asarray(overlap)[chunk, :chunk]
+    if not len(earlier) or earlier.max() <= floor:
+        return None
+    j = int(earlier.argmax())
+    return j, float(earlier[j])
+
+
+def loss_rows(losses: TokenLosses, chunk: int, before: int = BEFORE) -> dict[str, Any]:
+    """Chunk ``chunk`` of a :func:`token_losses` sample (a chunk past the text: its last), as :func:`chunk_text`
+    gives a trace's: ``chunk``, ``start``, ``stop``, the ``before`` tokens leading up to it, its ``text``, and per
+    position a row: the position, the token, the true next token, the loss (nats, 3 decimals) with the memory and
+    without it, and the five likeliest next tokens with their probabilities."""
+    chunk = min(max(int(chunk), 0), (len(losses.tokens) - 1) // losses.chunk_size)
+    start, stop = chunk * losses.chunk_size, min((chunk + 1) * losses.chunk_size, len(losses.tokens))
+    rows = [{"position": i, "token": losses.tokens[i], "next (true)": losses.next_tokens[i],
+             "loss": round(float(losses.loss[i]), 3),
+             **({"loss, memory off": round(float(losses.loss_without_memory[i]), 3)}
+                if losses.loss_without_memory is not None else {}),
+             **{f"top {r + 1}": f"{losses.top_tokens[i][r]!r} {losses.top_probs[i][r]:.0%}" for r in range(TOP)}}
+            for i in range(start, stop)]
+    return {"chunk": chunk, "start": start, "stop": stop, "before": "".join(losses.tokens[max(0, start - before):start]),
+            "text": "".join(losses.tokens[start:stop]), "rows": rows}
+
+
+def chunk_text(trace: Trace, chunk: int, before: int = BEFORE) -> dict[str, Any]:
     """A trace with tokens: the chunk's text, the ``before`` tokens leading up to it, and one row per position
     (position, token, and with targets the target and predicted class and p(target))."""
     if trace.tokens is None:

@@ -8,6 +8,8 @@ For the ``occlusion`` task (a ball) and ``moving_digits`` (a handwritten digit, 
   same for any run of a clip (an intervened one).
 - :func:`position_marginal`, :func:`identity_marginal` — class probabilities (…, identities · size²)
   summed to the cells or to the identities.
+- :func:`hit_rates` — the share of frames right, hidden and visible apart; :func:`frames_around` the
+  frames of a clip shown around one.
 - :func:`belief_survival` — accuracy at each frame of an occlusion, for several lengths L: how long
   the belief survives.
 - :func:`memory_energy` — the energy of ``h`` per voxel over time.
@@ -101,6 +103,24 @@ def belief(trace: Trace) -> dict[str, np.ndarray]:
                      int(trace.info["task_params"]["size"]))
 
 
+def hit_rates(b: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
+    """The share of frames right, hidden and visible apart, from a :func:`belief`: ``hidden`` and ``visible`` for
+    what the task scores (the place; for moving digits place and digit both) and, for moving digits, each alone:
+    ``place_hidden``, ``place_visible``, ``digit_hidden``, ``digit_visible``. None where there is no such frame."""
+    hidden = np.asarray(b["occluded"], dtype=bool)
+    scored = {"": b.get("joint_correct", b["correct"])}
+    if "identity_correct" in b:
+        scored.update(place_=b["correct"], digit_=b["identity_correct"])
+    return {f"{what}{where}": float(np.asarray(right)[flags].mean()) if flags.any() else None
+            for what, right in scored.items() for where, flags in (("hidden", hidden), ("visible", ~hidden))}
+
+
+def frames_around(frame: int, width: int, count: int) -> list[int]:
+    """``width`` consecutive frames of ``count`` around ``frame`` (it sits at ``width // 2``), kept inside the clip."""
+    first = int(np.clip(frame - width // 2, 0, max(count - width, 0)))
+    return list(range(first, min(first + width, count)))
+
+
 def frame_predictions(model: torch.nn.Module, inputs: dict[str, torch.Tensor], frames: int) -> torch.Tensor:
     """(B, T) predicted class at the last token of every frame (where the task scores)."""
     with torch.no_grad():
@@ -160,8 +180,10 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
     """Where the last visible frame's write went, and whether the reads during the occlusion return to it.
 
     Returns ``{"last_visible", "write_voxel" (x, y, z), "sigma_voxels", "occluded_chunks",
-    "read_distance_voxels", "read_within_2sigma", "energy_at_write"}`` (per occluded chunk: the
-    read's distance from that write and the memory energy at the write's voxel).
+    "read_distance_voxels", "read_within_2sigma", "energy_at_write", "energy_total"}`` (per occluded chunk:
+    the read's distance from that write, whether it is within 2σ of it, and the memory energy at the
+    write's voxel and in all), and over the occlusion ``reads_within_2sigma_count`` and
+    ``median_read_distance_voxels``.
     """
     _require_occlusion(trace.info["task"])
     lay = trace.layer(layer)
@@ -177,11 +199,13 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
     z, y, x = nearest_voxel(lay.mu_write[last], lay.grid)
     energy = memory_energy(lay)
     spread = sigma_voxels(torch.from_numpy(lay.sigma[last:last + 1].astype(np.float64)), lay.grid)
+    near = in_sigmas <= 2.0
     return {"last_visible": last, "write_voxel": write.tolist(), "sigma_voxels": spread,
             "occluded_chunks": hidden.tolist(), "read_distance_voxels": distance.tolist(),
-            "read_within_2sigma": (in_sigmas <= 2.0).tolist(),
+            "read_within_2sigma": near.tolist(), "reads_within_2sigma_count": int(near.sum()),
+            "median_read_distance_voxels": float(np.median(distance)),
             "energy_at_write": energy[hidden, z, y, x].tolist(), "energy_total": energy[hidden].sum((1, 2, 3)).tolist()}
 
 
 __all__ = ["belief", "belief_of", "belief_survival", "memory_energy", "occlusion_memory", "frame_predictions",
-           "position_marginal", "identity_marginal", "TASKS"]
+           "position_marginal", "identity_marginal", "hit_rates", "frames_around", "TASKS"]

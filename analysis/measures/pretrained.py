@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tensor_memory import hooks, memory_layers
-from tensor_memory.pretrained.minilm import word_pieces
+from tensor_memory.pretrained.minilm import CLOSED_GATE, word_pieces
 from tensor_memory.pretrained.recall import RecallModel, recall_batch
 
 from analysis.measures.interventions import intervention_hooks
@@ -70,3 +71,8 @@ def gate_history(folder: Path) -> dict[str, list]:
             val_steps.append(entry["step"])
             accuracy.append(entry["val_accuracy"])
     return {"steps": steps, "gates": gates, "val_steps": val_steps, "val_accuracy": accuracy}
+
+
+def closed_gate_scale() -> float:
+    """σ(γ) of a memory attached closed (γ at ``CLOSED_GATE``): how little its reads count before training."""
+    return 1.0 / (1.0 + math.exp(-CLOSED_GATE))

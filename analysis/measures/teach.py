@@ -142,5 +142,16 @@ def voxel_units(step: MechanismStep) -> dict[str, np.ndarray]:
             "sigma": sigma_in_voxels(step.sigma, step.grid)}
 
 
+def step_sizes(step: MechanismStep) -> dict[str, float]:
+    """The sizes a walkthrough shows of one step: ‖r‖ (``read``), ‖content‖ (``content``), the largest ‖V‖ over
+    channels at a voxel (``write_peak``), ‖h‖ before and after the update and its change (``h_before``,
+    ``h_after``, ``h_change``)."""
+    norm = lambda values: float(np.linalg.norm(values))  # noqa: E731  (over every element)
+    before, after = norm(step.h_prev), norm(step.h_new)
+    return {"read": norm(step.read), "content": norm(step.content),
+            "write_peak": float(np.sqrt((step.write.astype(np.float64) ** 2).sum(axis=0)).max()),
+            "h_before": before, "h_after": after, "h_change": after - before}
+
+
 __all__ = ["MechanismStep", "mechanism_step", "memory_module", "read_corners", "state_before", "walkthrough",
-           "voxel_units"]
+           "voxel_units", "step_sizes"]

@@ -160,5 +160,15 @@ def decoded_map(ckpt: Checkpoint, probe: dict[str, Any], seed: int = 0, index: i
             "decoded": estimate.reshape(size, size)}
 
 
+READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # the tasks a linear read-out can check
+
+
+def world_readout(ckpt: Checkpoint, layer: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """The checkpoint's task's linear read-out (:data:`READOUTS`), fitted on seed 0 and scored on seeds 1–3; None
+    for a task without one."""
+    fit = READOUTS.get(ckpt.task.name)
+    return None if fit is None else fit(ckpt, layer)
+
+
 __all__ = ["fit_linear", "apply_linear", "r_squared", "write_position_fit", "map_probe", "decoded_map",
-           "READOUT_SAMPLES"]
+           "world_readout", "READOUTS", "READOUT_SAMPLES"]
