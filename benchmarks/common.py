@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import io
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -42,16 +44,15 @@ def machine(threads: int) -> str:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def memory_module_at(commit: str, modules: Sequence[str], folder: Path, package: str) -> ModuleType:
-    """The memory layer's module as it was at ``commit``: the files ``tensor_memory/<module>.py`` it needs, taken
-    from git history into package ``package`` inside ``folder`` (put on ``sys.path``), and its ``memory`` imported."""
-    target = folder / package
-    target.mkdir()
-    (target / "__init__.py").write_text("")
-    for name in modules:
-        source = subprocess.run(["git", "show", f"{commit}:tensor_memory/{name}.py"], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout
-        (target / f"{name}.py").write_text(source)
+def package_at(commit: str, folder: Path, package: str) -> ModuleType:
+    """The memory layer as it was at ``commit``: the whole ``tensor_memory`` package of that commit, taken from git
+    history into ``folder`` as package ``package`` (put on ``sys.path``, beside today's), and its ``memory`` imported
+    (a module in the flat package of early commits, a subpackage since: both hold TensorMemory and MemoryConfig)."""
+    archive = subprocess.run(["git", "archive", commit, "tensor_memory"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "tensor_memory").rename(folder / package)
     sys.path.insert(0, str(folder))
     return importlib.import_module(f"{package}.memory")
 

@@ -17,14 +17,11 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, memory_module_at, table
+from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, package_at, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 
 BEFORE = "caa3de7"  # the last commit before the hook points
-BEFORE_MODULES = ("memory", "recording", "update", "compiled", "local_update", "config")
-
-
 def parse_args() -> argparse.Namespace:
     return layer_arguments(__doc__.split("\n\n")[0], repeats=30).parse_args()
 
@@ -34,7 +31,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
-        old = memory_module_at(BEFORE, BEFORE_MODULES, Path(folder), "tm_before")
+        old = package_at(BEFORE, Path(folder), "tm_before")
         settings = dict(token_dim=args.dim, channels=args.channels, grid=(args.grid,) * 3, chunk_size=args.chunk_size)
         after = TensorMemory(MemoryConfig(**settings))
         before = old.TensorMemory(old.MemoryConfig(**settings))

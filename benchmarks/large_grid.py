@@ -48,7 +48,7 @@ def layer(args, grid: int, sigma: float, mode: str = "dense", seed: int = 0) -> 
     """A memory layer whose writes land all over the grid with spread ≈ sigma (normalised units)."""
     torch.manual_seed(seed)
     cfg = MemoryConfig(token_dim=args.dim, channels=args.channels, grid=(grid,) * 3, chunk_size=args.chunk_size,
-                       sigma_init=sigma, sigma_min=sigma / 4, write_mode=mode, window_k=args.window_k)
+                       sigma_init=sigma, sigma_min=sigma / 4, write={"mode": mode, "window_k": args.window_k})
     memory = TensorMemory(cfg)
     with torch.no_grad():  # leave the identity initialisation so every weight matters
         memory.depthwise.add_(0.2 * torch.randn_like(memory.depthwise))

@@ -4,7 +4,7 @@
 The plain implementation (tensor_memory/memory/reference.py) is the mechanism written literally:
 one chunk at a time, grid_sample for the read, the Gaussian evaluated at every voxel, grouped
 nn.Conv3d for the depthwise convolutions and autograd for everything. ``--against`` loads an
-earlier layer from git history (the files of the flat package it had) beside today's. All run
+earlier layer from git history (that commit's whole package) beside today's. All run
 the same weights on the same input in this one process; the script first checks they agree, then
 times them alternately and prints a table and the speed ratios.
 
@@ -20,19 +20,16 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, memory_module_at, table
+from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, package_at, table
 
 from tensor_memory import MemoryConfig, TensorMemory
 from tensor_memory.memory.reference import ReferenceMemory
 
-# What the memory layer imported while tensor_memory was one flat package (before the re-layout of issue 24).
-FLAT_MODULES = ("memory", "limits", "config", "local_update", "hookpoints", "update")
 
 
 def parse_args() -> argparse.Namespace:
     parser = layer_arguments(__doc__.split("\n\n")[0], repeats=7)
-    parser.add_argument("--against", metavar="COMMIT",
-                        help="also time the layer of this commit (one with a flat tensor_memory/, e.g. ede4c79)")
+    parser.add_argument("--against", metavar="COMMIT", help="also time the layer of this commit (e.g. ede4c79)")
     return parser.parse_args()
 
 
@@ -50,7 +47,7 @@ def main() -> None:
     layers = {"plain (grouped Conv3d, autograd)": ReferenceMemory(fast)}
     with tempfile.TemporaryDirectory() as folder:
         if args.against:
-            old = memory_module_at(args.against, FLAT_MODULES, Path(folder), "tm_against")
+            old = package_at(args.against, Path(folder), "tm_against")
             layers[f"tensor_memory at {args.against}"] = old.TensorMemory(old.MemoryConfig(**settings))
             layers[f"tensor_memory at {args.against}"].load_state_dict(fast.state_dict())
         layers["tensor_memory"] = fast

@@ -33,9 +33,9 @@ from tensor_memory.training.evaluation import evaluate_checkpoint  # noqa: E402
 # name: (what the row takes away, --set overrides; "{chunk2}" is twice the task's own chunk size, "{smaller}" and
 # "{larger}" the shipped grid with each side of more than 2 voxels 2 shorter or longer: a 2-deep sheet stays a sheet)
 ABLATIONS = {
-    "hard_writes": ("hard writes (all of a write on the nearest voxel)", ["model.memory.write_profile=nearest"]),
-    "separate_heads": ("separate read and write coordinate heads", ["model.memory.separate_heads=true"]),
-    "update_1x1x1": ("a 1×1×1 update (no neighbourhood in the ConvLSTM)", ["model.memory.update_taps=1"]),
+    "hard_writes": ("hard writes (all of a write on the nearest voxel)", ["model.memory.write.profile=nearest"]),
+    "separate_heads": ("separate read and write coordinate heads", ["model.memory.addressing.separate_heads=true"]),
+    "update_1x1x1": ("a 1×1×1 update (no neighbourhood in the ConvLSTM)", ["model.memory.update.taps=1"]),
     "grid_smaller": ("grid 2 voxels smaller a side (4³ for 6³, 2×6×6 for 2×8×8)", ["model.memory.grid={smaller}"]),
     "grid_larger": ("grid 2 voxels larger a side (8³ for 6³, 2×10×10 for 2×8×8)", ["model.memory.grid={larger}"]),
     "chunk_x2": ("chunks twice as long (two items per write)", ["model.memory.chunk_size={chunk2}"]),

@@ -31,7 +31,7 @@ SEEDS = (1, 2, 3)
 BATCHES, BATCH_SIZE = 8, 64
 # Folder suffixes, in table order: the backbones, the tensor backbone with the local baseline's attention
 # window (masked patches), and the tensor backbone retrained with the local update
-# (MemoryConfig.write_mode = "local"); the variants' config kind is still "tensor".
+# (MemoryConfig.write.mode = "local"); the variants' config kind is still "tensor".
 BACKBONES = ("tensor", "tensor_windowed", "tensor_local_update", "base", "local", "registers", "xl", "linear",
              "tensor_shared_state")
 # Language models are scored on their whole test split, walked once in order: no seed changes it.

@@ -5,7 +5,7 @@ the same grid; the run with the best *validation* accuracy (batches disjoint fro
 evaluation seeds) is copied to ``checkpoints/<task>-<backbone>/`` — for a memory model, the best of
 the runs whose addressing report is healthy on every memory layer (16 samples of seed 0, never an
 evaluation seed), when there is one. Then each tensor model is
-retrained with the local update (``MemoryConfig.write_mode = "local"``) at the learning rate it won,
+retrained with the local update (``MemoryConfig.write.mode = "local"``) at the learning rate it won,
 into ``checkpoints/<task>-tensor_local_update/``. The commands, wall times and the whole grid go to
 ``checkpoints/training.json``, from which ``checkpoints/README.md`` is written.
 
@@ -52,7 +52,7 @@ ADDRESSING_SAMPLES = 16  # samples of seed 0 behind each run's addressing verdic
 
 
 # Trained after the grid, at the learning rate the tensor run won: (backbone kind, extra --set overrides).
-VARIANTS = {"tensor_local_update": ("tensor", ["model.memory.write_mode=local"]),
+VARIANTS = {"tensor_local_update": ("tensor", ["model.memory.write.mode=local"]),
             "tensor_shared_state": ("tensor", ["model.share_state=true"]),  # the public code's leak, shown
             "tensor_windowed": ("tensor", [])}  # with the `local` baseline's attention window: see variant()
 

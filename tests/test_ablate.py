@@ -24,8 +24,9 @@ def configs(task: str, name: str):
 
 @pytest.mark.parametrize("task", list(ablate.KEY_METRIC))
 def test_each_row_changes_exactly_its_one_setting(task):
-    expected = {"hard_writes": {"write_profile": "nearest"}, "separate_heads": {"separate_heads": True},
-                "update_1x1x1": {"update_taps": 1},
+    expected = {"hard_writes": {"write": {"profile": "nearest", "mode": "dense", "window_k": 3.0}},
+                "separate_heads": {"addressing": {"coordinates": "tanh", "separate_heads": True, "write_path": "free"}},
+                "update_1x1x1": {"update": {"taps": 1}},
                 "grid_smaller": {"grid": (2, 6, 6) if task == "map_building" else (4, 4, 4)},
                 "grid_larger": {"grid": (2, 10, 10) if task == "map_building" else (8, 8, 8)}}
     for name in ablate.ABLATIONS:

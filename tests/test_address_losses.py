@@ -90,9 +90,9 @@ def test_the_recall_loss_adds_its_weight_times_the_shortfall_and_trains_the_addr
         resolve(tiny_config(recall_weight=0.5, recall_lag=8))  # the term would never be computed
     resolve(tiny_config(recall_lag=8))  # while the loss is off, the lag is not checked against the task
     padded = tiny_config(recall_weight=0.5, recall_lag=2)
-    padded["model"]["memory"].update(chunk_size=3, partial_chunk="pad")  # 8 tokens: 3 chunks, the last one short
+    padded["model"]["memory"].update(chunk_size=3, public_code={"partial_chunk": "pad"})  # 8 tokens: 3 chunks, the last one short
     resolve(padded)
-    padded["model"]["memory"]["partial_chunk"] = "pending"  # 2 chunks written, 2 tokens left pending
+    padded["model"]["memory"]["public_code"]["partial_chunk"] = "pending"  # 2 chunks written, 2 tokens left pending
     with pytest.raises(ValueError, match="has 2 memory chunks"):
         resolve(padded)
     with pytest.raises(ValueError, match="address_scaffold_steps"):  # it would read where the scaffold did not write

@@ -78,8 +78,8 @@ def perturbed_layer(config: MemoryConfig, seed=0) -> TensorMemory:
     with torch.no_grad():  # away from the identity initialisation, so every weight matters
         layer.depthwise.add_(0.3 * torch.randn_like(layer.depthwise))
         layer.spread.weight.normal_(0, 0.2)
-        if layer.depthwise_bias is not None:
-            layer.depthwise_bias.normal_(0, 0.1)
+        if layer.update.depthwise_bias is not None:
+            layer.update.depthwise_bias.normal_(0, 0.1)
     return layer
 
 
@@ -96,7 +96,7 @@ def layer_run(layer, x, weights):
                                                               (3, (2, 7, 4), False)])
 def test_the_layer_is_the_same_with_either_scan(chunk_size, grid, depthwise_bias, monkeypatch):
     layer = perturbed_layer(MemoryConfig(token_dim=24, channels=8, grid=grid, chunk_size=chunk_size,
-                                         depthwise_bias=depthwise_bias))
+                                         public_code={"depthwise_bias": depthwise_bias}))
     x, weights = torch.randn(3, 12, 24), torch.randn(3, 12, 24)
     monkeypatch.setenv(fused_scan.SWITCH, "1")
     fused = layer_run(layer, x, weights)

@@ -183,14 +183,14 @@ OPTION_SETS = [PUBLIC_OPTIONS, dict(depthwise_bias=True), dict(partial_chunk="pa
 
 
 def _with_options(options: dict, write_mode: str, seed: int = 0) -> TensorMemory:
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=(5, 4, 6), chunk_size=3, write_mode=write_mode, window_k=2.0,
-                       sigma_init=0.4, **options)
+    cfg = MemoryConfig(token_dim=16, channels=4, grid=(5, 4, 6), chunk_size=3, write={"mode": write_mode, "window_k": 2.0},
+                       sigma_init=0.4, public_code=options)
     torch.manual_seed(seed)
     memory = TensorMemory(cfg)
     with torch.no_grad():  # away from the initialisation, so every parameter matters
         memory.depthwise.add_(0.2 * torch.randn_like(memory.depthwise))
-        if memory.depthwise_bias is not None:
-            memory.depthwise_bias.normal_(0, 0.3)
+        if memory.update.depthwise_bias is not None:
+            memory.update.depthwise_bias.normal_(0, 0.3)
         memory.spread.weight.normal_(0, 0.3)
         memory.coord_head.weight.mul_(3.0)
     return memory
@@ -220,9 +220,9 @@ def test_the_options_keep_the_layer_and_the_reference_in_agreement(options, writ
                                atol=1e-4, rtol=1e-4)
     for axis, conv in enumerate((reference.conv_d, reference.conv_h, reference.conv_w)):
         torch.testing.assert_close(memory.depthwise.grad[axis], conv.weight.grad.view(8, 3), atol=1e-4, rtol=1e-4)
-        if memory.depthwise_bias is not None:
-            torch.testing.assert_close(memory.depthwise_bias.grad[axis], conv.bias.grad, atol=1e-4, rtol=1e-4)
-    pad = memory.config.partial_chunk == "pad"
+        if memory.update.depthwise_bias is not None:
+            torch.testing.assert_close(memory.update.depthwise_bias.grad[axis], conv.bias.grad, atol=1e-4, rtol=1e-4)
+    pad = memory.config.public_code.partial_chunk == "pad"
     assert new.pending.shape[1] == (0 if pad else 2)
 
 
@@ -243,15 +243,15 @@ def test_recorded_gates_include_the_depthwise_biases():
 
 def test_the_new_fields_round_trip_default_for_old_configs_and_are_checked():
     old = MemoryConfig().to_dict()
-    for name in ("input_norm", "output", "partial_chunk", "depthwise_bias", "write_eps", "sigma_scale"):
-        old.pop(name)
+    old.pop("public_code")
     assert MemoryConfig.from_dict(old) == MemoryConfig()  # a checkpoint written before the options
-    cfg = MemoryConfig(**PUBLIC_OPTIONS, sigma_scale=2.0)
+    cfg = MemoryConfig(public_code={**PUBLIC_OPTIONS, "sigma_scale": 2.0})
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
+    assert MemoryConfig.from_dict({**old, **PUBLIC_OPTIONS, "sigma_scale": 2.0}) == cfg  # named flat, as before groups
     for field, value in (("output", "sum"), ("partial_chunk", "drop"), ("depthwise_bias", 1), ("input_norm", "no"),
                          ("write_eps", -1e-6), ("sigma_scale", 0.0), ("sigma_scale", float("inf"))):
-        with pytest.raises(ValueError, match=f"MemoryConfig.{field}"):
-            MemoryConfig(**{field: value})
+        with pytest.raises(ValueError, match=f"MemoryConfig.public_code.{field}"):
+            MemoryConfig(public_code={field: value})
     # The defaults build the layer of before: no new parameters.
     assert set(TensorMemory(MemoryConfig()).state_dict()) == {
         "norm.weight", "norm.bias", "summary.weight", "summary.bias", "coord_head.weight", "coord_head.bias",

@@ -1,5 +1,5 @@
-"""Issue 30's remedies on the read, each a switch off by default: reads whose gradient comes from jittered points
-(MemoryConfig.read_jitter) and learned voxel codes read beside h (MemoryConfig.voxel_codes). Off, the layer is
+"""The read's variants, each off by default: reads whose gradient comes from jittered points
+(MemoryConfig.read.jitter) and learned voxel codes read beside h (MemoryConfig.read.voxel_codes). Off, the layer is
 the mechanism (held bit for bit to git history by tests/test_relayout.py); on, each is checked against an
 independent computation."""
 
@@ -37,9 +37,9 @@ def stencil(jitter: float) -> torch.Tensor:
 
 def test_both_read_remedies_are_off_by_default():
     config = MemoryConfig()
-    assert config.read_jitter == 0.0 and config.voxel_codes is False
+    assert config.read.jitter == 0.0 and config.read.voxel_codes is False
     plain = layer()
-    assert plain.codes is None and "codes" not in plain.state_dict()
+    assert plain.sampler.codes is None and not any("codes" in name for name in plain.state_dict())
 
 
 def test_a_jittered_read_has_the_reads_value_and_the_mean_gradient_of_its_six_probes():
@@ -63,7 +63,7 @@ def test_a_jittered_read_has_the_reads_value_and_the_mean_gradient_of_its_six_pr
 
 
 def test_jittered_reads_change_only_the_gradient_to_where_a_layer_reads():
-    plain, jittered = layer(), layer(read_jitter=0.5)
+    plain, jittered = layer(), layer(read={"jitter": 0.5})
     jittered.load_state_dict(plain.state_dict())
     torch.manual_seed(2)
     x = torch.randn(2, 4 * CHUNK, 8)
@@ -86,14 +86,14 @@ def test_jittered_reads_change_only_the_gradient_to_where_a_layer_reads():
 
 
 def test_voxel_codes_start_as_the_voxels_coordinates_mixed_into_the_channels():
-    codes = layer(voxel_codes=True).codes.detach()  # (D, H, W, C)
+    codes = layer(read={"voxel_codes": True}).sampler.codes.detach()  # (D, H, W, C)
     assert codes.shape == (*GRID, 2)
     torch.testing.assert_close(codes + codes.flip(0, 1, 2), torch.zeros_like(codes))  # linear in the centre: odd
     assert codes.abs().max() > 0.1  # and not zero: nearby voxels differ
 
 
 def test_voxel_codes_are_read_beside_h_and_give_a_read_of_an_empty_memory_a_place():
-    plain, coded = layer(), layer(voxel_codes=True)
+    plain, coded = layer(), layer(read={"voxel_codes": True})
     assert all(torch.equal(a, coded.state_dict()[k]) for k, a in plain.state_dict().items())  # the same weights
     torch.manual_seed(3)
     x = torch.randn(2, 3 * CHUNK, 8)
@@ -103,7 +103,7 @@ def test_voxel_codes_are_read_beside_h_and_give_a_read_of_an_empty_memory_a_plac
                             "mu_read": lambda m, name=name: reads.setdefault(name + " at", m)}):
             memory(x)
     mu = reads["coded at"].detach()  # (B, n_read, 3)
-    expected = reads["plain"] + grid_sample(coded.codes.detach(), mu.reshape(-1, 3)).view(2, 3, 2)
+    expected = reads["plain"] + grid_sample(coded.sampler.codes.detach(), mu.reshape(-1, 3)).view(2, 3, 2)
     torch.testing.assert_close(reads["coded"], expected)
     first = x[:, :CHUNK]  # one chunk: its read sees only the empty incoming state
     for memory, moves in ((plain, False), (coded, True)):
@@ -115,10 +115,10 @@ def test_voxel_codes_are_read_beside_h_and_give_a_read_of_an_empty_memory_a_plac
 
 
 def test_read_remedies_are_checked_and_the_reference_refuses_them():
-    with pytest.raises(ValueError, match="read_jitter"):
-        MemoryConfig(read_jitter=-1.0)
+    with pytest.raises(ValueError, match="read.jitter"):
+        MemoryConfig(read={"jitter": -1.0})
     with pytest.raises(ValueError, match="voxel_codes must be True or False"):
-        MemoryConfig(voxel_codes="yes")
-    for settings in ({"read_jitter": 1.0}, {"voxel_codes": True}):
-        with pytest.raises(ValueError, match="is a remedy or an ablation it does not have"):
-            ReferenceMemory(layer(**settings))
+        MemoryConfig(read={"voxel_codes": "yes"})
+    for settings in ({"jitter": 1.0}, {"voxel_codes": True}):
+        with pytest.raises(ValueError, match="MemoryConfig.read asks for a variant it does not have"):
+            ReferenceMemory(layer(read=settings))

@@ -68,7 +68,7 @@ def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(before, 
     settings = dict(token_dim=16, channels=4, grid=(3, 4, 5), chunk_size=chunk_size, write_mode=write_mode,
                     sigma_init=0.3)
     torch.manual_seed(0)
-    new = TensorMemory(MemoryConfig(**settings))
+    new = TensorMemory(MemoryConfig.from_dict(settings))  # the old layer's flat names, read into their groups
     with torch.no_grad():  # move off the identity initialisation so every weight matters
         new.depthwise.add_(0.2 * torch.randn_like(new.depthwise))
         new.spread.weight.normal_(0, 0.1)

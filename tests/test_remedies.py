@@ -1,4 +1,4 @@
-"""Remedies for addressing that must organise itself (issue 30), each a switch off by default: off, the layer and the
+"""Remedies for addressing that must organise itself, each a switch off by default: off, the layer and the
 training are what they were (the default path is held bit for bit to the layer in git history by
 tests/test_relayout.py); on, each does what it says, checked against an independent computation."""
 
@@ -26,7 +26,7 @@ def layer(**settings) -> TensorMemory:
 
 
 def test_both_remedies_are_off_by_default():
-    assert MemoryConfig().coordinates == "tanh" and layer().coord_head.out_features == 3
+    assert MemoryConfig().addressing.coordinates == "tanh" and layer().coord_head.out_features == 3
     task, backbone, cfg = resolve(tiny_config())
     assert cfg.coord_lr_scale == 1.0
     optimizer = make_optimizer(TaskModel(task, backbone), cfg)
@@ -34,7 +34,7 @@ def test_both_remedies_are_off_by_default():
 
 
 def test_soft_argmax_coordinates_are_the_expected_voxel_centre_of_each_axis():
-    memory = layer(coordinates="soft_argmax")
+    memory = layer(addressing={"coordinates": "soft_argmax"})
     assert memory.coord_head.out_features == sum(GRID)
     x = torch.randn(2, 5, 8)
     with record(memory) as rec:
@@ -51,7 +51,7 @@ def test_soft_argmax_coordinates_are_the_expected_voxel_centre_of_each_axis():
 
 
 def test_soft_argmax_gives_every_voxel_of_every_axis_gradient_where_tanh_at_a_face_gives_none():
-    soft = layer(coordinates="soft_argmax")
+    soft = layer(addressing={"coordinates": "soft_argmax"})
     x = torch.randn(2, 6, 8)
     soft(x)[0].square().sum().backward()
     assert (soft.coord_head.weight.grad.abs().sum(1) > 0).all()  # every voxel's logit learns
@@ -63,7 +63,7 @@ def test_soft_argmax_gives_every_voxel_of_every_axis_gradient_where_tanh_at_a_fa
 
 
 def test_soft_argmax_starts_at_the_centre_with_centre_init_and_moves_to_a_voxel_its_logit_picks():
-    memory = layer(coordinates="soft_argmax", coord_init="centre")
+    memory = layer(addressing={"coordinates": "soft_argmax"}, coord_init="centre")
     x = torch.randn(1, 3, 8)
     with record(memory) as rec:
         memory(x)
@@ -79,10 +79,10 @@ def test_soft_argmax_starts_at_the_centre_with_centre_init_and_moves_to_a_voxel_
 
 
 def test_the_literal_reference_refuses_a_remedy_it_does_not_have():
-    with pytest.raises(ValueError, match="coordinates='soft_argmax' is a remedy or an ablation it does not have"):
-        ReferenceMemory(layer(coordinates="soft_argmax"))
+    with pytest.raises(ValueError, match="MemoryConfig.addressing asks for a variant it does not have"):
+        ReferenceMemory(layer(addressing={"coordinates": "soft_argmax"}))
     with pytest.raises(ValueError, match="coordinates must be one of 'tanh', 'soft_argmax'"):
-        MemoryConfig(coordinates="argmax")
+        MemoryConfig(addressing={"coordinates": "argmax"})
 
 
 def test_a_coordinate_learning_rate_scale_moves_only_the_coordinate_heads_that_much_faster():

@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("coordinate_binding", "occlusion", "map_building", "no_harm", "language_modelling", "moving_digits")
 BACKBONES = ("tensor", "base", "local")
 IMAGES = [f"masked_patches-{b}" for b in ("tensor", "base", "local", "registers")]  # bidirectional: no state to budget
-LOCAL_UPDATE = "tensor_local_update"  # the tensor backbone retrained with MemoryConfig.write_mode = "local"
+LOCAL_UPDATE = "tensor_local_update"  # the tensor backbone retrained with MemoryConfig.write.mode = "local"
 SHARED_STATE = "tensor_shared_state"  # the leaky variant, shipped to show the audit catching it
 WINDOWED = "tensor_windowed"  # the memory on the local baseline's attention window (masked patches: 7)
-VARIANTS = {LOCAL_UPDATE: ("write_mode", "local"), SHARED_STATE: ("share_state", True), WINDOWED: ("window", 7)}
+# variant: (where in the backbone's config it differs, what it holds there)
+VARIANTS = {LOCAL_UPDATE: ("memory.write.mode", "local"), SHARED_STATE: ("share_state", True), WINDOWED: ("window", 7)}
 SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES] + \
     sorted(d for v in VARIANTS for d in (ROOT / "checkpoints").glob(f"*-{v}")) + \
     [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")] + \
@@ -31,8 +32,10 @@ def test_shipped_checkpoint_reproduces_its_metrics(directory):
     kind = ckpt.config["model"]["kind"]
     if variant in VARIANTS:
         field, value = VARIANTS[variant]
-        settings = ckpt.config["model"]["memory"] if variant == LOCAL_UPDATE else ckpt.config["model"]
-        assert kind == "tensor" and settings[field] == value
+        held = ckpt.model.backbone.config
+        for part in field.split("."):
+            held = getattr(held, part)
+        assert kind == "tensor" and held == value
     else:
         assert kind == variant
     assert directory.stat().st_size and (directory / "model.safetensors").stat().st_size < 5_000_000  # a few MB

@@ -8,6 +8,7 @@ volume is the Gaussian of step 4 (tensor_memory/memory/), the update follows c â
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ from analysis import capture
 from analysis.figures import teach as teach_figures
 from analysis.measures import teach
 from tensor_memory.memory.geometry import in_voxels
-from tensor_memory import load_checkpoint
+from tensor_memory import TensorMemory, load_checkpoint
+from tensor_memory.memory.config import WriteVariant
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "coordinate_binding-tensor"
 
@@ -120,11 +122,15 @@ def test_figures_of_a_step(setup):
 
 
 def test_walkthrough_follows_a_local_update_memory():
-    """With write_mode "local" the walkthrough runs the local update the layer runs, not the dense one."""
+    """With write mode "local" the walkthrough runs the local update the layer runs, not the dense one."""
     ckpt = load_checkpoint(CHECKPOINT)
-    for module in ckpt.model.modules():
-        if hasattr(module, "config") and hasattr(module.config, "write_mode"):
-            module.config.write_mode, module.config.window_k = "local", 1.0
+    for name, module in list(ckpt.model.named_modules()):  # each memory rebuilt as a local update, same weights
+        if isinstance(module, TensorMemory):
+            config = dataclasses.replace(module.config, write=WriteVariant(mode="local", window_k=1.0))
+            local = TensorMemory(config)
+            local.load_state_dict(module.state_dict())
+            parent, _, attribute = name.rpartition(".")
+            setattr(ckpt.model.get_submodule(parent), attribute, local.eval())
     trace = capture(ckpt, seed=2, progress=False)
     name = trace.layer_names[-1]
     memory = teach.memory_module(ckpt.model, name)

@@ -176,7 +176,7 @@ class Head(nn.Module):
     def __init__(self, partial_chunk: str = "pending", twice: bool = False) -> None:
         super().__init__()
         self.memory = TensorMemory(MemoryConfig(token_dim=8, channels=2, grid=(3, 3, 3), chunk_size=3, gate_init=0.0,
-                                                partial_chunk=partial_chunk))
+                                                public_code={"partial_chunk": partial_chunk}))
         self.head, self.twice = nn.Linear(8, 5), twice
 
     def forward(self, x):

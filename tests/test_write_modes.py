@@ -1,4 +1,4 @@
-"""The windowed write and the local update (MemoryConfig.write_mode): correctness only.
+"""The windowed write and the local update (MemoryConfig.write.mode): correctness only.
 
 Speed lives in benchmarks/large_grid.py. Here: the windowed write equals the dense one inside its
 box and is exactly zero outside; the local update equals the dense step inside the region it
@@ -51,8 +51,8 @@ def _trained_looking(cfg: MemoryConfig, seed: int = 0) -> TensorMemory:
 @pytest.mark.parametrize("mode", ["windowed", "local"])
 @pytest.mark.parametrize("grid,chunk_size,length", [((6, 6, 6), 1, 9), ((8, 5, 7), 2, 11)])
 def test_layer_matches_the_literal_reference_in_values_and_gradients(mode, grid, chunk_size, length):
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=grid, chunk_size=chunk_size, write_mode=mode,
-                       window_k=1.5, sigma_init=0.2, sigma_min=0.02)
+    cfg = MemoryConfig(token_dim=16, channels=4, grid=grid, chunk_size=chunk_size, write={"mode": mode, "window_k": 1.5},
+                       sigma_init=0.2, sigma_min=0.02)
     memory = _trained_looking(cfg)
     reference = ReferenceMemory(memory)
     x = torch.randn(3, length, 16)
@@ -130,8 +130,8 @@ def test_a_batch_whose_writes_reach_no_voxel_centre_keeps_its_state_exactly():
 
 def test_local_update_with_a_box_covering_the_grid_is_the_dense_update():
     cfg = dict(token_dim=16, channels=4, grid=(4, 4, 4), chunk_size=1, sigma_init=0.7, sigma_min=0.35)
-    dense = _trained_looking(MemoryConfig(**cfg, write_mode="windowed", window_k=100.0))
-    local = TensorMemory(MemoryConfig(**cfg, write_mode="local", window_k=100.0))
+    dense = _trained_looking(MemoryConfig(**cfg, write={"mode": "windowed", "window_k": 100.0}))
+    local = TensorMemory(MemoryConfig(**cfg, write={"mode": "local", "window_k": 100.0}))
     local.load_state_dict(dense.state_dict())
     x = torch.randn(2, 7, 16)
     y_dense, s_dense = dense(x)
@@ -143,8 +143,8 @@ def test_local_update_with_a_box_covering_the_grid_is_the_dense_update():
 def test_the_region_is_the_box_even_where_the_gaussian_underflows_to_zero():
     # k = 20 with σ of a fraction of a voxel: exp(-r²/2σ²) is exactly 0.0 in float32 well inside the box,
     # yet those cells are in the box and must be updated, as the literal reference does.
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=(8, 8, 8), chunk_size=1, write_mode="local",
-                       window_k=20.0, sigma_init=0.04, sigma_min=0.02)
+    cfg = MemoryConfig(token_dim=16, channels=4, grid=(8, 8, 8), chunk_size=1, write={"mode": "local", "window_k": 20.0},
+                       sigma_init=0.04, sigma_min=0.02)
     memory = _trained_looking(cfg, seed=7)
     x = torch.randn(2, 5, 16)
     y, state = memory(x)
@@ -156,22 +156,22 @@ def test_the_region_is_the_box_even_where_the_gaussian_underflows_to_zero():
 def test_options_leave_the_default_dense_layer_untouched():
     torch.manual_seed(3)
     base = MemoryConfig(token_dim=16, channels=4, grid=(5, 5, 5))
-    assert base.write_mode == "dense" and base.write_window is None
+    assert base.write.mode == "dense" and base.write.window is None
     dense = TensorMemory(base)
-    wide = TensorMemory(MemoryConfig(**{**base.to_dict(), "write_mode": "windowed", "window_k": 1e6}))
+    wide = TensorMemory(MemoryConfig.from_dict({**base.to_dict(), "write": {"mode": "windowed", "window_k": 1e6}}))
     wide.load_state_dict(dense.state_dict())
     x = torch.randn(2, 6, 16)
     # A box wider than the grid cuts nothing: the windowed layer gives the dense layer's numbers exactly.
     assert torch.equal(dense(x)[0], wide(x)[0])
-    narrow = TensorMemory(MemoryConfig(**{**base.to_dict(), "write_mode": "windowed", "window_k": 0.5}))
+    narrow = TensorMemory(MemoryConfig.from_dict({**base.to_dict(), "write": {"mode": "windowed", "window_k": 0.5}}))
     narrow.load_state_dict(dense.state_dict())
     assert not torch.allclose(dense(x)[0], narrow(x)[0])  # the option does change outputs when on
 
 
 @pytest.mark.parametrize("mode", ["windowed", "local"])
 def test_streaming_in_segments_equals_one_pass(mode):
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=(6, 6, 6), chunk_size=3, write_mode=mode,
-                       window_k=2.0, sigma_init=0.2, sigma_min=0.02)
+    cfg = MemoryConfig(token_dim=16, channels=4, grid=(6, 6, 6), chunk_size=3, write={"mode": mode, "window_k": 2.0},
+                       sigma_init=0.2, sigma_min=0.02)
     memory = _trained_looking(cfg, seed=5)
     x = torch.randn(2, 14, 16)
     y_whole, s_whole = memory(x)
@@ -184,18 +184,22 @@ def test_streaming_in_segments_equals_one_pass(mode):
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("write_mode", "sparse", "write_mode must be one of 'dense', 'windowed', 'local'"),
-    ("window_k", 0.0, "window_k must be a finite number in \\(0.0"),
-    ("window_k", float("nan"), "window_k must be a finite number"),
+    ("mode", "sparse", "write.mode must be one of 'dense', 'windowed', 'local'"),
+    ("window_k", 0.0, "write.window_k must be a finite number in \\(0.0"),
+    ("window_k", float("nan"), "write.window_k must be a finite number"),
 ])
 def test_bad_write_options_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
-        MemoryConfig(**{field: value})
+        MemoryConfig(write={field: value})
 
 
 def test_write_options_round_trip_and_old_configs_load_dense():
-    cfg = MemoryConfig(write_mode="local", window_k=2.5)
+    cfg = MemoryConfig(write={"mode": "local", "window_k": 2.5})
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     old = cfg.to_dict()
-    del old["write_mode"], old["window_k"]  # a checkpoint written before the options existed
-    assert MemoryConfig.from_dict(old).write_mode == "dense"
+    del old["write"]  # a checkpoint written before the options existed
+    assert MemoryConfig.from_dict(old).write.mode == "dense"
+    flat = {**old, "write_mode": "local", "window_k": 2.5}  # a checkpoint written before the variants were grouped
+    assert MemoryConfig.from_dict(flat) == cfg
+    with pytest.raises(ValueError, match="'write_mode' and write.mode name one setting"):
+        MemoryConfig.from_dict({**flat, "write": {"mode": "dense"}})

@@ -1,4 +1,4 @@
-"""Issue 30's path integration (MemoryConfig.write_path="integrated"), off by default: a sequence's first write is
+"""Path integration (MemoryConfig.addressing.write_path="integrated"), off by default: a sequence's first write is
 placed by the coordinate head, every later one at the last write's place plus a step from a head of its own, summed
 before tanh. Off, the layer is the mechanism (held bit for bit to git history by tests/test_relayout.py); on, its
 writes are checked against an independent computation and a stream cut anywhere against one pass."""
@@ -31,15 +31,15 @@ def writes(memory: TensorMemory, x: torch.Tensor, state=None) -> tuple[torch.Ten
 
 
 def test_path_integration_is_off_by_default():
-    assert MemoryConfig().write_path == "free"
+    assert MemoryConfig().addressing.write_path == "free"
     plain = layer()
     _, state = plain(torch.randn(2, 6, 8))
-    assert plain.step_head is None and state.place is None
-    assert not any(name.startswith("step_head") for name in plain.state_dict())
+    assert not hasattr(plain.addressing.path, "step_head") and state.place is None
+    assert not any("step_head" in name for name in plain.state_dict())
 
 
 def test_each_write_is_the_first_place_plus_the_summed_steps():
-    memory = layer(write_path="integrated")
+    memory = layer(addressing={"write_path": "integrated"})
     torch.manual_seed(1)
     x = torch.randn(2, 4 * CHUNK, 8)
     mu_write, state = writes(memory, x)
@@ -49,7 +49,7 @@ def test_each_write_is_the_first_place_plus_the_summed_steps():
         place = memory.coord_head(s[:, 0])
         expected = [torch.tanh(place)]
         for k in range(1, 4):
-            place = place + memory.step_head(s[:, k])
+            place = place + memory.addressing.path.step_head(s[:, k])
             expected.append(torch.tanh(place))
     torch.testing.assert_close(mu_write, torch.stack(expected, dim=1))
     torch.testing.assert_close(state.place, place)
@@ -60,7 +60,7 @@ def test_each_write_is_the_first_place_plus_the_summed_steps():
 
 @pytest.mark.parametrize("cuts", [(CHUNK,), (3,), (1, 4, 5)])
 def test_a_stream_cut_anywhere_gives_one_pass(cuts):
-    memory = layer(write_path="integrated")
+    memory = layer(addressing={"write_path": "integrated"})
     torch.manual_seed(2)
     x = torch.randn(2, 5 * CHUNK + 1, 8)
     whole, state_whole = memory(x)
@@ -77,12 +77,12 @@ def test_a_stream_cut_anywhere_gives_one_pass(cuts):
 
 
 def test_the_steps_learn_and_the_streams_state_keeps_the_place():
-    memory = layer(write_path="integrated")
+    memory = layer(addressing={"write_path": "integrated"})
     torch.manual_seed(3)
     x = torch.randn(2, 3 * CHUNK, 8)
     y, _ = memory(x)
     y.square().sum().backward()
-    assert memory.step_head.weight.grad.abs().sum() > 0
+    assert memory.addressing.path.step_head.weight.grad.abs().sum() > 0
     with streaming(memory) as stream:
         memory(x[:, :CHUNK + 1])
         carried = stream.states[""]
@@ -94,12 +94,12 @@ def test_the_steps_learn_and_the_streams_state_keeps_the_place():
 
 def test_bad_settings_and_states_are_refused():
     with pytest.raises(ValueError, match="needs coordinates='tanh'"):
-        MemoryConfig(write_path="integrated", coordinates="soft_argmax")
+        MemoryConfig(addressing={"write_path": "integrated", "coordinates": "soft_argmax"})
     with pytest.raises(ValueError, match="write_path must be one of"):
-        MemoryConfig(write_path="sideways")
-    with pytest.raises(ValueError, match="write_path='integrated' is a remedy"):
-        ReferenceMemory(layer(write_path="integrated"))
-    integrated, plain = layer(write_path="integrated"), layer()
+        MemoryConfig(addressing={"write_path": "sideways"})
+    with pytest.raises(ValueError, match="MemoryConfig.addressing asks for a variant it does not have"):
+        ReferenceMemory(layer(addressing={"write_path": "integrated"}))
+    integrated, plain = layer(addressing={"write_path": "integrated"}), layer()
     _, state = integrated(torch.randn(2, 2 * CHUNK, 8))
     with pytest.raises(ValueError, match="MemoryState.place must be None"):
         plain(torch.randn(2, CHUNK, 8), state)  # a place given to a layer that does not integrate

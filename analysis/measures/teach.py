@@ -104,7 +104,7 @@ def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray,
         out, _ = memory(tokens, state)
     got = rec[""]
     with torch.no_grad():  # the write volume, for the picture: the forward only ever holds its factors
-        write = gaussian_write(given["content"][0], given["mu_write"][0], given["sigma"][0], grid, cfg.write_window)
+        write = gaussian_write(given["content"][0], given["mu_write"][0], given["sigma"][0], grid, cfg.write.window)
     first = lambda t: t[0, 0].numpy().copy()  # noqa: E731  (1, 1, …) → (…)
     xyz_read = first(got.mu_read)
     return MechanismStep(mu_read=xyz_read, mu_write=first(got.mu_write), sigma=float(got.sigma[0, 0]),

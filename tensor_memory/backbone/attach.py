@@ -234,9 +234,9 @@ def attach_memory(model: nn.Module, config: MemoryConfig,
     """
     if not isinstance(config, MemoryConfig):
         raise ValueError(f"attach_memory expects a MemoryConfig, got {type(config).__name__}")
-    if config.output != "residual":
+    if config.public_code.output != "residual":
         raise ValueError("attach_memory adds the memory's read to a layer's hidden states: it needs "
-                         f"MemoryConfig(output='residual'), got output={config.output!r}")
+                         f"MemoryConfig(public_code={{'output': 'residual'}}), got output={config.public_code.output!r}")
     chosen = _choose(model, layers)
     for parent, name, block in chosen:  # check everything before changing anything
         where = f"block {name!r}" if parent is not None else "the model"

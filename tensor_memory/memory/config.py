@@ -1,62 +1,155 @@
-"""A memory layer's settings (:class:`MemoryConfig`) and its recurrent state (:class:`MemoryState`)."""
+"""A memory layer's settings (:class:`MemoryConfig`) and its recurrent state (:class:`MemoryState`).
+
+:class:`MemoryConfig`'s own fields are the mechanism (DESIGN.md §2) and its initialisation. Everything that changes how
+a step is computed is a variant, grouped by the step it changes: :class:`AddressingVariant` (step 2),
+:class:`ReadVariant` (3), :class:`WriteVariant` (4), :class:`UpdateVariant` (5), and :class:`PublicCodeOptions`, what
+the paper's public code does differently. Each group's defaults are the mechanism; ``variants/`` holds the components
+they choose. What each variant did to training is measured in ``docs/trainability.md``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
 
-# Initialisations a config can choose. "random" is PyTorch's default Linear init. The others
-# make a memory trainable where the signal has to find its way in: with "sum" a chunk's summary
-# sees a token wherever it sits in the chunk (a random projection of the concatenation has to
-# learn that per position), and with "centre" reads and writes overlap before any training.
+# Initialisations a config can choose. "random" is PyTorch's default Linear init. "sum": a chunk's summary starts as
+# its tokens summed, so it sees a token wherever it sits in the chunk; "centre": reads and writes start at the centre.
 INIT_CHOICES = {"summary_init": ("random", "sum"), "coord_init": ("random", "centre")}
 
-# How a chunk's write reaches the volume. "dense" is the mechanism as written: the Gaussian
-# touches every voxel and every voxel is updated. "windowed" cuts the Gaussian to a box of
-# ±window_k·σ around μ (exactly zero outside). "local" also updates only the cells of that box
-# plus a one-voxel margin (what the 3-tap convolutions reach); every other cell keeps its
-# state exactly — the paper's suggested remedy for the cost of dense updates.
-WRITE_MODES = ("dense", "windowed", "local")
 
-# What the layer returns. "residual": y = x + σ(γ)·m, the token stream with the read added (LN_m and the
-# gate inside, as DESIGN.md places them). "message": y = m, the projected read alone, with no γ: the paper's
-# public TensorMemoryInterface, whose blocks add their own norm and gate (public_code.py imports it).
-OUTPUTS = ("residual", "message")
-# A last incomplete chunk. "pending": read now, written once its tokens are complete (a stream cut anywhere
-# gives the outputs of one pass). "pad": zero-padded to a whole chunk and written at once, as the public
-# code does; nothing is carried, so a stream cut inside a chunk differs from one pass.
-PARTIAL_CHUNKS = ("pending", "pad")
-# How the coordinate head's output becomes (x, y, z) in [-1, 1]. "tanh": tanh of three numbers (the mechanism as
-# written). "soft_argmax": the head gives one logit per voxel along each axis and the coordinate is the expected
-# voxel centre under their softmax (DSNT, arXiv 1801.07372): every voxel of every axis gets gradient, where tanh
-# gives one direction that vanishes at a face. A remedy of issue 30, off by default.
-COORDINATES = ("tanh", "soft_argmax")
-# Where a chunk's content lands. "gaussian": the soft write of step 4. "nearest": all of it on the voxel nearest μ_write,
-# a hard write through which no gradient reaches μ_write or σ — an ablation of issue 30 (the paper's public code has it).
-WRITE_PROFILES = ("gaussian", "nearest")
-UPDATE_TAPS = (3, 1)  # the update's depthwise convolutions: 3 taps per axis, or 1 (a 1×1×1 update: no neighbourhood)
-# Two remedies of issue 30 on the read, off by default. read_jitter r > 0: a read's value is still the trilinear
-# sample at μ_read, but its gradient with respect to μ_read is the mean of the gradients at the six points r voxel
-# spacings either side of μ_read along each axis (Linearized Multi-Sampling, arXiv 1901.07124, simplified to a fixed
-# stencil): a read feels writes a few voxels away, where trilinear interpolation feels only its 8 voxels.
-# voxel_codes: every read samples h plus a learned volume of voxel identities (CoordConv; the Block-Recurrent
-# Transformer's state IDs), so a read says where it read even from an empty memory; the codes start as the voxel's
-# (x, y, z) mixed into the C channels by a fixed random matrix, so nearby voxels start with nearby codes.
-# Where writes go, a remedy of issue 30 for moving objects. "free": each write's place comes from its own summary
-# (the mechanism). "integrated": path integration, as GTM-SM does: a sequence's first write is placed as "free" does,
-# every later one at the last write's place plus a step a head predicts from the chunk (summed before tanh, so the
-# path stays in the grid); the last place travels in MemoryState.place, so a stream cut anywhere gives one pass.
-WRITE_PATHS = ("free", "integrated")
+def _require_choice(owner: str, name: str, value: Any, allowed: tuple) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+
+
+def _require_bool(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
+
+
+@dataclasses.dataclass
+class AddressingVariant(ConfigBase):
+    """Step 2: how a chunk's coordinates are made (``variants/addressing.py``)."""
+
+    # "tanh": tanh of three numbers. "soft_argmax": one logit per voxel of each axis, the coordinate the expected voxel
+    # centre under their softmax (DSNT), so every voxel gets gradient where tanh's vanishes at a face.
+    coordinates: str = "tanh"
+    separate_heads: bool = False  # True: reads get a coordinate head of their own instead of sharing the writes'
+    # "free": each write placed by its own summary. "integrated": path integration; a sequence's first write is free,
+    # each later one the last write's place plus a step predicted from its chunk (summed before tanh).
+    write_path: str = "free"
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig.addressing"
+        _require_choice(owner, "coordinates", self.coordinates, ("tanh", "soft_argmax"))
+        _require_bool(owner, "separate_heads", self.separate_heads)
+        _require_choice(owner, "write_path", self.write_path, ("free", "integrated"))
+        if self.write_path == "integrated" and self.coordinates != "tanh":
+            raise ValueError(f"{owner}.write_path='integrated' sums steps before tanh and needs coordinates='tanh' "
+                             f"(got coordinates={self.coordinates!r})")
+
+
+@dataclasses.dataclass
+class ReadVariant(ConfigBase):
+    """Step 3: how ``h`` is sampled at μ_read (``variants/reading.py``)."""
+
+    # r > 0 (voxel spacings): the read's value is the trilinear sample at μ_read, its gradient to μ_read the mean of the
+    # gradients at six points r spacings either side along each axis (linearised multi-sampling), so a read feels
+    # writes a few voxels away.
+    jitter: float = 0.0
+    # True: reads sample h plus a learned volume of voxel codes (CoordConv), so a read of an empty memory still says
+    # where it read; the codes start as each voxel's (x, y, z) mixed into the C channels.
+    voxel_codes: bool = False
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig.read"
+        require_float(owner, "jitter", self.jitter, 0.0, float(L.MAX_GRID_SIDE))
+        _require_bool(owner, "voxel_codes", self.voxel_codes)
+
+
+@dataclasses.dataclass
+class WriteVariant(ConfigBase):
+    """Step 4: where a chunk's content lands (``variants/writing.py``), and so which cells step 5 updates."""
+
+    profile: str = "gaussian"  # "nearest": all of it on the voxel nearest μ_write, a hard write with no gradient to μ, σ
+    # "dense": the Gaussian touches every voxel, every voxel is updated. "windowed": the Gaussian cut to a box of
+    # ±window_k·σ around μ. "local": windowed, and only the box plus a one-voxel margin is updated (the rest keeps its
+    # state exactly), the paper's suggested remedy for the cost of dense updates.
+    mode: str = "dense"
+    window_k: float = 3.0  # half-width of the box in σ ("windowed" and "local")
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig.write"
+        _require_choice(owner, "profile", self.profile, ("gaussian", "nearest"))
+        _require_choice(owner, "mode", self.mode, ("dense", "windowed", "local"))
+        require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
+        if self.profile == "nearest" and self.mode != "dense":
+            raise ValueError(f"{owner}.profile='nearest' needs mode='dense': a ±kσ box could cut the one voxel a hard "
+                             f"write lands on (got mode={self.mode!r})")
+
+    @property
+    def window(self) -> Optional[float]:
+        """k of the ±kσ write box, or None for the dense write."""
+        return None if self.mode == "dense" else float(self.window_k)
+
+
+@dataclasses.dataclass
+class UpdateVariant(ConfigBase):
+    """Step 5: the ConvLSTM update's neighbourhood (``variants/updating.py``)."""
+
+    taps: int = 3  # taps of each depthwise convolution: 3, or 1 (a 1×1×1 update: no neighbourhood)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.taps, bool) or self.taps not in (3, 1):
+            raise ValueError(f"MemoryConfig.update.taps must be 3 (the mechanism) or 1 (a 1×1×1 update), "
+                             f"got {self.taps!r}")
+
+
+@dataclasses.dataclass
+class PublicCodeOptions(ConfigBase):
+    """What the paper's public ``TensorMemoryInterface`` does differently (``public_code.py`` sets them all)."""
+
+    input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
+    # "residual": y = x + σ(γ)·m. "message": y = m, the projected read alone with no γ (its blocks gate it).
+    output: str = "residual"
+    # A last incomplete chunk. "pending": read now, written once complete (a stream cut anywhere gives one pass).
+    # "pad": zero-padded and written at once; nothing is carried.
+    partial_chunk: str = "pending"
+    depthwise_bias: bool = False  # a learned bias after each depthwise convolution, (3 axes, 2C)
+    write_eps: float = 0.0  # added to 2σ² in the Gaussian write: exp(-‖p − μ‖² / (2σ² + write_eps))
+    sigma_scale: float = 1.0  # σ = sigma_scale · (softplus(·) + sigma_min)
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig.public_code"
+        _require_bool(owner, "input_norm", self.input_norm)
+        _require_choice(owner, "output", self.output, ("residual", "message"))
+        _require_choice(owner, "partial_chunk", self.partial_chunk, ("pending", "pad"))
+        _require_bool(owner, "depthwise_bias", self.depthwise_bias)
+        require_float(owner, "write_eps", self.write_eps, 0.0)
+        require_float(owner, "sigma_scale", self.sigma_scale, 0.0, low_open=True)
+
+
+VARIANT_GROUPS = {"addressing": AddressingVariant, "read": ReadVariant, "write": WriteVariant,
+                  "update": UpdateVariant, "public_code": PublicCodeOptions}
+# Configs written before the variants were grouped (checkpoints, run configs, ``--set`` commands) name their settings
+# flat; :meth:`MemoryConfig.from_dict` reads them into their groups.
+FLAT_NAMES = {"coordinates": ("addressing", "coordinates"), "separate_heads": ("addressing", "separate_heads"),
+              "write_path": ("addressing", "write_path"), "read_jitter": ("read", "jitter"),
+              "voxel_codes": ("read", "voxel_codes"), "write_profile": ("write", "profile"),
+              "write_mode": ("write", "mode"), "window_k": ("write", "window_k"), "update_taps": ("update", "taps"),
+              **{name: ("public_code", name) for name in ("input_norm", "output", "partial_chunk", "depthwise_bias",
+                                                            "write_eps", "sigma_scale")}}
 
 
 @dataclasses.dataclass
 class MemoryConfig(ConfigBase):
+    # The mechanism.
     token_dim: int = 64  # d, the width of the tokens that read and write
     channels: int = 16  # C, features per voxel
     grid: tuple[int, int, int] = (6, 6, 6)  # (D, H, W) voxels
@@ -64,28 +157,16 @@ class MemoryConfig(ConfigBase):
     gate_init: float = -2.0  # γ at init: σ(-2) ≈ 0.12; use ≈ -9 to attach to a pretrained model
     sigma_init: float = 0.4  # initial write spread, normalised units (one voxel spacing at 6 voxels)
     sigma_min: float = 0.05  # floor under the learned spread, so a write never becomes a spike
-    forget_bias: float = 4.0  # forget-gate bias at init: σ(4) = 0.98, so a write survives tens of chunks (1 forgot it in ~5)
+    forget_bias: float = 4.0  # forget-gate bias at init: σ(4) = 0.98, so a write survives tens of chunks
     summary_init: str = "random"  # "sum": the write summary starts as the chunk's tokens summed (÷√chunk)
-    summary_norm: bool = True  # layer-normalise s_k (no gain): without it the projection grows and tanh pins writes at a face
+    summary_norm: bool = True  # layer-normalise s_k (no gain): without it the projection grows and tanh pins writes
     coord_init: str = "random"  # "centre": every read and write starts at the grid's centre
-    coordinates: str = "tanh"  # "tanh" | "soft_argmax", see COORDINATES
-    write_mode: str = "dense"  # "dense" | "windowed" | "local", see WRITE_MODES
-    window_k: float = 3.0  # half-width of the write box in σ ("windowed" and "local")
-    # Ablations of the mechanism (issue 30's table in docs/results.md); the defaults are the mechanism.
-    write_profile: str = "gaussian"  # "gaussian" | "nearest", see WRITE_PROFILES
-    separate_heads: bool = False  # True: reads get a coordinate head of their own instead of sharing the writes'
-    update_taps: int = 3  # 3 | 1, see UPDATE_TAPS
-    # Remedies of issue 30 on the read (see above); the defaults are the mechanism.
-    read_jitter: float = 0.0  # r in voxel spacings; 0: a read's gradient is the trilinear one
-    voxel_codes: bool = False  # True: reads sample h + a learned (D, H, W, C) volume of voxel codes
-    write_path: str = "free"  # "free" | "integrated", see WRITE_PATHS
-    # Options for the paper's public code (public_code.py sets them all); the defaults are this mechanism.
-    input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
-    output: str = "residual"  # "residual" | "message", see OUTPUTS
-    partial_chunk: str = "pending"  # "pending" | "pad", see PARTIAL_CHUNKS
-    depthwise_bias: bool = False  # a learned bias after each depthwise convolution, (3 axes, 2C)
-    write_eps: float = 0.0  # added to 2σ² in the Gaussian write: exp(-‖p − μ‖² / (2σ² + write_eps))
-    sigma_scale: float = 1.0  # σ = sigma_scale · (softplus(·) + sigma_min)
+    # The variants, by the step they change; the defaults are the mechanism.
+    addressing: AddressingVariant = dataclasses.field(default_factory=AddressingVariant)
+    read: ReadVariant = dataclasses.field(default_factory=ReadVariant)
+    write: WriteVariant = dataclasses.field(default_factory=WriteVariant)
+    update: UpdateVariant = dataclasses.field(default_factory=UpdateVariant)
+    public_code: PublicCodeOptions = dataclasses.field(default_factory=PublicCodeOptions)
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
@@ -100,37 +181,38 @@ class MemoryConfig(ConfigBase):
         self.grid = grid  # type: ignore[assignment]
         require_int(owner, "grid (D·H·W voxels)", math.prod(grid), 8, L.MAX_GRID_CELLS)
         require_int(owner, "channels × grid (2·C·D·H·W state numbers)", self.state_numel, 1, L.MAX_STATE_NUMBERS)
+        for name, group in VARIANT_GROUPS.items():  # a group may come as a dict (from JSON, TOML or by hand)
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, group.from_dict(value))
+            elif not isinstance(value, group):
+                raise ValueError(f"{owner}.{name} must be a {group.__name__} or a dict, got {type(value).__name__}")
         require_float(owner, "gate_init", self.gate_init)
         require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
-        require_float(owner, "sigma_scale", self.sigma_scale, 0.0, low_open=True)
-        require_float(owner, "sigma_init", self.sigma_init, self.sigma_min * self.sigma_scale, low_open=True)
-        require_float(owner, "write_eps", self.write_eps, 0.0)
+        require_float(owner, "sigma_init", self.sigma_init, self.sigma_min * self.public_code.sigma_scale,
+                      low_open=True)
         require_float(owner, "forget_bias", self.forget_bias)
-        for name in ("summary_norm", "input_norm", "depthwise_bias", "separate_heads", "voxel_codes"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
-        choices = {**INIT_CHOICES, "write_mode": WRITE_MODES, "output": OUTPUTS, "partial_chunk": PARTIAL_CHUNKS,
-                   "coordinates": COORDINATES, "write_profile": WRITE_PROFILES, "write_path": WRITE_PATHS}
-        for name, allowed in choices.items():
-            value = getattr(self, name)
-            if not isinstance(value, str) or value not in allowed:
-                raise ValueError(f"{owner}.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-        require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
-        require_float(owner, "read_jitter", self.read_jitter, 0.0, float(L.MAX_GRID_SIDE))
-        if isinstance(self.update_taps, bool) or self.update_taps not in UPDATE_TAPS:
-            raise ValueError(f"{owner}.update_taps must be 3 (the mechanism) or 1 (a 1×1×1 update), "
-                             f"got {self.update_taps!r}")
-        if self.write_profile == "nearest" and self.write_mode != "dense":
-            raise ValueError(f"{owner}.write_profile='nearest' needs write_mode='dense': a ±kσ box could cut the one "
-                             f"voxel a hard write lands on (got write_mode={self.write_mode!r})")
-        if self.write_path == "integrated" and self.coordinates != "tanh":
-            raise ValueError(f"{owner}.write_path='integrated' sums steps before tanh and needs coordinates='tanh' "
-                             f"(got coordinates={self.coordinates!r})")
+        _require_bool(owner, "summary_norm", self.summary_norm)
+        for name, allowed in INIT_CHOICES.items():
+            _require_choice(owner, name, getattr(self, name), allowed)
 
-    @property
-    def write_window(self) -> Optional[float]:
-        """k of the ±kσ write box, or None for the dense write."""
-        return None if self.write_mode == "dense" else float(self.window_k)
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MemoryConfig":
+        """A config from its dict; settings named flat (:data:`FLAT_NAMES`, as configs before the groups name them)
+        are read into their groups, and named both ways are refused."""
+        if not isinstance(data, dict):
+            raise ValueError(f"MemoryConfig.from_dict expects a dict, got {type(data).__name__}")
+        data = dict(data)
+        for flat in [name for name in data if name in FLAT_NAMES]:
+            group, field = FLAT_NAMES[flat]
+            nested = data.get(group, {})
+            if not isinstance(nested, dict):
+                raise ValueError(f"MemoryConfig.{group} must be a dict, got {type(nested).__name__}")
+            if field in nested:
+                raise ValueError(f"MemoryConfig: {flat!r} and {group}.{field} name one setting; give it once, as "
+                                 f"{group}.{field}")
+            data[group] = {**nested, field: data.pop(flat)}
+        return super().from_dict(data)
 
     @property
     def state_numel(self) -> int:
@@ -139,15 +221,38 @@ class MemoryConfig(ConfigBase):
         return 2 * self.channels * D * H * W
 
 
+def check_call(config: MemoryConfig, x: torch.Tensor, state: Optional["MemoryState"]) -> None:
+    """A layer's input x (B, N, token_dim), finite, and a state that fits it; a ValueError saying what to pass."""
+    if x.dim() != 3 or x.shape[-1] != config.token_dim:
+        raise ValueError(f"TensorMemory expects x of shape (B, N, token_dim={config.token_dim}), "
+                         f"got {tuple(x.shape)}; check MemoryConfig.token_dim")
+    if not torch.isfinite(x).all():
+        raise ValueError("TensorMemory input contains NaN or infinite values")
+    if state is None:
+        return
+    expected = (x.shape[0], config.channels, *config.grid)
+    if tuple(state.h.shape) != expected or tuple(state.c.shape) != expected:
+        raise ValueError(f"MemoryState h and c must be {expected}, got {tuple(state.h.shape)} and "
+                         f"{tuple(state.c.shape)}")
+    pending = state.pending
+    if pending.dim() != 3 or pending.shape[0] != x.shape[0] or pending.shape[1] >= config.chunk_size \
+            or pending.shape[2] != config.token_dim:
+        raise ValueError(f"MemoryState.pending must be (B, P < chunk_size, token_dim), got {tuple(pending.shape)}")
+    integrated = config.addressing.write_path == "integrated"
+    if state.place is not None and (not integrated or tuple(state.place.shape) != (x.shape[0], 3)):
+        raise ValueError(f"MemoryState.place must be None, or (B, 3) for a layer with addressing.write_path="
+                         f"'integrated'; got {tuple(state.place.shape)} for write_path="
+                         f"{config.addressing.write_path!r}")
+
+
 @dataclasses.dataclass
 class MemoryState:
     """One memory layer's recurrent state.
 
-    h, c: (B, C, D, H, W). pending: (B, P, d), the normalised tokens of a chunk that is not
-    complete yet (P < chunk_size): it is read already but written once its last token arrives,
-    so a stream cut anywhere gives the same outputs as one pass. place: (B, 3), the last write's
-    coordinates before tanh, carried only by a layer with ``write_path="integrated"`` once it has
-    written (None otherwise).
+    h, c: (B, C, D, H, W). pending: (B, P, d), the normalised tokens of a chunk that is not complete yet (P <
+    chunk_size): read already, written once its last token arrives, so a stream cut anywhere gives one pass's outputs.
+    place: (B, 3), the last write's coordinates before tanh, carried only by a layer whose writes are path-integrated
+    once it has written (None otherwise).
     """
 
     h: torch.Tensor

@@ -1,4 +1,4 @@
-"""The local update (``MemoryConfig.write_mode = "local"``): only the cells a write reaches change.
+"""The local update (``MemoryConfig.write.mode = "local"``): only the cells a write reaches change.
 
 With the windowed write, chunk k's write volume ``V_k`` is exactly zero outside a box of ±kσ
 around ``μ_write``. The depthwise 3-tap convolutions carry it one voxel further, so the *update

@@ -2,10 +2,10 @@
 
 The public repository (github.com/kswain98/tensor-memory, ``tensor_memory/model.py``) calls its memory as
 ``out, (h, c) = interface(x, (h0, c0))``: x (B, N, d) tokens, h and c (B, C, D, H, W), out (B, N, d) the
-projected read of each token's chunk. Its mechanism is this project's with the options of
-:class:`MemoryConfig` that :data:`PUBLIC_OPTIONS` sets: no norm inside (its blocks normalise), the message as
-the output (its blocks gate it), a last incomplete chunk zero-padded and written, biases on the depthwise
-convolutions, a floor of 1e-4 under σ, ``2σ² + 1e-6`` in the Gaussian and a constructor's ``sigma_scale``.
+projected read of each token's chunk. Its mechanism is this project's with the options :data:`PUBLIC_OPTIONS` sets
+(``MemoryConfig.public_code``): no norm inside (its blocks normalise), the message as the output (its blocks gate it),
+a last incomplete chunk zero-padded and written, biases on the depthwise convolutions, ``2σ² + 1e-6`` in the Gaussian
+and a constructor's ``sigma_scale``; and with no norm on the write summary and a floor of 1e-4 under σ.
 :class:`PublicCodeMemory` holds that layer as ``.memory``, so hook points, ``record`` and ``memory_layers``
 find it. Its state dict (``safetensors.torch.save_file(interface.state_dict(), path)``) names:
 
@@ -28,8 +28,9 @@ from ..storage.user_files import read_safetensors
 from .config import MemoryConfig, MemoryState
 from .geometry import voxel_grid
 
-PUBLIC_OPTIONS = dict(input_norm=False, summary_norm=False, output="message", partial_chunk="pad",
-                      depthwise_bias=True, sigma_min=1e-4, write_eps=1e-6)
+# The public code's options (MemoryConfig.public_code) and the mechanism settings it has other values of.
+PUBLIC_OPTIONS = dict(input_norm=False, output="message", partial_chunk="pad", depthwise_bias=True, write_eps=1e-6)
+PUBLIC_MECHANISM = dict(summary_norm=False, sigma_min=1e-4)
 CONVS = ("conv_d", "conv_h", "conv_w")  # the depthwise convolutions along D, H, W
 KERNELS = ((3, 1, 1), (1, 3, 1), (1, 1, 3))
 MAX_FILE_BYTES = 512 << 20  # a weights file: far above any interface (the paper's largest is ~2.3M numbers)
@@ -100,8 +101,9 @@ def from_public_code(state_dict: Mapping[str, torch.Tensor], *, layer: type, chu
                          f"chunks of {chunk} tokens of width {d}: pass chunk_size={chunk} or leave it out")
     grid = _grid(tensors, grid, prefix)
     _check_entries(tensors, public_shapes(d, C, chunk, grid), prefix)
-    config = MemoryConfig(token_dim=d, channels=C, grid=grid, chunk_size=chunk, sigma_scale=float(sigma_scale),
-                          sigma_init=0.4 * sigma_scale, **PUBLIC_OPTIONS)  # σ_init: replaced by the weights loaded
+    config = MemoryConfig(token_dim=d, channels=C, grid=grid, chunk_size=chunk, sigma_init=0.4 * sigma_scale,
+                          public_code={**PUBLIC_OPTIONS, "sigma_scale": float(sigma_scale)},
+                          **PUBLIC_MECHANISM)  # σ_init: replaced by the weights loaded
     module = PublicCodeMemory(layer(config)).to(tensors["coord_net.weight"].dtype)
     module.memory.load_state_dict(_as_layer_weights(tensors, C), strict=True)
     return module
@@ -196,11 +198,11 @@ def _as_layer_weights(tensors: dict[str, torch.Tensor], C: int) -> dict[str, tor
             layer[f"{ours}.{part}"] = tensors[f"{theirs}.{part}"]
     convs = [f"gate_conv.{conv}" for conv in CONVS]
     layer["depthwise"] = torch.stack([tensors[f"{conv}.weight"].reshape(2 * C, 3) for conv in convs])  # (3, 2C, 3)
-    layer["depthwise_bias"] = torch.stack([tensors[f"{conv}.bias"] for conv in convs])  # (3, 2C)
+    layer["update.depthwise_bias"] = torch.stack([tensors[f"{conv}.bias"] for conv in convs])  # (3, 2C)
     layer["mix.weight"] = tensors["gate_conv.pointwise.weight"].reshape(4 * C, 2 * C)  # (4C, 2C)
     layer["mix.bias"] = tensors["gate_conv.pointwise.bias"]
     return layer
 
 
-__all__ = ["PublicCodeMemory", "PUBLIC_OPTIONS", "from_public_code", "read_public_code", "public_shapes",
+__all__ = ["PublicCodeMemory", "PUBLIC_OPTIONS", "PUBLIC_MECHANISM", "from_public_code", "read_public_code", "public_shapes",
            "public_grid_cache"]

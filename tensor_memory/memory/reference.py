@@ -1,13 +1,11 @@
 """A literal, slow implementation of the memory layer: the oracle for tests, the baseline for benchmarks.
 
-Chunk by chunk, exactly as the mechanism is written down: ``grid_sample`` for the read, a
-Gaussian evaluated at every voxel centre for the write, ``nn.Conv3d(groups=…)`` for the
-depthwise convolutions of ``[V ; h]`` and a 1×1×1 ``Conv3d`` for the mix. It shares no code
-with ``layer.py`` beyond the parameter values it copies. The windowed write masks the Gaussian
-with its box; the local update computes the dense step and keeps the old state outside the box
-dilated by one voxel: both options' definitions, written literally. So are the options for the paper's
-public code (``MemoryConfig.input_norm``, ``output``, ``partial_chunk``, ``depthwise_bias``, ``write_eps``,
-``sigma_scale``): biases on the ``Conv3d`` layers, a zero-padded last chunk written like the others.
+Chunk by chunk, exactly as the mechanism is written down: ``grid_sample`` for the read, a Gaussian evaluated at every
+voxel centre for the write, ``nn.Conv3d(groups=…)`` for the depthwise convolutions of ``[V ; h]`` and a 1×1×1
+``Conv3d`` for the mix. It shares no code with ``layer.py`` beyond the parameter values it copies. Of the variants it
+writes the windowed and local writes literally (the Gaussian masked with its box; the dense step, the old state kept
+outside the box dilated by one voxel) and the public code's options (biases on the ``Conv3d`` layers, a zero-padded
+last chunk written like the others); it refuses the others.
 """
 
 from __future__ import annotations
@@ -16,12 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import AddressingVariant, ReadVariant, UpdateVariant
 from .layer import TensorMemory
-
-
-# The settings of issue 30's remedies and ablations, as the mechanism has them: the reference refuses any other.
-MECHANISM_AS_WRITTEN = {"coordinates": "tanh", "write_profile": "gaussian", "separate_heads": False, "update_taps": 3,
-                        "read_jitter": 0.0, "voxel_codes": False, "write_path": "free"}
 
 
 class ReferenceMemory(nn.Module):
@@ -30,19 +24,21 @@ class ReferenceMemory(nn.Module):
     def __init__(self, memory: TensorMemory) -> None:
         super().__init__()
         cfg = self.config = memory.config
-        for name, as_written in MECHANISM_AS_WRITTEN.items():
-            if getattr(cfg, name) != as_written:
-                raise ValueError(f"ReferenceMemory writes the mechanism as the paper does; {name}="
-                                 f"{getattr(cfg, name)!r} is a remedy or an ablation it does not have")
+        as_written = {"addressing": AddressingVariant(), "read": ReadVariant(), "update": UpdateVariant()}
+        refused = [name for name, default in as_written.items() if getattr(cfg, name) != default]
+        refused += ["write.profile"] if cfg.write.profile != "gaussian" else []
+        if refused:
+            raise ValueError(f"ReferenceMemory writes the mechanism as the paper does; MemoryConfig.{refused[0]} asks "
+                             f"for a variant it does not have")
         d, C, cs = cfg.token_dim, cfg.channels, cfg.chunk_size
-        self.norm = nn.LayerNorm(d) if cfg.input_norm else nn.Identity()
+        self.norm = nn.LayerNorm(d) if cfg.public_code.input_norm else nn.Identity()
         self.summary = nn.Linear(cs * d, d)
         self.coord_head = nn.Linear(d, 3)
         self.out_proj = nn.Linear(C, d)
         self.gate = nn.Parameter(torch.zeros(())) if memory.gate is not None else None
         self.content = nn.Linear(d, C)
         self.spread = nn.Linear(d, 1)
-        bias = cfg.depthwise_bias
+        bias = cfg.public_code.depthwise_bias
         self.conv_d = nn.Conv3d(2 * C, 2 * C, (3, 1, 1), padding=(1, 0, 0), groups=2 * C, bias=bias)
         self.conv_h = nn.Conv3d(2 * C, 2 * C, (1, 3, 1), padding=(0, 1, 0), groups=2 * C, bias=bias)
         self.conv_w = nn.Conv3d(2 * C, 2 * C, (1, 1, 3), padding=(0, 0, 1), groups=2 * C, bias=bias)
@@ -61,7 +57,7 @@ class ReferenceMemory(nn.Module):
                                                   (self.conv_w, (1, 1, 3)))):
                 conv.weight.copy_(memory.depthwise[axis].view(2 * C, 1, *shape))
                 if conv.bias is not None:
-                    conv.bias.copy_(memory.depthwise_bias[axis])
+                    conv.bias.copy_(memory.update.depthwise_bias[axis])
             self.mix.weight.copy_(memory.mix.weight.view(4 * C, 2 * C, 1, 1, 1))
             self.mix.bias.copy_(memory.mix.bias)
 
@@ -87,7 +83,7 @@ class ReferenceMemory(nn.Module):
             message = self.out_proj(sample.view(B, -1))[:, None]  # (B, 1, d)
             gated = message if self.gate is None else x[:, start:start + cs] + torch.sigmoid(self.gate) * message
             outputs.append(gated.expand(B, chunk.shape[1], d))
-            if chunk.shape[1] < cs and cfg.partial_chunk == "pending":  # incomplete: nothing to write yet
+            if chunk.shape[1] < cs and cfg.public_code.partial_chunk == "pending":  # incomplete: nothing to write yet
                 break
             chunk = F.pad(chunk, (0, 0, 0, cs - chunk.shape[1]))  # (B, cs, d): zeros after a short last chunk
             h, c = self._step(chunk.reshape(B, cs * d), h, c, centres)
@@ -101,12 +97,12 @@ class ReferenceMemory(nn.Module):
         if cfg.summary_norm:
             s = F.layer_norm(s, (d,))
         mu_write = torch.tanh(self.coord_head(s))  # (B, 3)
-        sigma = (F.softplus(self.spread(s)) + cfg.sigma_min) * cfg.sigma_scale  # (B, 1)
+        sigma = (F.softplus(self.spread(s)) + cfg.sigma_min) * cfg.public_code.sigma_scale  # (B, 1)
         dist2 = ((centres[None] - mu_write[:, None, None, None, :]) ** 2).sum(-1)  # (B, D, H, W)
-        weight = torch.exp(-dist2 / (2 * sigma.view(B, 1, 1, 1) ** 2 + cfg.write_eps))  # (B, D, H, W)
-        if cfg.write_window is not None:  # windowed: zero outside the box |p − μ| ≤ kσ on every axis
+        weight = torch.exp(-dist2 / (2 * sigma.view(B, 1, 1, 1) ** 2 + cfg.public_code.write_eps))  # (B, D, H, W)
+        if cfg.write.window is not None:  # windowed: zero outside the box |p − μ| ≤ kσ on every axis
             box = ((centres[None] - mu_write[:, None, None, None, :]).abs()
-                   <= cfg.write_window * sigma.view(B, 1, 1, 1, 1)).all(-1)  # (B, D, H, W)
+                   <= cfg.write.window * sigma.view(B, 1, 1, 1, 1)).all(-1)  # (B, D, H, W)
             weight = weight * box
         volume = self.content(s)[:, :, None, None, None] * weight[:, None]  # (B, C, D, H, W)
         stacked = torch.cat([volume, h], dim=1)  # (B, 2C, D, H, W)
@@ -114,7 +110,7 @@ class ReferenceMemory(nn.Module):
         i, f, o, g = pre.chunk(4, dim=1)
         c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h_new = torch.sigmoid(o) * torch.tanh(c_new)
-        if cfg.write_mode == "local":  # only the box dilated by one voxel changes
+        if cfg.write.mode == "local":  # only the box dilated by one voxel changes
             region = F.max_pool3d(box[:, None].to(whole.dtype), 3, stride=1, padding=1) > 0  # (B, 1, D, H, W)
             c_new, h_new = torch.where(region, c_new, c), torch.where(region, h_new, h)
         return h_new, c_new

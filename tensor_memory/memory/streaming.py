@@ -6,7 +6,7 @@ sees a fresh memory at every forward call. Inside ``with streaming(model) as str
 memory of ``model`` instead continues from the state its previous call left, including the
 tokens of a chunk a call cut in two, so feeding a sequence in pieces gives the outputs of
 one pass (for the memories: attention sees across calls only where the model keeps a cache; and a
-memory with ``partial_chunk="pad"`` writes a padded chunk at every call, so only calls cut at
+memory with ``public_code.partial_chunk="pad"`` writes a padded chunk at every call, so only calls cut at
 chunk boundaries give one pass there)::
 
     with streaming(model) as stream:

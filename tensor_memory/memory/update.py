@@ -300,3 +300,15 @@ def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tenso
         if torch.is_grad_enabled() and needs_grad and factors[0].shape[0] > 0:
             return _ConvLSTMScan.apply(*inputs, offset, dtype)
         return _scan(factors, h, c, taps_h, mix, bias, offset, dtype=dtype)
+
+
+def recomputed_gates(factors, h0: torch.Tensor, hs: torch.Tensor, taps_h: torch.Tensor, offset: Optional[torch.Tensor],
+                     mix: torch.nn.Linear) -> tuple[torch.Tensor, ...]:
+    """The gates i, f, o and the candidate g of every chunk, (K, B, D, H, W, C) each, computed again from the write's
+    factors and the states the scan returned (h0 before the first chunk, hs after each), without gradient. With a
+    local update they are the values at every cell, though they act only inside each chunk's update region."""
+    with torch.no_grad():
+        h_prev = torch.cat([h0[None], hs[:-1]], dim=0)[:len(hs)]  # (K, B, D, H, W, C) the state before each write
+        x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h), offset)  # [dw_V(V) ; dw_h(h) ; 1]
+        weight = torch.cat([mix.weight, mix.bias[:, None]], dim=1)
+        return tuple(value.view(hs.shape) for value in gate_values(x, weight))

@@ -187,7 +187,7 @@ def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
                          f"to a causal model, so it applies to language_modelling only; set it to 1")
     chunks = 0  # memory chunks a sample writes; partial_chunk "pad" writes the last, short one too
     if backbone.memory is not None:
-        rounding = math.ceil if backbone.memory.partial_chunk == "pad" else math.floor
+        rounding = math.ceil if backbone.memory.public_code.partial_chunk == "pad" else math.floor
         chunks = rounding(task.tokens / backbone.memory.chunk_size)
     if cfg.recall_weight and cfg.address_scaffold_steps:
         raise ValueError("training.recall_weight with training.address_scaffold_steps: the recall loss reads where "
