@@ -46,8 +46,9 @@ def opening_page_work() -> None:
     from analysis.figures import use_template_by_default
     from analysis.figures.annotations import key_chunk
     from app import cache, state
-    from app.browser_stepper import stepping_span
     from app.layout import VolumeView
+    from app.paging import stepping_span
+    from app.views.explore import explore_views
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
     use_template_by_default()
@@ -59,7 +60,7 @@ def opening_page_work() -> None:
     layer = trace.layer_names[-1] if trace.layer_names else None
     drawable = layer is not None and state.memory_note(ref, cache.load(ref), trace) is None  # as Context decides
     span = stepping_span(key_chunk(trace), trace.num_chunks)  # the page the stepper opens on (None: all of it)
-    cache.explore_payload(ref, sample, layer, VolumeView() if drawable else None, span)
+    cache.stepper_payload("explore", explore_views, ref, sample, layer, VolumeView() if drawable else None, span)
 
 
 def _prepare_quietly() -> None:

@@ -6,6 +6,7 @@ is ``st.cache_data`` keyed by the checkpoint, the sample (seed and task paramete
 settings, so a session stepping through chunks only indexes into what is cached, and sessions
 with the same settings share the work but never each other's state. A sample's PyVista renderings
 are made all at once, in one render window (:func:`volume_renderings`). Every cache is bounded.
+Nothing here lays out a page: pages hand their payload builders to :func:`stepper_payload`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from analysis.measures.compare import checkpoint_summary
 from analysis.measures.images import Reconstruction, reconstruct
 from analysis.measures.language import TokenLosses, token_losses
 from analysis.traces.export import trace_bytes
-from analysis.traces.finite import nonfinite_fields
 from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import InterventionResult, intervene
 from analysis.measures.occlusion import belief_survival
@@ -33,14 +33,13 @@ from analysis.traces.predictions import prediction_trace
 from analysis.measures.addressing import addressing_report
 from analysis.traces.trace import Trace, TraceError, load_trace
 from analysis.traces.training_log import addressing_history
-from analysis.measures.world import READOUT_SAMPLES, decoded_map, map_probe, write_position_fit
+from analysis.measures.world import READOUT_SAMPLES, decoded_map, world_readout as fitted_readout
 from analysis.figures.views import explore_figures
 from analysis.measures.volumes import VolumeSeries, state_series
 from tensor_memory import memory_layers
 from tensor_memory.storage.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
 from tensor_memory.training.log import read_training_log
 
-from . import browser_stepper
 from .cli import DEVICE_ENV
 
 RENDER_LOCK = threading.Lock()  # one off-screen render at a time: VTK windows are not shared between threads safely
@@ -165,56 +164,18 @@ def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: st
     return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
 
 
-@st.cache_data(max_entries=16, show_spinner="Drawing every chunk's views…")
-def explore_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str],
-                    view: Optional[Any], span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
-    """Every chunk's Explore views for the browser (:mod:`app.browser_stepper`), of ``span`` (a long trace's page)
-    when given; ``view`` (a :class:`app.layout.VolumeView`, None without memory views) says how the volumes are
-    drawn."""
-    trace = trace_of(ref, sample)
-    if view is None:
-        return browser_stepper.explore_payload(trace, (ref, sample), layer, None, "volume", "write", span=span)
-    series = volume_series(ref, sample, layer, view.field, view.mode, view.index)
-    images = volume_renderings(ref, sample, layer, view.field, view.mode, view.index, span) if view.rendered else None
-    return browser_stepper.explore_payload(trace, (ref, sample), layer, series, view.kind, view.anchor, images, span)
-
-
-@st.cache_data(max_entries=16, show_spinner="Drawing every frame's belief…")
-def occlusion_payload(ref: CheckpointRef, sample: Sample, layer: Optional[str], memory: bool,
-                      span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
-    """Every chunk's Occlusion views for the browser (:func:`app.browser_stepper.occlusion_payload`), of ``span``
-    when given."""
-    return browser_stepper.occlusion_payload(sample_trace(ref, sample), (ref, sample), layer, memory, span)
+@st.cache_data(max_entries=32, show_spinner="Drawing every chunk's views…")
+def stepper_payload(page: str, _build: Callable[..., Any], *args: Hashable) -> Any:
+    """``_build(*args)``, a page's :class:`app.browser_stepper.StepperPayload`, cached by the page's name and
+    ``args``, which name everything it depends on (``_build`` itself is not hashed: a page defines it anew on every
+    run)."""
+    return _build(*args)
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring every chunk for the overview…")
 def overview(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str]) -> dict[str, Any]:
     """Per chunk of the whole trace, what the overview of a long trace plots (analysis.measures.overview)."""
     return chunk_overview(trace_of(ref, sample), layer)
-
-
-def comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
-                       layer: Optional[str], view: Any, span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
-    """Two checkpoints of one task, each on its ``samples`` (the same task settings), side by side for the browser
-    (:func:`app.browser_stepper.comparison_payload`): the first's memory ``layer`` and the other's last, drawn as
-    ``view`` (:class:`app.layout.VolumeView`) says; no volume for a checkpoint without a memory to show; ``span``:
-    a long trace's page."""
-    return _comparison_payload(refs, samples, layer, (view.field, view.mode, view.index, view.kind), span)
-
-
-@st.cache_data(max_entries=8, show_spinner="Running the sample through both checkpoints…")
-def _comparison_payload(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample],
-                        layer: Optional[str], drawn: tuple[str, str, int, str],
-                        span: Optional[tuple[int, int]]) -> dict[str, Any]:
-    """:func:`comparison_payload`, cached on only what it draws of the view (PyVista or the slices change nothing)."""
-    field, mode, index, kind = drawn
-    sides = []
-    for ref, sample, shown_layer in zip(refs, samples, (layer, None)):
-        trace = sample_trace(ref, sample)
-        drawable = load(ref).has_memory and not nonfinite_fields(trace)
-        series = volume_series(ref, sample, shown_layer, field, mode, index) if drawable else None
-        sides.append((ref.label, trace, series))
-    return browser_stepper.comparison_payload(sides, (refs, samples), (layer, field, mode, index), kind, span)
 
 
 @st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")
@@ -228,12 +189,13 @@ def volume_renderings(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer
         return [png_bytes(image) for image in volume_frames(values, series.value_range)]
 
 
-def chunk_figures_job(trace: Trace, sample_key: Hashable, layer: Optional[str], series: Optional[VolumeSeries],
-                      kind: str, anchor: str, chunk: int) -> tuple[Hashable, Callable[[], dict[str, Any]]]:
-    """(key, build) of every Explore figure of ``chunk`` (see :func:`analysis.figures.views.explore_figures`)."""
-    settings = None if series is None else (series.field, series.mode, series.index, kind, anchor)
-    return (("explore", sample_key, layer, settings, chunk),
-            lambda: explore_figures(trace, chunk, layer, series, kind, anchor))
+@st.cache_resource(max_entries=64, show_spinner=False)
+def chunk_figures(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str],
+                  series: Optional[tuple[str, str, int]], kind: str, anchor: str, chunk: int) -> dict[str, Any]:
+    """Every Explore figure of one chunk (:func:`analysis.figures.views.explore_figures`), its volumes drawn from
+    ``series`` (field, mode, index; None: no memory views). Built once and shared read-only, never copied."""
+    drawn = None if series is None else volume_series(ref, sample, layer, *series)
+    return explore_figures(trace_of(ref, sample), chunk, layer, drawn, kind, anchor)
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring the addressing of this trace…")
@@ -263,17 +225,11 @@ def survival(ref: CheckpointRef, samples: int, seed: int) -> dict[str, Any]:
     return belief_survival(loaded.checkpoint, samples=samples, seed=seed)
 
 
-READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # tasks whose world a linear read-out can check
-
-
 @st.cache_data(max_entries=8, show_spinner=f"Fitting a read-out of the world over {READOUT_SAMPLES} samples…")
 def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str, Any]]:
-    """The task's linear read-out (analysis.measures.world), fitted on seed 0 and scored on seeds 1–3; None for other tasks."""
-    loaded = load(ref)
-    fit = READOUTS.get(loaded.checkpoint.task.name)
-    if fit is None:
-        return None
-    return fit(loaded.checkpoint, layer)
+    """The task's linear read-out (analysis.measures.world), fitted on seed 0 and scored on seeds 1–3; None for
+    other tasks."""
+    return fitted_readout(load(ref).checkpoint, layer)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -316,7 +272,6 @@ def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
 
 
 __all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "explore_payload", "occlusion_payload", "overview", "comparison_payload", "volume_series",
-           "volume_renderings",
-           "chunk_figures_job", "summary", "intervention", "survival", "training_history", "world_readout",
-           "decoded_sample_map", "READOUTS", "trace_file", "causality", "text_losses", "reconstruction"]
+           "sample_trace", "stepper_payload", "overview", "volume_series", "volume_renderings", "chunk_figures",
+           "summary", "intervention", "survival", "training_history", "world_readout", "decoded_sample_map",
+           "trace_file", "causality", "text_losses", "reconstruction"]

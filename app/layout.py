@@ -18,7 +18,7 @@ KEEP = "keep."  # prefix of the plain keys that remember a control's value while
 def chart(fig: go.Figure, key: str, height: Optional[int] = None) -> None:
     """A Plotly figure as ``analysis`` drew it (no Streamlit theme), full width, with a PNG download button.
 
-    The figure is only read (it may be shared through :mod:`app.figure_cache`); ``height`` in pixels
+    The figure is only read (it may be shared through :func:`app.cache.chunk_figures`); ``height`` in pixels
     overrides the figure's own.
     """
     st.plotly_chart(fig, theme=None, config=CHART_CONFIG, key=key, height=height or "content")
@@ -71,6 +71,14 @@ def require_trace(context: Context) -> None:
         st.stop()
 
 
+def require_chunks(context: Context) -> None:
+    """Stop the page, saying why, when the sample has no chunk to step through."""
+    if context.num_chunks == 0:
+        st.info("This sample has no chunks to step through: the sequence is shorter than one memory chunk. Make the "
+                "horizon longer in the sidebar.")
+        st.stop()
+
+
 def _open_default() -> None:
     st.session_state[CHOICE_KEY] = DEFAULT_CHECKPOINT
 
@@ -106,5 +114,5 @@ def volume_view() -> VolumeView:
                          for f in dataclasses.fields(VolumeView)})
 
 
-__all__ = ["chart", "remembered", "recalled", "header", "require_trace", "require_checkpoint", "memory_notice", "VolumeView",
-           "volume_view"]
+__all__ = ["chart", "remembered", "recalled", "header", "require_trace", "require_chunks", "require_checkpoint",
+           "memory_notice", "VolumeView", "volume_view"]

@@ -6,15 +6,13 @@ pages do not apply; this one page lays out what ``analysis.measures.pretrained``
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import streamlit as st
 
 from analysis.figures.language import gate_history_figure
-from analysis.measures.pretrained import gate_history, recall_examples, window_text
+from analysis.measures.pretrained import closed_gate_scale, gate_history, recall_examples, window_text
 from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
-from tensor_memory.pretrained.minilm import CLOSED_GATE
 
 from . import layout
 from .cache import CheckpointRef
@@ -52,7 +50,7 @@ def render(ref: CheckpointRef) -> None:
             cols[1].metric("Frozen MiniLM + the same head", f"{metrics['frozen']['accuracy']:.1%}",
                            help="Trained the same steps on the same batches, no memory.")
         cols[2].metric("σ(γ) after training", ", ".join(f"{g:.2g}" for g in metrics["gate_scale"]),
-                       help=f"Attached closed, at σ(γ) = {1 / (1 + math.exp(-CLOSED_GATE)):.1e}.")
+                       help=f"Attached closed, at σ(γ) = {closed_gate_scale():.1e}.")
     frozen = metrics.get("frozen", {}).get("accuracy") if metrics else None
     layout.chart(gate_history_figure(gate_history(Path(ref.path)), frozen), key="minilm_gate")
     st.markdown("##### One test document")

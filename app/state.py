@@ -1,7 +1,9 @@
 """The session's context: which checkpoint and sample it shows, the trace, the memory layer, the chunk.
 
 ``main.py`` builds a :class:`Context` once per run from the sidebar's choices and publishes it in
-the session; pages read it with :func:`current`. Everything a session chooses lives in its own
+the session; pages read it with :func:`current`. The chunk is the session's, shared by every page: a
+new sample opens at its key chunk, the server moves it (:func:`go_to`) or follows the browser's
+stepper to it (:func:`follow`). Everything a session chooses lives in its own
 ``st.session_state``, so sessions never see each other's choices; what they compute is shared
 only through the caches in :mod:`app.cache`. Failures never leave a session without a view:
 a checkpoint that does not load falls back to the last one that did, a sample that cannot run
@@ -17,6 +19,7 @@ from typing import Any, Optional, Union
 
 import streamlit as st
 
+from analysis.figures.annotations import key_chunk
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.trace import Trace
 from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
@@ -32,7 +35,9 @@ DEFAULT_CHECKPOINT = "occlusion-tensor"
 CONTEXT_KEY = "context"
 GOOD_CHECKPOINT_KEY = "last_good_checkpoint"
 CHUNK_KEY = "chunk"
-LONG_RANGE = "long_range"  # the folder of checkpoints/ holding the long-range diagnostics (issue 28)
+MOVES_KEY = "chunk_moves"  # how many times the server moved the chunk itself (the browser's stepper follows)
+SAMPLE_KEY = "chunk_sample"  # the sample the chunk belongs to: a new sample opens at its key chunk
+LONG_RANGE = "long_range"  # the folder of checkpoints/ holding the long-range diagnostics
 
 
 def shipped_checkpoints() -> dict[str, Path]:
@@ -212,8 +217,28 @@ def memory_note(ref: Union[CheckpointRef, TraceRef], loaded: Optional[Loaded],
     return None
 
 
+def go_to(chunk: int) -> None:
+    """Move the session to ``chunk``: the browser's stepper goes there, wherever it was."""
+    st.session_state[CHUNK_KEY] = int(chunk)
+    st.session_state[MOVES_KEY] = moves() + 1
+
+
+def follow(chunk: int) -> None:
+    """Take ``chunk``, which the browser's stepper already shows, as the session's."""
+    st.session_state[CHUNK_KEY] = int(chunk)
+
+
+def moves() -> int:
+    """How many times the server has moved the chunk itself (:func:`go_to`)."""
+    return int(st.session_state.get(MOVES_KEY, 0))
+
+
 def publish(context: Context) -> None:
+    """Make ``context`` this run's; a sample new to the session opens at its key chunk."""
     st.session_state[CONTEXT_KEY] = context
+    if context.trace is not None and st.session_state.get(SAMPLE_KEY) != context.sample_key:
+        st.session_state[SAMPLE_KEY] = context.sample_key
+        go_to(key_chunk(context.trace))
 
 
 def current() -> Context:
@@ -227,4 +252,5 @@ def current() -> Context:
 
 __all__ = ["Context", "current", "publish", "shipped_checkpoints", "startup_checkpoint", "startup_trace",
            "trace_label", "open_trace_file",
-           "load_checkpoint_or_previous", "capture_sample", "memory_note", "CHUNK_KEY", "CHECKPOINT_ENV"]
+           "load_checkpoint_or_previous", "capture_sample", "memory_note", "go_to", "follow", "moves", "CHUNK_KEY",
+           "CHECKPOINT_ENV"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.figures.world import decoded_map_figure, write_position_figure
+from analysis.measures.world import READOUTS
 from app import cache, layout
 from app.state import Context
 
@@ -45,4 +46,4 @@ def readout_figure(context: Context) -> None:
 
 
 def supported(context: Context) -> bool:
-    return context.has_memory_views and context.task in cache.READOUTS and not context.is_trace_file  # fits a model
+    return context.has_memory_views and context.task in READOUTS and not context.is_trace_file  # fits a model

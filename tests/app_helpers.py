@@ -32,23 +32,24 @@ def ok(at: AppTest) -> AppTest:
 
 
 def payload(at: AppTest) -> Optional[dict]:
-    """What the Explore page sent its in-browser stepper (every chunk's views), or None on other pages."""
+    """What the page sent its browser stepper (StepperPayload.to_json), or None on a page without one."""
     for element in at.get("component_instance"):
         return json.loads(element.proto.json_args)["payload"]
     return None
 
 
 def counter(at: AppTest) -> str:
-    """The "Chunk k / K" shown: the server-side stepper's, or the one the browser stepper opens on."""
-    shown = [m.value for m in at.markdown if m.value.startswith("#### Chunk")]
-    if shown or payload(at) is None:
-        return shown[0]
+    """The "Chunk k / K" the browser's stepper opens on (the session's chunk)."""
     sent = payload(at)
-    return f"#### Chunk {sent['start']} / {sent.get('total', sent['count']) - 1}"
+    return f"Chunk {sent['start']} / {sent['total'] - 1}"
 
 
-def chunk_slider(at: AppTest):
-    return next(s for s in at.slider if s.label == "Chunk")
+def report(at: AppTest, page: str, chunk: int, **changed) -> AppTest:
+    """The browser's stepper of ``page`` (its key's prefix) showing ``chunk``: the value it sends back on a page that
+    asks for reports (``changed`` replaces its sample or moves), and the run that follows."""
+    sent = payload(at)
+    at.session_state[f"{page}_stepper"] = {"chunk": chunk, "sample": sent["sample"], "moves": sent["moves"], **changed}
+    return ok(at.run())
 
 
 def chart(at: AppTest, title: str, chunk: Optional[int] = None) -> dict:
@@ -58,7 +59,7 @@ def chart(at: AppTest, title: str, chunk: Optional[int] = None) -> dict:
     sent = payload(at)
     if sent is not None:
         at_chunk = sent["start"] if chunk is None else chunk
-        at_chunk -= sent.get("offset", 0)  # a long trace's page starts at its offset
+        at_chunk -= sent["offset"]  # a long trace's page starts at its offset
         specs += [cells[at_chunk] for name, cells in sent["cells"].items() if sent["kinds"][name] == "figure"]
     for spec in specs:
         if title in (spec["layout"].get("title") or {}).get("text", ""):

@@ -1,7 +1,8 @@
 """The Streamlit app, driven without a browser by Streamlit's AppTest, and its small helpers.
 
-Every page and control is exercised — stepping, playing, sample changes, checkpoint switches (good
-and bad uploads in test_app_uploads.py), interventions, the sandbox — and the content is checked against what the
+Every page and control is exercised — the stepper's payload, the chunk a browser reports back, sample changes,
+checkpoint switches (good and bad uploads in test_app_uploads.py), interventions, the sandbox (stepping itself happens
+in the browser: test_app_browser.py) — and the content is checked against what the
 ``analysis`` functions give for the same checkpoint and sample, never against numbers of one
 checkpoint (a retrained one must pass too). Caches are per process, so later tests reuse the
 traces and figures earlier ones computed.
@@ -18,25 +19,23 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import capture
 from analysis.figures.annotations import key_chunk
-from analysis.figures.chunk_input import chunk_outcome
+from analysis.figures.chunk_input import chunk_outcome, prediction_card
 from analysis.figures.state import POINT_FLOOR
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
 from analysis.traces.predictions import prediction_trace
-from analysis.measures.occlusion import belief, memory_energy
+from analysis.measures.occlusion import belief, frames_around, memory_energy
 from analysis.figures.views import slice_index
 from analysis.traces.training_log import addressing_history
 from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
 from analysis.measures.world import apply_linear, decoded_map, map_probe, write_position_fit
-from app import cache, layout, stepper
-from app.browser_stepper import BELIEF_FRAMES, prediction_html, window
-from app.figure_cache import FigureCache
-from app.stepper import advance
+from app import cache, layout
+from app.views.occlusion import BELIEF_FRAMES
 from tensor_memory import load_checkpoint
 
-from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, chunk_slider, counter, drawn_volume, ok,
-                         payload, start, upload, values, zipped)
+from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, counter, drawn_volume, ok, payload, report,
+                         start, upload, values, zipped)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     K = default_trace.num_chunks
     k = key_chunk(default_trace)
     assert app.selectbox(key="checkpoint_choice").value == "occlusion-tensor"
-    assert counter(app) == f"#### Chunk {k} / {K - 1}"
+    assert counter(app) == f"Chunk {k} / {K - 1}"
     series = state_series(default_trace.layer(), "h", "norm")
     volume = chart(app, f"after chunk {k}")
     assert volume["data"][0]["type"] == "scatter3d"  # the point cloud: the lightest view to draw
@@ -84,26 +83,31 @@ def test_every_chunk_s_views_go_to_the_browser_at_once(app, default_trace):
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
         assert chart(app, f"chunks 0–{k}", k)  # the trajectories follow
         assert sent["events"][k] == chunk_outcome(default_trace, k)["event"]
-        assert sent["cells"]["card"][k] == prediction_html(chunk_outcome(default_trace, k), True)
+        assert sent["cells"]["card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
     assert not app.button  # no server-side stepper on this page
 
 
-def test_previous_next_and_slider_move_every_view():
+def test_a_page_drawn_on_the_server_follows_the_chunk_the_browser_reports(default_trace):
+    """Export draws the chunk's figures on the server: its stepper (the annotation track alone) reports the chunk the
+    browser shows, which becomes the session's; a report from before the server's last move, or about another
+    sample, is left alone."""
     at = start()
-    ok(at.switch_page("views/export.py").run())  # a page stepped by the server
-    k = int(at.session_state["chunk"])
-    ok(at.button(key="next").click().run())
-    assert at.session_state["chunk"] == k + 1 and counter(at).startswith(f"#### Chunk {k + 1} /")
-    chart(at, f"after chunk {k + 1}")
-    chart(at, f"chunks 0–{k + 1}")  # the trajectories follow
-    ok(at.button(key="previous").click().run())
-    ok(at.button(key="previous").click().run())
-    assert counter(at).startswith(f"#### Chunk {k - 1} /")
-    ok(chunk_slider(at).set_value(0).run())
-    assert counter(at).startswith("#### Chunk 0 /") and at.button(key="previous").disabled
-    last = int(chunk_slider(at).max)
-    ok(chunk_slider(at).set_value(last).run())
-    assert counter(at) == f"#### Chunk {last} / {last}" and at.button(key="next").disabled
+    ok(at.switch_page("views/export.py").run())
+    sent, k = payload(at), int(at.session_state["chunk"])
+    assert sent["reports"] and list(sent["cells"]) == ["track"] and sent["rows"] == []
+    assert not any(b.key in ("previous", "next", "play") for b in at.button)  # one stepper: the browser's
+    for to in (k + 1, 0, default_trace.num_chunks - 1):
+        report(at, "export", to)
+        assert at.session_state["chunk"] == to and counter(at) == f"Chunk {to} / {default_trace.num_chunks - 1}"
+        assert any(m.value == f"**Figures of chunk {to}**" for m in at.markdown)
+        chart(at, f"after chunk {to}")  # the preview of the figures exported
+        chart(at, f"chunks 0–{to}")
+    assert payload(at)["moves"] == sent["moves"] and payload(at)["id"] == sent["id"]  # followed, not moved: no redraw
+    report(at, "export", 2, moves=sent["moves"] - 1)  # chosen before the server last moved the chunk
+    report(at, "export", 3, sample="another sample")
+    assert at.session_state["chunk"] == default_trace.num_chunks - 1
+    ok(at.switch_page("views/explore.py").run())
+    assert counter(at) == f"Chunk {default_trace.num_chunks - 1} / {default_trace.num_chunks - 1}"  # shared by pages
 
 
 def test_volume_controls_redraw_and_are_remembered(default_trace):
@@ -133,52 +137,26 @@ def test_pyvista_renders_every_chunk_when_asked(default_trace):
     assert len(renders) == default_trace.num_chunks and len(set(renders)) > 1  # one image a chunk, not one for all
     first = base64.b64decode(renders[0].removeprefix("data:image/png;base64,"))
     assert first.startswith(b"\x89PNG") and sent["labels"]["render"].endswith("PyVista volume rendering")
-    assert sent["rows"][0]["cells"] == [["input", "card"], ["volume"], ["render"]]
-
-
-def test_play_steps_on_its_own_and_pause_stops(monkeypatch):
-    # The timer is what the test fires by hand below: at 1 s a page drawn slowly on a busy machine let the
-    # timer fire inside the click's own run (a flake seen in fresh-clone CI), so it is set out of reach.
-    monkeypatch.setattr(stepper, "PLAY_INTERVAL_S", 600.0)
-    at = start()
-    ok(at.switch_page("views/export.py").run())  # a page stepped by the server
-    ok(chunk_slider(at).set_value(2).run())
-    ok(at.button(key="play").click().run())
-    assert at.button(key="play").label == "Pause" and at.session_state["playing"]
-    assert at.session_state["chunk"] == 2  # the first step waits for the timer
-    at.session_state["next_step_due"] = 0.0  # the timer has fired
-    ok(at.run())
-    assert at.session_state["chunk"] == 3 and counter(at).startswith("#### Chunk 3 /")
-    ok(at.button(key="play").click().run())
-    assert at.button(key="play").label == "Play" and not at.session_state["playing"]
-    at.session_state["next_step_due"] = 0.0
-    ok(at.run())
-    assert at.session_state["chunk"] == 3
-
-
-def test_advance_stops_at_the_last_chunk():
-    assert advance(3, 12) == (4, True)
-    assert advance(10, 12) == (11, False)
-    assert advance(11, 12) == (11, False)
+    assert sent["rows"][0]["columns"] == [["input", "card"], ["volume"], ["render"]]
 
 
 def test_sample_controls_recapture_and_restart_the_stepper():
     at = start()
     ok(at.number_input(key="seed").set_value(5).run())
     trace = capture(DEFAULT, seed=5, progress=False, **DEFAULT_PARAMS)
-    assert counter(at) == f"#### Chunk {key_chunk(trace)} / 11"
+    assert counter(at) == f"Chunk {key_chunk(trace)} / 11"
     ok(at.slider(key="occlusion.frames").set_value(16).run())
     ok(at.slider(key="occlusion.occlusion_length").set_value(6).run())
     ok(at.checkbox(key="occlusion.random_start").uncheck().run())
     ok(at.slider(key="occlusion.occlusion_start").set_value(3).run())
     trace = capture(DEFAULT, seed=5, frames=16, occlusion_length=6, occlusion_start=3, progress=False)
-    assert counter(at) == "#### Chunk 3 / 15"  # the first hidden frame of the new sample
+    assert counter(at) == "Chunk 3 / 15"  # the first hidden frame of the new sample
     assert payload(at)["events"][3] == "frame 3, occluded"
     np.testing.assert_array_equal(at.session_state["context"].trace.chunks["prediction"], trace.chunks["prediction"])
     assert at.session_state["context"].sample == cache.Sample(5, (("frames", 16), ("occlusion_length", 6),
                                                                    ("occlusion_start", 3)))
     ok(at.slider(key="occlusion.occlusion_length").set_value(0).run())
-    assert counter(at) == "#### Chunk 15 / 15"  # nothing hidden: the last frame
+    assert counter(at) == "Chunk 15 / 15"  # nothing hidden: the last frame
 
 
 def test_a_sample_is_one_hashable_order_free_value():
@@ -220,7 +198,7 @@ def test_every_page_renders_its_content(default_trace):
     assert not any(b.key in ("previous", "next", "play") for b in at.button)
     for k in range(K):  # every frame's belief window, its numbers and the memory's energy go at once
         titles = " ".join(a["text"] for a in sent["cells"]["belief"][k]["layout"]["annotations"])
-        assert all(f"frame {j}" in titles for j in window(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
+        assert all(f"frame {j}" in titles for j in frames_around(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
         assert f"{b['truth_probability'][k]:.1%}" in sent["cells"]["belief_card"][k]
         z = slice_index(default_trace, None, k, "write")[0]  # the slices go through the chunk's write
         np.testing.assert_allclose(values(sent["cells"]["energy_slices"][k]["data"][0]["z"]), energy[k][z], rtol=1e-5)
@@ -253,7 +231,7 @@ def test_every_page_renders_its_content(default_trace):
     labels = {m.label: m.value for m in at.metric}
     assert labels["R², writes → ball (visible frames)"] == f"{fit['r2_visible']:.2f}"
     ok(at.switch_page("views/explore.py").run())
-    assert counter(at).startswith("#### Chunk")
+    assert counter(at).startswith("Chunk")
 
 
 def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trace):
@@ -263,12 +241,12 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
     base = prediction_trace(load_checkpoint(CHECKPOINTS / "occlusion-base"), seed=0, index=0, **DEFAULT_PARAMS)
     assert sent["count"] == K and sent["labels"]["a_input"] == "occlusion-tensor"
     assert sent["labels"]["b_input"] == "occlusion-base"
-    assert sent["rows"][0]["cells"] == [["a_input", "a_card", "a_volume", "a_timeline"],
+    assert sent["rows"][0]["columns"] == [["a_input", "a_card", "a_volume", "a_timeline"],
                                         ["b_input", "b_card", "b_timeline"]]  # base: no memory to draw
     series = state_series(default_trace.layer(), "h", "norm")
     for k in range(K):
-        assert sent["cells"]["a_card"][k] == prediction_html(chunk_outcome(default_trace, k), True)
-        assert sent["cells"]["b_card"][k] == prediction_html(chunk_outcome(base, k), True)
+        assert sent["cells"]["a_card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
+        assert sent["cells"]["b_card"][k] == prediction_card(chunk_outcome(base, k), True)
         shown = drawn_volume(sent["cells"]["a_volume"][k], series.values[k].shape)
         held = ~np.isnan(shown)
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
@@ -335,6 +313,23 @@ def test_interventions_match_the_analysis():
     assert any("write moved" in m.value for m in at.markdown)
 
 
+def test_teach_walks_through_the_chunk_the_browser_reports(default_trace):
+    at = start()
+    ok(at.switch_page("views/teach.py").run())
+    assert payload(at)["reports"]
+    for k in (3, 0):
+        report(at, "teach", k)
+        positions = default_trace.chunk_positions(k)
+        assert any(f"Chunk {k} holds tokens {positions[0]}–{positions[-1]}." in m.value for m in at.markdown)
+        assert any(b.label == f"Take chunk {k}'s addressing" for b in at.button)
+    first = payload(at)["sample"]
+    ok(at.number_input(key="seed").set_value(3).run())  # a new sample: the server moves to its key chunk
+    other = capture(DEFAULT, seed=3, progress=False, **DEFAULT_PARAMS)
+    assert payload(at)["sample"] != first and at.session_state["chunk"] == key_chunk(other)
+    report(at, "teach", 1, sample=first)  # the old sample's report, arriving late
+    assert at.session_state["chunk"] == key_chunk(other)
+
+
 def test_teach_sandbox_is_computed_by_the_module():
     at = start()
     ok(at.switch_page("views/teach.py").run())
@@ -356,8 +351,8 @@ def test_base_checkpoint_shows_predictions_and_says_why_no_memory():
     k = int(at.session_state["chunk"])
     assert payload(at)["start"] == k and "volume" not in payload(at)["cells"]  # predictions only
     ok(at.switch_page("views/export.py").run())
-    ok(at.button(key="next").click().run())
-    assert counter(at).startswith(f"#### Chunk {k + 1} / 11")
+    report(at, "export", k + 1)
+    assert counter(at) == f"Chunk {k + 1} / 11" and any(m.value == f"**Figures of chunk {k + 1}**" for m in at.markdown)
     for page in ("views/occlusion.py", "views/teach.py", "views/export.py", "views/diagnose.py"):
         ok(at.switch_page(page).run())
     assert any("no Tensor Memory layers" in i.value for i in at.info)
@@ -369,7 +364,7 @@ def test_other_tasks_and_a_second_memory_layer(name):
     at = start()
     ok(at.selectbox(key="checkpoint_choice").set_value(name).run())
     trace = capture(CHECKPOINTS / name, seed=0, progress=False)
-    assert counter(at) == f"#### Chunk {key_chunk(trace)} / {trace.num_chunks - 1}"
+    assert counter(at) == f"Chunk {key_chunk(trace)} / {trace.num_chunks - 1}"
     if len(trace.layer_names) > 1:  # the layer picker switches every memory view
         ok(at.selectbox(key="layer_choice").set_value(trace.layer_names[0]).run())
         series = state_series(trace.layer(trace.layer_names[0]), "h", "norm")
@@ -411,7 +406,7 @@ def test_sessions_do_not_see_each_other():
     first, second = start(), start()
     before = counter(second)
     ok(first.switch_page("views/export.py").run())
-    ok(first.button(key="next").click().run())
+    report(first, "export", 0)
     upload(first, "map_building-tensor.zip", zipped(CHECKPOINTS / "map_building-tensor"))
     ok(second.run())
     assert counter(second) == before
@@ -446,7 +441,7 @@ def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
     from app.__main__ import opening_page_work
 
     asked = {"ahead": [], "page": []}
-    for name in ("sample_trace", "explore_payload"):
+    for name in ("sample_trace", "stepper_payload"):
         def spy(*args, _real=getattr(cache, name), _name=name):
             asked[who].append((_name, args))
             return _real(*args)
@@ -455,27 +450,13 @@ def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
     opening_page_work()
     who = "page"
     start()  # a new session on the opening page
-    for name in ("sample_trace", "explore_payload"):  # the page's first call of each is the one prepared
+    for name in ("sample_trace", "stepper_payload"):  # the page's first call of each is the one prepared
         ahead, page = ([args for n, args in asked[when] if n == name] for when in ("ahead", "page"))
+        if name == "stepper_payload":  # (page, its builder, what the payload depends on): the builders are the
+            ahead, page = ([(a[0], a[1].__name__, *a[2:]) for a in calls] for calls in (ahead, page))  # same code
         assert ahead and page and ahead[0] == page[0], name
-    ref, sample, layer, view, span = next(args for n, args in asked["ahead"] if n == "explore_payload")
-    assert sample == cache.Sample(0) and view == layout.VolumeView() and layer.endswith("blocks.1.memory")
+    name, _, ref, sample, layer, view, span = next(args for n, args in asked["ahead"] if n == "stepper_payload")
+    assert name == "explore" and sample == cache.Sample(0) and view == layout.VolumeView()
+    assert layer.endswith("blocks.1.memory")
     assert span is None  # twelve frames: the whole sample goes to the browser
     assert "run: $(STAMP)\n\t$(PY) -m app --server.address $(HOST)\n" in (ROOT / "Makefile").read_text()  # make run
-
-
-def test_figure_cache_builds_once_and_drops_the_oldest():
-    figures = FigureCache(capacity=2)
-    calls = []
-
-    def build(value):
-        def run():
-            calls.append(value)
-            return value
-        return run
-
-    assert figures.get("a", build(1)) == 1 and figures.get("a", build(2)) == 1
-    figures.get("b", build(3))
-    figures.get("c", build(5))
-    assert figures.get("a", build(6)) == 6  # the oldest was dropped at capacity 2
-    assert calls == [1, 3, 5, 6]

@@ -2,8 +2,10 @@
 
 Checks that the first page settles with its 3D views drawn, that "Next" advances "Chunk k / K",
 that Play steps on its own until paused, that a broken upload shows an error, that a second
-browser session keeps its own chunk, that the other pages draw without an exception, and that the
-image view (masked patches) and the video view (moving digits) draw their pictures.
+browser session keeps its own chunk, that the other pages draw without an exception, that the
+pages drawn on the server (Teach, Export, Text) follow the chunk their browser stepper shows and
+that every page opens on the chunk the last one was left at, and that the image view (masked
+patches) and the video view (moving digits) draw their pictures.
 Screenshots go to test-artifacts/ (git-ignored) for people to look at.
 """
 
@@ -114,7 +116,7 @@ def settle(page, timeout_s: float = 180) -> None:
 
 
 def view(page):
-    """The Explore page's in-browser stepper (its component frame), where the chunk views are drawn."""
+    """The page's browser stepper (its component frame), where it steps and draws the chunk views it holds."""
     return page.frame_locator('iframe[title*="chunk_stepper"]')
 
 
@@ -248,6 +250,45 @@ def test_other_pages_render(browser, server):
     page.close()
 
 
+def test_teach_runs_the_mechanism_on_the_chunk_the_browser_shows(browser, server):
+    """Teach draws a chunk on the server: its stepper tells the server the chunk it shows, and the page follows."""
+    page = open_app(browser, server)
+    visit(page, "Teach")
+    stepper = view(page)
+    k, last = chunk(page)
+    page.get_by_text(f"Chunk {k} holds tokens").wait_for()
+    to = k - 1 if k == last else k + 1
+    stepper.get_by_role("button", name="Previous" if to < k else "Next", exact=True).click()
+    stepper.get_by_text(f"Chunk {to} / {last}").wait_for()
+    page.get_by_text(f"Chunk {to} holds tokens").wait_for()  # the walkthrough of the new chunk, from the server
+    settle(page)
+    assert page.get_by_role("button", name=f"Take chunk {to}'s addressing").count() == 1
+    stepper.get_by_role("button", name="Next", exact=True).press("ArrowLeft")  # the keyboard too
+    page.get_by_text(f"Chunk {to - 1} holds tokens").wait_for()
+    settle(page)
+    page.screenshot(path=str(ARTIFACTS / "app-teach-stepped.png"))
+    page.close()
+
+
+def test_every_page_opens_on_the_chunk_the_last_one_was_left_at(browser, server):
+    """Explore steps with no message to the server; Export, opened next, starts where Explore was left and exports
+    that chunk; Explore, opened again, starts where Export was left."""
+    page = open_app(browser, server)
+    stepper = view(page)
+    stepper.get_by_role("slider", name="Chunk").fill("2")
+    stepper.get_by_text("Chunk 2 / 11").wait_for()
+    visit(page, "Export")
+    view(page).get_by_text("Chunk 2 / 11").wait_for()
+    page.get_by_text("Figures of chunk 2").wait_for()  # the server follows the browser's chunk
+    view(page).get_by_role("button", name="Next", exact=True).click()
+    page.get_by_text("Figures of chunk 3").wait_for()
+    settle(page)
+    visit(page, "Explore")
+    view(page).get_by_text("Chunk 3 / 11").wait_for()
+    assert view(page).locator(".js-plotly-plot").filter(has_text="after chunk 3").count() == 1
+    page.close()
+
+
 def test_diagnose_steps_both_checkpoints_together_in_the_browser(browser, server):
     page = open_app(browser, server)
     visit(page, "Diagnose")
@@ -293,6 +334,9 @@ def test_text_and_audit_pages_of_the_language_model(browser, server):
     settle(page)
     assert drawn(losses) > 10
     page.screenshot(path=str(ARTIFACTS / "app-text.png"), full_page=True)
+    view(page).get_by_role("button", name="Previous", exact=True).click()  # the browser's stepper, followed
+    page.get_by_text("Chunk 6: tokens 96–111").first.wait_for()
+    settle(page)
     visit(page, "Audit")
     page.get_by_text("causal").first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "app-audit.png"), full_page=True)
@@ -372,6 +416,11 @@ def test_a_long_trace_steps_in_the_browser_within_its_page_and_the_server_turns_
     settle(page)
     assert stepper.locator(".js-plotly-plot").filter(has_text=f"after chunk {first + 64}").count() == 1
     assert stepper.get_by_role("button", name="Previous", exact=True).is_disabled()
+    go = page.get_by_label("Go to chunk")  # a chunk of the page the browser holds: no new views, the stepper moves
+    go.fill(str(first + 70))
+    go.press("Enter")
+    stepper.get_by_text(f"Chunk {first + 70} / 149").wait_for()
+    settle(page)
     page.screenshot(path=str(ARTIFACTS / "app-long-trace.png"))
     page.close()
 

@@ -17,7 +17,7 @@ from analysis.measures.images import (chunk_errors, grid_aligned, memory_on_imag
 from analysis.traces.capture import capture, sample_batch
 from tensor_memory import load_checkpoint
 
-from app_helpers import CHECKPOINTS, ok, start
+from app_helpers import CHECKPOINTS, ok, report, start
 
 IMAGES = "masked_patches-tensor"
 
@@ -140,7 +140,7 @@ def test_images_page_shows_the_reconstruction_and_the_memory_on_it(ckpt):
     assert chunk == int(np.flatnonzero(rec.masked)[0])  # a sample opens on its first hidden patch
     assert any(f"Patch {chunk} " in label for label in metrics)
     assert any("‖h‖ after chunk" in m.value for m in at.markdown)
-    ok(at.button(key="next").click().run())
+    report(at, "images", chunk + 1)  # the browser's stepper shows the next chunk
     assert any(f"Patch {chunk + 1} " in m.label for m in at.metric)
 
 

@@ -10,7 +10,7 @@ from analysis.measures.language import loss_rows, read_overlap, read_source, tok
 from analysis.figures.language import audit_heatmap_figure, contribution_figure, token_loss_figure
 from tensor_memory import load_checkpoint
 
-from app_helpers import CHECKPOINTS, chart, ok, start, values
+from app_helpers import CHECKPOINTS, chart, ok, payload, report, start, values
 
 LM = "language_modelling-tensor"
 
@@ -36,8 +36,10 @@ def test_text_page_shows_each_tokens_losses_and_top_five(lm):
                                rtol=1e-6)
     assert chart(at, "what each read draws on")
     assert chunk == 7  # a text opens on its last chunk, the one with the most memory behind it
-    ok(at.button(key="previous").click().run())
+    assert payload(at)["reports"]  # the browser's stepper tells the server the chunk it shows
+    report(at, "text", chunk - 1)
     assert int(at.dataframe[0].value["position"].iloc[0]) == (chunk - 1) * size
+    assert any(m.value == f"##### Chunk {chunk - 1}: tokens {(chunk - 1) * size}–{chunk * size - 1}" for m in at.markdown)
 
 
 def test_text_page_explains_itself_on_other_tasks():

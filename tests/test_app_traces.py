@@ -46,7 +46,7 @@ def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, mon
     at = start()
     assert at.selectbox(key="checkpoint_choice").value == f"trace: {traced.name}"
     assert ":gray-badge[model: GPT2LMHeadModel]" in [m.value for m in at.markdown]
-    assert counter(at) == "#### Chunk 9 / 9"  # opens on the last chunk
+    assert counter(at) == "Chunk 9 / 9"  # opens on the last chunk
     assert "Predicted <b>" in payload(at)["cells"]["card"][9] and "truth <b>" in payload(at)["cells"]["card"][9]
     tokens = chart(at, "chunk 9: its tokens")  # the input drawn as tokens, coloured by p(target)
     cells = sorted((int(position), word) for part in tokens["data"] for position, word in part["customdata"])

@@ -112,6 +112,12 @@ def test_analysis_flows_from_traces_to_measures_to_figures(part):
     assert not offenders
 
 
+def test_the_app_cache_only_caches():
+    """app/cache.py wraps analysis in Streamlit's caches: it imports no page, no layout, no stepper of the app."""
+    ours = {name for name in imports(ROOT / "app" / "cache.py") if name.split(".")[0] == "app"}
+    assert ours == {"app.cli", "app.cli.DEVICE_ENV"}
+
+
 def test_no_import_cycle_in_the_packages():
     count, cycles = import_cycles()
     assert count > 100 and not cycles

@@ -1,4 +1,4 @@
-"""Long traces (issue 28): a capture in segments gives the arrays of one pass, a language model's trace carries its
+"""Long traces: a capture in segments gives the arrays of one pass, a language model's trace carries its
 text, the overview measures every chunk as defined, and the explorer sends a long trace to the browser a page at
 a time, each chunk's views as they would be on their own page, numbered as the trace numbers them."""
 
@@ -17,12 +17,14 @@ from analysis.figures.views import explore_figures
 from analysis.measures.overview import chunk_overview
 from analysis.measures.volumes import state_series
 from analysis.traces import capture as capture_module
-from app.browser_stepper import STEPPING_WINDOW, explore_payload, occlusion_payload, stepping_span
+from app.paging import STEPPING_WINDOW, stepping_span
+from app.views.explore import explore_payload
+from app.views.occlusion import occlusion_payload
 from app.cli import TRACE_ENV
 from tensor_memory import load_checkpoint
 from tensor_memory.memory.geometry import in_voxels
 
-from app_helpers import CHECKPOINTS, chart, counter, ok, payload, start
+from app_helpers import CHECKPOINTS, chart, counter, ok, payload, report, start
 
 FRAMES = 150  # chunks of the long occlusion sample: three capture segments, three stepping pages
 
@@ -101,7 +103,7 @@ def test_a_page_holds_only_its_chunks_each_as_drawn_alone(long_trace):
     name = long_trace.layer_names[-1]
     series = state_series(long_trace.layer(name), "h", "norm", 0)
     span = stepping_span(100, long_trace.num_chunks)
-    sent = explore_payload(long_trace, "sample", name, series, "volume", "write", span=span)
+    sent = explore_payload(long_trace, "sample", name, series, "volume", "write", span=span).to_json()
     assert (sent["offset"], sent["count"], sent["total"]) == (64, 64, FRAMES)
     assert all(len(cells) == 64 for cells in sent["cells"].values()) and len(sent["events"]) == 64
     alone = explore_figures(long_trace, 100, name, series, "volume", "write", span)
@@ -116,7 +118,7 @@ def test_a_page_holds_only_its_chunks_each_as_drawn_alone(long_trace):
     track = annotation_figure(long_trace, 100, span)
     assert tuple(track.layout.xaxis.range) == (63.5, 127.5)
     assert all(min(trace.x, default=64) >= 64 and max(trace.x, default=127) <= 127 for trace in track.data[1:])
-    occlusion = occlusion_payload(long_trace, "sample", name, True, span)
+    occlusion = occlusion_payload(long_trace, "sample", name, True, span).to_json()
     assert occlusion["count"] == 64 and occlusion["offset"] == 64
     energy = occlusion["cells"]["energy"][100 - 64]
     assert energy["layout"]["shapes"]  # the current chunk marked (and occluded runs shaded) on the page
@@ -128,7 +130,7 @@ def test_the_explorer_opens_a_long_trace_and_moves_between_its_pages(long_trace,
     at = start()
     sent = payload(at)
     first = sent["start"]
-    assert counter(at) == f"#### Chunk {first} / {FRAMES - 1}"
+    assert counter(at) == f"Chunk {first} / {FRAMES - 1}"
     assert sent["offset"] == first // 64 * 64 and sent["count"] == 64 and sent["total"] == FRAMES
     assert chart(at, "the whole trace, 150 chunks")  # the overview, drawn by the server
     assert chart(at, "after chunk", first)
@@ -141,6 +143,9 @@ def test_the_explorer_opens_a_long_trace_and_moves_between_its_pages(long_trace,
     sent = payload(at)
     assert (sent["offset"], sent["count"], sent["start"]) == (128, 22, 140)
     assert chart(at, "after chunk 140", 140)
+    go = next(n for n in at.number_input if n.key.startswith("explore.go."))
+    ok(go.set_value(130).run())  # within the page the browser holds: the same views, and a move it must follow
+    assert (payload(at)["id"], payload(at)["start"], payload(at)["moves"]) == (sent["id"], 130, sent["moves"] + 1)
     earlier = next(b for b in at.button if b.key == "explore.earlier")
     assert earlier.label == "Chunks 64–127"  # the page before the last, short, one
     ok(earlier.click().run())
@@ -153,8 +158,8 @@ def test_the_text_view_reads_a_long_language_model_trace_chunk_by_chunk(tmp_path
     monkeypatch.setenv(TRACE_ENV, str(path))
     at = start()
     ok(at.switch_page("views/text.py").run())
-    assert counter(at) == "#### Chunk 79 / 79"
-    ok(next(b for b in at.button if b.key == "previous").click().run())
+    assert counter(at) == "Chunk 79 / 79" and payload(at)["offset"] == 64  # its last page
+    report(at, "text", 78)
     heading = next(m.value for m in at.markdown if m.value.startswith("##### Chunk"))
     assert heading == "##### Chunk 78: tokens 1248–1263"
     shown = load_trace(path)

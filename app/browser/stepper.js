@@ -1,12 +1,33 @@
-// The chunk stepper in the browser: every chunk's views arrive once (the render message's payload);
-// Previous, Next, Play/Pause, the slider and the arrow keys show another chunk with no message to the
-// server. The payload names its rows of cells; a cell is a Plotly figure per chunk, an image per chunk
-// or an HTML text per chunk, all indexed by the chunk. A long trace arrives a window at a time: the
-// payload's chunks are offset … offset + count − 1 of total, and chunks keep the trace's own numbers.
+// The chunk stepper in the browser: every chunk's views arrive once, in the render message's payload, and
+// Previous, Next, Play/Pause, the slider and the arrow keys show another chunk with no message to the server,
+// except on pages that ask for reports (they draw a chunk's views on the server): there the chunk shown is
+// sent back as the component's value, and the server runs the page for it.
+//
+// The payload (app/browser_stepper.py, StepperPayload.to_json; the same fields, the same meaning):
+//   id           names the sample, the page's settings and the chunks held: a new id is redrawn, the same one not
+//   sample       names the sample alone: across payloads and pages of one sample the chunk shown is kept
+//   offset       the first chunk held (a long trace arrives a page at a time; chunks keep the trace's numbers)
+//   count        how many chunks are held: offset … offset + count − 1
+//   total        the trace's chunks
+//   rows         the layout under the controls: {heading} or {widths: [fr, …], columns: [[cell name, …], …]}
+//   cells        a cell name → one view per chunk held: a Plotly figure ({data, layout}), an HTML text, an image URL
+//   kinds        a cell name → "figure", "html" or "image"
+//   labels       a cell name → the caption above it (absent: none)
+//   heights      a cell name → its height in pixels (null: the figure's own)
+//   events       per chunk held, what happens in it, in words (under the counter)
+//   template     the figures' Plotly template, sent once: a figure without a template of its own takes it
+//   reports      whether the chunk shown is sent back to the server ({chunk, sample, moves})
+//   interval_ms  Play's pace, milliseconds a chunk
+//   start        the server's chunk: where a new sample opens, and where a move of the server's goes
+//   moves        how many times the server moved the chunk itself: when it changes, the stepper goes to start
+//
+// The chunk shown is remembered for the browser tab (sessionStorage) with the sample and the moves it was shown
+// under, so another page of the same sample opens where this one was left.
 "use strict";
 
 const CONFIG = { displaylogo: false, responsive: true, toImageButtonOptions: { format: "png", scale: 2 } };
-let view = null; // { payload, chunk, timer }
+const REMEMBERED = "tensor-memory.chunk"; // sessionStorage key: {sample, moves, chunk}
+let view = null; // { payload, chunk, reported, timer }
 
 function send(type, data) {
   window.parent.postMessage({ isStreamlitMessage: true, type, ...data }, "*");
@@ -29,7 +50,7 @@ function button(id, label, icon, primary) {
   return node;
 }
 
-function first(payload) { return payload.offset || 0; }
+function first(payload) { return payload.offset; }
 function last(payload) { return first(payload) + payload.count - 1; }
 
 function build(payload) {
@@ -52,7 +73,7 @@ function build(payload) {
   for (const row of payload.rows) {
     if (row.heading) { root.appendChild(element("div", { class: "heading", text: row.heading })); continue; }
     const node = element("div", { class: "row", style: `grid-template-columns: ${row.widths.join("fr ")}fr` });
-    for (const column of row.cells) {
+    for (const column of row.columns) {
       const cell = element("div");
       for (const name of column) {
         const kind = payload.kinds[name];
@@ -87,7 +108,7 @@ function show(chunk) {
       Plotly.react(node, value.data, { ...value.layout, template, height, uirevision: name }, CONFIG);
     }
   }
-  const total = payload.total || payload.count;
+  const total = payload.total;
   document.getElementById("counter").textContent = `Chunk ${chunk} / ${total - 1}`;
   const loaded = payload.count < total ? ` · chunks ${low}–${high} loaded` : "";
   document.getElementById("event").textContent = payload.events[chunk - low] + loaded;
@@ -95,6 +116,27 @@ function show(chunk) {
   document.getElementById("previous").disabled = chunk === low;
   document.getElementById("next").disabled = chunk === high;
   document.getElementById("play").disabled = high === low;
+  remember(payload, chunk);
+  if (payload.reports && chunk !== view.reported) {
+    view.reported = chunk;
+    send("streamlit:setComponentValue", { value: { chunk, sample: payload.sample, moves: payload.moves },
+                                          dataType: "json" });
+  }
+}
+
+function remember(payload, chunk) {
+  try {
+    sessionStorage.setItem(REMEMBERED, JSON.stringify({ sample: payload.sample, moves: payload.moves, chunk }));
+  } catch (error) { /* storage off: each page opens where the server is */ }
+}
+
+// The chunk to open a payload on: the one this tab last showed of the sample, if the server has not moved since
+// and the payload holds it; else the server's.
+function opening(payload) {
+  let kept = null;
+  try { kept = JSON.parse(sessionStorage.getItem(REMEMBERED)); } catch (error) { /* storage off */ }
+  const own = kept && kept.sample === payload.sample && kept.moves === payload.moves ? kept.chunk : null;
+  return own !== null && own >= first(payload) && own <= last(payload) ? own : payload.start;
 }
 
 function setPlaying(playing) {
@@ -131,18 +173,20 @@ function onKey(event) {
 window.addEventListener("message", (event) => {
   if (!event.data || event.data.type !== "streamlit:render") return;
   const payload = event.data.args.payload;
-  if (view && view.payload.id === payload.id) return; // the same sample and settings: nothing to redraw
-  const same = view && view.payload.sample === payload.sample && view.chunk >= first(payload)
-    && view.chunk <= last(payload); // the same sample, and its chunk in the window that arrived
-  const keep = same ? view.chunk : payload.start;
+  if (view && view.payload.id === payload.id && view.payload.moves === payload.moves) return; // nothing new
+  const redraw = !view || view.payload.id !== payload.id;
   stop();
-  view = { payload, chunk: keep, timer: null };
-  build(payload);
-  show(keep);
+  view = { payload, chunk: opening(payload), reported: payload.start, timer: null };
+  if (redraw) build(payload);
+  show(view.chunk);
   send("streamlit:setFrameHeight", { height: document.documentElement.scrollHeight });
 });
 document.addEventListener("keydown", onKey);
-try { window.parent.document.addEventListener("keydown", onKey); } catch (error) { /* another origin */ }
+try { // the page around the frame too, until this frame goes (another page of the app replaces it)
+  const host = window.parent.document;
+  host.addEventListener("keydown", onKey);
+  window.addEventListener("pagehide", () => host.removeEventListener("keydown", onKey));
+} catch (error) { /* another origin */ }
 new ResizeObserver(() => send("streamlit:setFrameHeight", { height: document.documentElement.scrollHeight }))
   .observe(document.body);
 send("streamlit:componentReady", { apiVersion: 1 });

@@ -1,5 +1,5 @@
 """Diagnose: the addressing report over many samples, and two checkpoints side by side (their summaries, and both
-on the session's sample stepping together in the browser)."""
+on the session's sample stepping together in the browser: :func:`comparison_payload`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,17 @@ from typing import Any, Optional
 
 import streamlit as st
 
+from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, prediction_card
 from analysis.figures.compare import comparison_figure
+from analysis.figures.state import volume_figure
+from analysis.figures.timeline import timeline_figure
 from analysis.figures.training import addressing_history_figure
 from analysis.measures.compare import comparison_note, comparison_rows
-from app import browser_stepper, cache, layout, state, stepper, world_view
+from analysis.measures.volumes import VolumeSeries
+from analysis.traces.finite import nonfinite_fields
+from analysis.traces.trace import Trace
+from app import cache, layout, state, stepping, world_view
+from app.browser_stepper import Row, StepperPayload, stepper_payload
 from app.cache import CheckpointRef, Sample
 from app.sidebar import checkpoint_options
 from tensor_memory.storage.checkpoint import CheckpointError
@@ -22,6 +29,55 @@ SAMPLE_COUNTS = [8, 16, 32, 64, 128]
 MEASURES = (("write_spread_voxels", "write spread (voxels)", "{:.2f}"), ("effective_voxels", "voxels filled", "{:.1f}"),
             ("sigma_voxels", "median σ (voxels)", "{:.2f}"), ("reads_within_2sigma", "reads within 2σ", "{:.0%}"),
             ("boundary_fraction", "at a face", "{:.0%}"), ("gate_scale", "σ(γ)", "{:.3f}"))
+HEIGHTS = {"input": 340, "volume": 440, "timeline": 300}  # pixels, of each side's views
+
+
+def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Any, settings: Any,
+                       kind: str, span: Optional[tuple[int, int]] = None) -> StepperPayload:
+    """Two checkpoints on one sample side by side, stepping together: for each (name, its trace, its volume series or
+    None) the input with its prediction, the prediction against the truth, the volume and the timeline. The
+    annotation track and the events are the first's; both traces must have the same chunks (ValueError).
+    ``identity`` names the sample, ``settings`` what else decides the series (the layer, the field, the reduction)."""
+    (first, trace, _), (second, other, _) = sides
+    if trace.num_chunks != other.num_chunks:
+        raise ValueError(f"{first} has {trace.num_chunks} chunks on this sample and {second} {other.num_chunks}: "
+                         f"their memory chunks differ, so no chunk of one is a chunk of the other")
+    named = dict(zip("ab", sides))
+
+    def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        for side, (_, run, series) in named.items():
+            shown[f"{side}_input"] = chunk_input_figure(run, k)
+            shown[f"{side}_card"] = prediction_card(outcome if run is trace else chunk_outcome(run, k),
+                                                    run.has_predictions)
+            if series is not None:
+                shown[f"{side}_volume"] = volume_figure(series.values[k], kind, f"{series.label} after chunk {k}",
+                                                        value_range=series.value_range)
+            shown[f"{side}_timeline"] = timeline_figure(run, k, span)
+        return shown
+
+    parts = ("input", "card", "volume", "timeline")
+    columns = tuple(tuple(f"{side}_{part}" for part in parts if part != "volume" or series is not None)
+                    for side, (_, _, series) in named.items())
+    labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
+    heights = {f"{side}_{part}": height for side in named for part, height in HEIGHTS.items()}
+    shown = ("compare", first, second, settings, kind, tuple(s is None for _, _, s in sides))
+    return stepper_payload(trace, identity, shown, views, (Row(columns, (1, 1)),), labels, heights, span)
+
+
+def comparison_views(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample], layer: Optional[str],
+                     drawn: tuple[str, str, int, str], span: Optional[tuple[int, int]]) -> StepperPayload:
+    """:func:`comparison_payload` of two checkpoints of one task, each on its ``samples`` (the same task settings):
+    the first's memory ``layer`` and the other's last, drawn as ``drawn`` (field, mode, index, kind) says; no volume
+    for a checkpoint without a memory to show. The sample is the first's: the session's."""
+    field, mode, index, kind = drawn
+    sides = []
+    for ref, sample, shown_layer in zip(refs, samples, (layer, None)):
+        trace = cache.sample_trace(ref, sample)
+        drawable = cache.load(ref).has_memory and not nonfinite_fields(trace)
+        series = cache.volume_series(ref, sample, shown_layer, field, mode, index) if drawable else None
+        sides.append((ref.label, trace, series))
+    return comparison_payload(sides, (refs[0], samples[0]), (layer, field, mode, index), kind, span)
 
 
 def verdict(report: Optional[dict[str, Any]], name: str) -> None:
@@ -148,14 +204,14 @@ if not same_task:
     st.info(f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
             f"{context.task} task to step both side by side.", icon=":material/info:")
     st.stop()
-opening = stepper.opening_chunk(context)
-span = stepper.pages(context, "diagnose")
+view = layout.volume_view()
+drawn = (view.field, view.mode, view.index, view.kind)  # what the comparison draws of Explore's view
 try:
-    both = cache.comparison_payload((context.ref, other_ref), (context.sample, their_sample), context.layer,
-                                    layout.volume_view(), span)
+    stepping.stepper(context, "diagnose", lambda span: cache.stepper_payload(
+        "diagnose", comparison_views, (context.ref, other_ref), (context.sample, their_sample), context.layer, drawn,
+        span))
 except EXPECTED_ERRORS as error:
     st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
     st.stop()
-browser_stepper.chunk_stepper(both, opening, key="comparison_stepper")
 st.caption("Both run the session's sample and step together in your browser; the 3D view and the channels are "
            "Explore's settings.")

@@ -1,4 +1,6 @@
-"""Export: the trace, the current chunk's figures (HTML and PNG) and the offline report, to download."""
+"""Export: the trace, the current chunk's figures (HTML and PNG) and the offline report, to download.
+
+The chunk is the stepper's: the browser reports the chunk it shows, and the page builds that chunk's files here."""
 
 from __future__ import annotations
 
@@ -10,18 +12,15 @@ from analysis.figures.export import figure_pngs, figures_html
 from analysis.traces.export import zip_bytes
 from analysis.figures.render import footprint_plotter, plotter_html
 from analysis.figures.report import report_html
-from app import cache, layout, state, stepper
-from app.figure_cache import figure_cache
+from app import cache, layout, state, stepping
 
 context = state.current()
-stepper.stepped_page(context, "Export",
-                     "Take the sample away: its trace, the figures of the current chunk, the offline report.")
-trace, chunk = context.trace, context.chunk
+chunk = stepping.stepped_page(context, "Export", "Take the sample away: its trace, the figures of the current chunk, "
+                                                 "the offline report.", key="export")
+trace = context.trace
 view = layout.volume_view()
-series = (cache.volume_series(context.ref, context.sample, context.layer, view.field, view.mode,
-                              view.index) if context.has_memory_views else None)
-figures = figure_cache().get(*cache.chunk_figures_job(trace, context.sample_key, context.layer, series, view.kind,
-                                                      view.anchor, chunk))
+series = (view.field, view.mode, view.index) if context.has_memory_views else None
+figures = cache.chunk_figures(context.ref, context.sample, context.layer, series, view.kind, view.anchor, chunk)
 shown = context.ref.label if context.is_trace_file else f"{context.ref.label}-seed{context.seed}"
 name = re.sub(r"[^A-Za-z0-9._-]+", "_", shown.removeprefix("trace: ")).strip("_")
 title = f"{shown}, chunk {chunk}"
@@ -30,9 +29,8 @@ title = f"{shown}, chunk {chunk}"
 def png_archive() -> bytes:
     """Every Plotly figure drawn in Chromium, plus the PyVista volume rendering when there is a memory (rendered
     here, on the click: the page opens without waiting for PyVista)."""
-    rendered = {} if series is None else {
-        f"pyvista_{series.field}.png": cache.volume_renderings(context.ref, context.sample, context.layer, view.field,
-                                                               view.mode, view.index)[chunk]}
+    rendered = {} if series is None else {f"pyvista_{view.field}.png": cache.volume_renderings(
+        context.ref, context.sample, context.layer, *series)[chunk]}
     return zip_bytes({**{f"{key}.png": data for key, data in figure_pngs(figures).items()}, **rendered})
 
 

@@ -1,4 +1,6 @@
-"""Images: masked patch reconstruction — the image, its mask, the reconstruction and the error, and the memory on it."""
+"""Images: masked patch reconstruction — the image, its mask, the reconstruction and the error, and the memory on it.
+
+The chunk is the stepper's: the browser reports the chunk it shows, and the page draws its patch here."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import streamlit as st
 
 from analysis.figures.images import memory_overlay_figure, reconstruction_figure, write_places_figure
 from analysis.measures.images import grid_aligned, memory_on_image, write_alignment, write_places
-from app import cache, layout, state, stepper
+from app import cache, layout, state, stepping
 
 context = state.current()
 layout.require_checkpoint(context, "Images", "reconstructs images through a masked_patches checkpoint")
@@ -17,22 +19,21 @@ if context.task != "masked_patches":
             icon=":material/info:")
     st.stop()
 
-stepper.stepped_page(context, "Images", "A held-out photograph with some patches hidden, as the model sees it one "
-                                        "patch (one memory chunk) at a time in raster order: what it puts back, "
-                                        "where it is wrong, and what its memory holds over the image.")
+chunk = stepping.stepped_page(context, "Images", "A held-out photograph with some patches hidden, as the model sees "
+                                                 "it one patch (one memory chunk) at a time in raster order: what it "
+                                                 "puts back, where it is wrong, and what its memory holds over the "
+                                                 "image.", key="images")
 rec = cache.reconstruction(context.ref, context.sample)
-chunk_size = int(context.trace.info.get("chunk_size", 1))
-patch_index = min(context.chunk * chunk_size + chunk_size - 1, rec.masked.size - 1)  # the chunk's last patch
-layout.chart(reconstruction_figure(rec, current_patch=patch_index), "reconstruction", height=300)
+patch, row, col = rec.chunk_patch(chunk, int(context.trace.info.get("chunk_size", 1)))
+layout.chart(reconstruction_figure(rec, current_patch=patch), "reconstruction", height=300)
 psnr_col, ssim_col, patch_col = st.columns(3)
-psnr_col.metric("PSNR on the hidden pixels", f"{rec.psnr:.2f} dB", delta=f"{rec.psnr - rec.psnr_mean_fill:+.2f} dB "
-                "vs the visible mean", help="Peak signal-to-noise ratio (skimage.metrics, data range 1) over the "
-                                           "hidden patches' pixels; tensor-memory eval averages it over images.")
-ssim_col.metric("SSIM on the hidden pixels", f"{rec.ssim:.3f}", delta=f"{rec.ssim - rec.ssim_mean_fill:+.3f} vs the "
-                "visible mean", help="The structural-similarity map of the reconstruction against the image, "
-                                     "averaged over the hidden pixels.")
-row, col = divmod(patch_index, rec.patch_grid)
-patch_col.metric(f"Patch {patch_index} (row {row}, column {col})", "hidden" if rec.masked[patch_index] else "visible",
+psnr_col.metric("PSNR on the hidden pixels", f"{rec.psnr:.2f} dB", delta=f"{rec.psnr_gain:+.2f} dB vs the visible mean",
+                help="Peak signal-to-noise ratio (skimage.metrics, data range 1) over the hidden patches' pixels; "
+                     "tensor-memory eval averages it over images.")
+ssim_col.metric("SSIM on the hidden pixels", f"{rec.ssim:.3f}", delta=f"{rec.ssim_gain:+.3f} vs the visible mean",
+                help="The structural-similarity map of the reconstruction against the image, averaged over the hidden "
+                     "pixels.")
+patch_col.metric(f"Patch {patch} (row {row}, column {col})", "hidden" if rec.masked[patch] else "visible",
                  help="The patch of the current chunk, outlined in green above.")
 
 if not layout.memory_notice(context, "The memory's views on the image"):
@@ -41,12 +42,12 @@ lay = context.trace.layer(context.layer)
 places = write_places(context.trace, context.layer)
 overlay_col, places_col = st.columns(2)
 with overlay_col:
-    st.markdown(f"**‖h‖ after chunk {context.chunk}, over the image**")
+    st.markdown(f"**‖h‖ after chunk {chunk}, over the image**")
     if grid_aligned(context.trace, context.layer):
         series = cache.volume_series(context.ref, context.sample, context.layer, "h", "norm", 0)
-        values = memory_on_image(context.trace, context.chunk, context.layer)
+        values = memory_on_image(context.trace, chunk, context.layer)
         high = series.value_range[1]
-        layout.chart(memory_overlay_figure(rec.image, values, rec.patch, patch_index, value_range=(0.0, high)),
+        layout.chart(memory_overlay_figure(rec.image, values, rec.patch, patch, value_range=(0.0, high)),
                      "memory_on_image", height=340)
         st.caption(f"The memory's {lay.grid[1]} × {lay.grid[2]} plane is the image's patch grid: each voxel column "
                    f"(averaged over its {lay.grid[0]} layers of depth) is drawn over its patch.")
@@ -57,6 +58,6 @@ with places_col:
     fit = write_alignment(places)
     st.markdown(f"**Where each patch was written** · the patches' places explain {fit['r2_x']:.0%} of the writes' "
                 f"x and {fit['r2_y']:.0%} of their y")
-    layout.chart(write_places_figure(places, context.chunk, lay.grid), "write_places", height=380)
+    layout.chart(write_places_figure(places, chunk, lay.grid), "write_places", height=380)
     st.caption("Grey squares: each patch's place in the image, on the memory's x–y plane; dots: where its write "
                "went (μ_write). A memory that keeps the image's layout writes each patch near its own square.")

@@ -1,4 +1,6 @@
-"""Teach: one chunk through the mechanism's five steps with its live numbers, and a hands-on sandbox."""
+"""Teach: one chunk through the mechanism's five steps with its live numbers, and a hands-on sandbox.
+
+The chunk is the stepper's: the browser reports the chunk it shows, and the page runs the mechanism on it here."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from analysis.figures.chunk_input import chunk_input_figure
 from analysis.figures import volume_figure
 from analysis.measures.volumes import volume_values
 from tensor_memory.memory.geometry import nearest_voxel
-from app import layout, state, stepper
+from app import layout, state, stepping
 
 AXES = ("x", "y", "z")
 
@@ -31,22 +33,22 @@ def step_box(number: int, title: str, text: str):
 
 context = state.current()
 layout.require_checkpoint(context, "Teach", "runs one chunk through the live weights, step by step")
-stepper.stepped_page(context, "Teach", "How Tensor Memory handles one chunk, with the checkpoint's own "
-                                        "numbers — then try it by hand.")
+chunk = stepping.stepped_page(context, "Teach", "How Tensor Memory handles one chunk, with the checkpoint's own "
+                                                "numbers — then try it by hand.", key="teach")
 if not layout.memory_notice(context, "The walkthrough and the sandbox"):
     st.stop()
-trace, chunk = context.trace, context.chunk
+trace = context.trace
 lay = trace.layer(context.layer)
 memory = teach.memory_module(context.checkpoint.model, context.layer)
 config = memory.config
 step, agreement = teach.walkthrough(trace, memory, context.layer, chunk)
-units = teach.voxel_units(step)
+units, sizes = teach.voxel_units(step), teach.step_sizes(step)
 D, H, W = step.grid
-first_token = chunk * config.chunk_size
+tokens = trace.chunk_positions(chunk)
 
 words, picture = step_box(1, "Chunk summaries", (
     f"The sequence is cut into chunks of **{config.chunk_size}** token(s) of width d = {config.token_dim}. "
-    f"Chunk {chunk} holds tokens {first_token}–{first_token + config.chunk_size - 1}. Its first token is the "
+    f"Chunk {chunk} holds tokens {tokens[0]}–{tokens[-1]}. Its first token is the "
     f"**read query** q; a learned projection of all its tokens ({config.chunk_size}·{config.token_dim} → "
     f"{config.token_dim} numbers) is the **write summary** s."))
 with picture:
@@ -61,8 +63,8 @@ with words:
     st.markdown("| axis | μ_read | read voxel | μ_write | write voxel |\n|---|---:|---:|---:|---:|\n" + rows)
     st.caption(f"Grid of {D}×{H}×{W} voxels (D×H×W); voxel centres at -1 … 1 along each axis.")
 with picture:
-    layout.chart(teach_figures.addressing_figure(step, f"chunk {chunk}: read (blue), write (red), 1σ and 2σ"), "teach_address",
-                 height=340)
+    layout.chart(teach_figures.addressing_figure(step, f"chunk {chunk}: read (blue), write (red), 1σ and 2σ"),
+                 "teach_address", height=340)
 
 words, picture = step_box(3, "Read", (
     "The read mixes the hidden state h *as it was before this chunk's write* at μ_read: trilinear interpolation of "
@@ -72,7 +74,7 @@ with words:
     st.dataframe({"voxel (z, y, x)": [str(v) for v, _ in step.corners], "weight": [w for _, w in step.corners]},
                  hide_index=True)
     read_col, gate_col, added_col = st.columns(3)
-    read_col.metric("‖r‖", f"{np.linalg.norm(step.read):.3f}")
+    read_col.metric("‖r‖", f"{sizes['read']:.3f}")
     gate_col.metric("σ(γ)", f"{step.gate_scale:.3f}")
     added_col.metric("‖σ(γ)·out_proj(r)‖", f"{step.added_norm:.3f}")
 with picture:
@@ -85,8 +87,8 @@ words, picture = step_box(4, "Soft write", (
 with words:
     sigma_col, content_col, peak_col = st.columns(3)
     sigma_col.metric("σ", f"{step.sigma:.3f}", help=f"{vector(units['sigma'])} voxels along x, y, z")
-    content_col.metric("‖content‖", f"{np.linalg.norm(step.content):.3f}")
-    peak_col.metric("peak of ‖V‖", f"{volume_values(step.write).max():.3f}")
+    content_col.metric("‖content‖", f"{sizes['content']:.3f}")
+    peak_col.metric("peak of ‖V‖", f"{sizes['write_peak']:.3f}")
 with picture:
     layout.chart(volume_figure(volume_values(step.write), "volume", "‖V‖, the write volume"), "teach_write",
                  height=340)
@@ -96,9 +98,8 @@ words, picture = step_box(5, "Recurrent update", (
     "input i, forget f, output o (sigmoids) and candidate g (tanh). Then c ← f⊙c + i⊙g and h ← o⊙tanh(c)."))
 with words:
     before_col, after_col = st.columns(2)
-    before_col.metric("‖h‖ before", f"{np.linalg.norm(step.h_prev):.3f}")
-    after_col.metric("‖h‖ after", f"{np.linalg.norm(step.h_new):.3f}",
-                     delta=f"{np.linalg.norm(step.h_new) - np.linalg.norm(step.h_prev):+.3f}")
+    before_col.metric("‖h‖ before", f"{sizes['h_before']:.3f}")
+    after_col.metric("‖h‖ after", f"{sizes['h_after']:.3f}", delta=f"{sizes['h_change']:+.3f}")
     st.caption(f"Recomputed here with the checkpoint's own layer; it matches the recorded h to {agreement:.1e} "
                "(the trace keeps volumes in float16).")
     layout.chart(teach_figures.gates_bar_figure(step), "teach_gates", height=260)
@@ -156,7 +157,7 @@ with write_col:
 with read_col:
     layout.chart(teach_figures.vector_figure(mine.read, "read value r per channel"), "sandbox_read", height=260)
     norm_col, added_col = st.columns(2)
-    norm_col.metric("‖r‖", f"{np.linalg.norm(mine.read):.3f}")
+    norm_col.metric("‖r‖", f"{teach.step_sizes(mine)['read']:.3f}")
     added_col.metric("added to tokens", f"{mine.added_norm:.3f}", help="‖σ(γ)·out_proj(r)‖")
 with update_col:
     layout.chart(teach_figures.gates_bar_figure(mine), "sandbox_gates", height=300)

@@ -1,4 +1,6 @@
-"""Text: a language model's sample token by token — what it predicts, and what its memory is worth."""
+"""Text: a language model's sample token by token — what it predicts, and what its memory is worth.
+
+The chunk is the stepper's: the browser reports the chunk it shows, and the page fills its tables here."""
 
 from __future__ import annotations
 
@@ -8,16 +10,17 @@ import streamlit as st
 
 from analysis.figures.language import contribution_figure, read_overlap_figure, token_loss_figure
 from analysis.figures.addressing import trajectory_figure
-from analysis.measures.language import chunk_text, read_overlap
-from app import cache, layout, state, stepper
+from analysis.measures.language import READ_FLOOR, chunk_text, loss_rows, read_overlap, read_source
+from app import cache, layout, state, stepping
 
 
 def recorded_text(context: state.Context) -> None:
     """A trace file with tokens: the current chunk's text and, per position, what the model predicted."""
-    stepper.stepped_page(context, "Text", "The recorded input, one memory chunk at a time: the chunk's tokens in "
-                                          "their text and, where the trace has targets, each position's prediction.")
-    shown = chunk_text(context.trace, context.chunk)
-    st.markdown(f"##### Chunk {context.chunk}: tokens {shown['start']}–{shown['stop'] - 1}")
+    chunk = stepping.stepped_page(context, "Text", "The recorded input, one memory chunk at a time: the chunk's tokens "
+                                                   "in their text and, where the trace has targets, each position's "
+                                                   "prediction.", key="text")
+    shown = chunk_text(context.trace, chunk)
+    st.markdown(f"##### Chunk {chunk}: tokens {shown['start']}–{shown['stop'] - 1}")
     with st.container(border=True):
         st.markdown(f"<span style='color:#888'>…{html.escape(shown['before'])}</span>"
                     f"<b style='background:#fff3bf'>{html.escape(shown['text'])}</b>", unsafe_allow_html=True)
@@ -41,26 +44,19 @@ if context.task != "language_modelling":
             f"`language_modelling-tensor` (or -base, -local) in the sidebar.", icon=":material/info:")
     st.stop()
 
-stepper.stepped_page(context, "Text", "Held-out text (the test split) through the model, one memory chunk at a "
-                                      "time: each token's likeliest continuations, its loss with the memory and with "
-                                      "the memory's read switched off, and where the memory reads from.")
+chunk = stepping.stepped_page(context, "Text", "Held-out text (the test split) through the model, one memory chunk "
+                                               "at a time: each token's likeliest continuations, its loss with the "
+                                               "memory and with the memory's read switched off, and where the memory "
+                                               "reads from.", key="text")
 losses = cache.text_losses(context.ref, context.seed)
-chunk = min(context.chunk, (len(losses.tokens) - 1) // losses.chunk_size)
-start, stop = chunk * losses.chunk_size, min((chunk + 1) * losses.chunk_size, len(losses.tokens))
+shown = loss_rows(losses, chunk)
+chunk = shown["chunk"]  # within the text
 
-st.markdown(f"##### Chunk {chunk}: tokens {start}–{stop - 1}")
+st.markdown(f"##### Chunk {chunk}: tokens {shown['start']}–{shown['stop'] - 1}")
 with st.container(border=True):
-    before = "".join(losses.tokens[max(0, start - 48):start])
-    shown = "".join(losses.tokens[start:stop])
-    st.markdown(f"<span style='color:#888'>…{before}</span><b style='background:#fff3bf'>{shown}</b>",
+    st.markdown(f"<span style='color:#888'>…{shown['before']}</span><b style='background:#fff3bf'>{shown['text']}</b>",
                 unsafe_allow_html=True)
-rows = [{"position": i, "token": losses.tokens[i], "next (true)": losses.next_tokens[i],
-         "loss": round(float(losses.loss[i]), 3),
-         **({"loss, memory off": round(float(losses.loss_without_memory[i]), 3)}
-            if losses.loss_without_memory is not None else {}),
-         **{f"top {r + 1}": f"{losses.top_tokens[i][r]!r} {losses.top_probs[i][r]:.0%}" for r in range(5)}}
-        for i in range(start, stop)]
-st.dataframe(rows, hide_index=True, width="stretch")
+st.dataframe(shown["rows"], hide_index=True, width="stretch")
 left, right = st.columns(2)
 with left:
     layout.chart(token_loss_figure(losses, chunk), key="text_losses")
@@ -76,10 +72,10 @@ if layout.memory_notice(context, "The read and write trajectory"):
         layout.chart(trajectory_figure(trace_layer, chunk), key="text_trajectory")
     with right:
         layout.chart(read_overlap_figure(overlap, chunk), key="text_overlap")
-    earlier = overlap[chunk, :chunk]
-    if chunk and earlier.max() > 0.05:
-        st.caption(f"Chunk {chunk}'s read lands mostly on the write of chunk {int(earlier.argmax())} "
-                   f"(footprint {earlier.max():.2f} at the read point).")
+    source = read_source(overlap, chunk)
+    if source is not None:
+        st.caption(f"Chunk {chunk}'s read lands mostly on the write of chunk {source[0]} (footprint {source[1]:.2f} at "
+                   f"the read point).")
     else:
-        st.caption(f"Chunk {chunk}'s read lands on no earlier write's footprint (all below 0.05)."
+        st.caption(f"Chunk {chunk}'s read lands on no earlier write's footprint (all below {READ_FLOOR})."
                    if chunk else "Chunk 0 reads the empty memory.")
