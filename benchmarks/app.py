@@ -3,11 +3,11 @@
 Measured side by side in one run:
 
 1. Server-side step time on the Export page of the default checkpoint (occlusion-tensor), which draws
-   the whole Explore figure set of a chunk and is stepped by the server (Explore itself steps in the
-   browser: ``benchmarks/app_browser.py``), with the trace cached: Streamlit's AppTest clicks
-   "Next"/"Previous" back and forth over every chunk and times each full script run. Two paces:
-   back to back, and with a pause between steps as a person stepping (or Play) leaves, which gives
-   the app's worker time to build the next chunks' figures ahead.
+   the whole Explore figure set of the chunk its browser stepper reports (Explore itself steps in the
+   browser alone: ``benchmarks/app_browser.py``), with the trace cached: Streamlit's AppTest reports
+   the chunks "Next"/"Previous" would show, back and forth over every chunk, and times each full
+   script run. Two paces: back to back, and with a pause between steps as a person stepping (or
+   Play) leaves.
 2. What a step would cost without the figure cache: building one chunk's figures (the seven
    Explore figures and the annotation track) from the cached trace, and one chunk's PyVista
    volume rendering (a fresh render window, and per chunk when every chunk of a sample is rendered
@@ -60,25 +60,30 @@ def summary(times_s: list[float]) -> str:
 
 
 def step_times(steps: int, pause: float) -> tuple[list[float], list[str]]:
-    """Seconds per step of the Export page (a fresh AppTest session; caches are per process)."""
+    """Seconds per step of the Export page (a fresh AppTest session; caches are per process): the value the
+    browser's stepper sends for each chunk it shows, and the run that draws that chunk."""
+    import json
+
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300).run()
     at.switch_page("views/export.py").run()
     if at.exception:
         raise RuntimeError(f"the app failed: {at.exception[0].value}")
-    last = int(next(s for s in at.slider if s.label == "Chunk").max)
+    sent = json.loads(at.get("component_instance")[0].proto.json_args)["payload"]
+    last = sent["total"] - 1
     times, counters, direction = [], [], 1
     for _ in range(steps):
         chunk = int(at.session_state["chunk"])
         if not 0 <= chunk + direction <= last:
             direction = -direction
-        button = at.button(key="next" if direction > 0 else "previous")
+        at.session_state["export_stepper"] = {"chunk": chunk + direction, "sample": sent["sample"],
+                                              "moves": sent["moves"]}
         time.sleep(pause)
         start = time.perf_counter()
-        button.click().run()
+        at.run()
         times.append(time.perf_counter() - start)
-        counters.append(next(m.value for m in at.markdown if m.value.startswith("#### Chunk")))
+        counters.append(f"Chunk {at.session_state['chunk']} / {last}")
         if at.exception:
             raise RuntimeError(f"the app failed: {at.exception[0].value}")
     return times, counters

@@ -18,8 +18,9 @@ more than ``--patience`` seconds for its first page or for one step stops there,
 shows is printed (the app's status widget, each frame's counter and canvases). ``--view`` chooses
 the Plotly 3D view clicked before stepping. ``--trace FILE`` opens the app on a trace file instead (as
 ``tensor-memory app --trace``: a long one goes to the browser a page of 64 chunks at a time, and stepping turns
-back at the page's ends), and ``--page NAME`` steps on another page (e.g. Text, whose stepper runs on the
-server). Needs Debian's /usr/bin/chromium.
+back at the page's ends), and ``--page NAME`` steps on another page (e.g. Teach or Text, which draw the chunk
+their browser stepper reports on the server: a step there ends when the server has drawn it). Needs Debian's
+/usr/bin/chromium.
 
     .venv/bin/python benchmarks/app_browser.py --sessions 1 --steps 20
     .venv/bin/python benchmarks/app_browser.py --sessions 8 --steps 10 --runs 3
@@ -126,11 +127,9 @@ async def settle(page) -> None:
 
 
 def stepper(page):
-    """Where the stepper is drawn: the Explore page's component frame (stepping in the browser), else the page."""
-    for frame in page.frames:
-        if frame is not page.main_frame and "chunk_stepper" in frame.url:
-            return frame
-    return page
+    """The page's stepper: its component frame, or None before it is there."""
+    return next((frame for frame in page.frames if frame is not page.main_frame and "chunk_stepper" in frame.url),
+                None)
 
 
 async def counter(where) -> tuple[int, int]:
@@ -162,12 +161,10 @@ async def open_first_page(page, url: str, view) -> float:
 
 
 async def stepper_of(page):
-    """The stepper's frame once the first page shows one: the component's, or the page's own counter."""
-    while True:
-        where = stepper(page)
-        if where is not page or await page.get_by_text(COUNTER).count():
-            return where
+    """The stepper's frame, once the page shows one."""
+    while stepper(page) is None:
         await page.wait_for_timeout(50)
+    return stepper(page)
 
 
 async def one_step(page, where, direction: int) -> tuple[float, int]:
@@ -179,7 +176,7 @@ async def one_step(page, where, direction: int) -> tuple[float, int]:
     start = time.perf_counter()
     await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).click()
     await where.get_by_text(f"Chunk {k + direction} / {last}", exact=True).wait_for()
-    if await page.locator(BUSY).count():  # the server is running the step (a server-side stepper)
+    if await page.locator(BUSY).count():  # the server is drawing the chunk the stepper reported
         await settle(page)
     await painted(where)
     return time.perf_counter() - start, direction
