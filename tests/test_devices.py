@@ -73,8 +73,8 @@ def test_the_process_group_follows_the_device_not_whether_cuda_exists(two_gpus, 
     monkeypatch.setattr(dist, "get_rank", lambda: 1)
     monkeypatch.setattr(dist, "get_world_size", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: bound.append(d))
-    world = init_distributed(torch.device(device))
-    assert (world.rank, world.world) == (1, 2)
+    ranks = init_distributed(torch.device(device))
+    assert (ranks.rank, ranks.size) == (1, 2)
     assert chosen == [backend]
     assert bound == ([torch.device(device)] if backend == "nccl" else [])
 

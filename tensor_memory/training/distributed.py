@@ -16,7 +16,7 @@ class Distributed:
     """This process's place among data-parallel ranks (a single process: rank 0 of 1)."""
 
     rank: int = 0
-    world: int = 1
+    size: int = 1  # ranks in all (torchrun's WORLD_SIZE)
 
     @property
     def main(self) -> bool:
@@ -29,8 +29,7 @@ def init_distributed(device: torch.device = torch.device("cpu")) -> Distributed:
     Ranks on GPUs (``device`` cuda:LOCAL_RANK, from ``accelerator.rank_device``) talk over NCCL, each bound to its
     own GPU; ranks on the CPU over gloo, whether or not the machine has CUDA.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return Distributed()
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's collectives run on the current GPU: this rank's own

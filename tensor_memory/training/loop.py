@@ -112,7 +112,7 @@ class Run:
     saved_config: dict[str, Any]  # what config.json records (cfg is its training section, validated)
     model: TaskModel
     optimizer: torch.optim.AdamW
-    world: Distributed
+    ranks: Distributed  # this process among the data-parallel ranks
     out: Path
     samples: Task  # what training draws from: the task, or windows of stream_segments segments of it
     curriculum: HorizonCurriculum  # which length of samples each step draws (samples itself unless horizon_steps)
@@ -140,16 +140,16 @@ def train(config: dict[str, Any], out: Path, resume: bool = False, progress: boo
     """
     run = _set_up(config, Path(out), resume, overwrite, device)
     # One writer per folder: the main process holds it from before the first write to the last (run_folder.py).
-    with hold_run_folder(run.out) if run.world.main else contextlib.nullcontext():
-        for warning in config_warnings(run.cfg) if run.world.main else []:  # the run goes ahead: say what is amiss
+    with hold_run_folder(run.out) if run.ranks.main else contextlib.nullcontext():
+        for warning in config_warnings(run.cfg) if run.ranks.main else []:  # the run goes ahead: say what is amiss
             warnings.warn(warning, TrainingWarning, stacklevel=2)
         start = _restore(run, resume)
-        if run.world.main:
+        if run.ranks.main:
             _prepare_out(run, start)
-        writer = tensorboard_writer(run.out) if run.world.main else None
+        writer = tensorboard_writer(run.out) if run.ranks.main else None
         _loop(run, start, writer, progress)
-        metrics = _finish(run, writer) if run.world.main else {}
-    if run.world.world > 1:
+        metrics = _finish(run, writer) if run.ranks.main else {}
+    if run.ranks.size > 1:
         dist.barrier()
         dist.destroy_process_group()
     return metrics
@@ -166,12 +166,12 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     full_config = {"schema_version": SCHEMA_VERSION,
                    "task": {"name": task.name, "params": task.config.to_dict()},
                    "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}
-    world = init_distributed(device)
-    if cfg.batch_size % world.world:
-        raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {world.world} processes")
-    per_rank = task_bytes(backbone, samples.tokens, cfg.batch_size // world.world, True, samples)
+    ranks = init_distributed(device)
+    if cfg.batch_size % ranks.size:
+        raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {ranks.size} processes")
+    per_rank = task_bytes(backbone, samples.tokens, cfg.batch_size // ranks.size, True, samples)
     check_device_memory(per_rank, device, "the training config")
-    if world.main:
+    if ranks.main:
         check_free(out)  # a run still writing there: say so, not that the folder "holds a run"
     check_out(out, resume, overwrite)  # before any work: nothing of an earlier run is lost by accident
     for data, purpose in ((samples, "train"), (task, "val")):  # a data file refused now, before anything is written:
@@ -180,7 +180,7 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     model = TaskModel(task, backbone).to(device)
     freeze(model, cfg.frozen)
     check_scaffold(model, task, cfg.address_scaffold_steps)
-    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), world, out, samples, curriculum, device,
+    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), ranks, out, samples, curriculum, device,
                grad_scaler(cfg.precision, device))
 
 
@@ -214,17 +214,17 @@ def _prepare_out(run: Run, start: int) -> None:
 
 def _loop(run: Run, start: int, writer, progress: bool) -> None:
     """Training steps ``start`` … ``steps − 1``: log every ``log_every``, validate and save every ``eval_every``."""
-    cfg, world = run.cfg, run.world
+    cfg, ranks = run.cfg, run.ranks
     on_gpu = [run.device.index] if run.device.type == "cuda" else None  # DDP's one device per rank
-    wrapped = run.model if world.world == 1 else torch.nn.parallel.DistributedDataParallel(run.model, device_ids=on_gpu)
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and world.main),
+    wrapped = run.model if ranks.size == 1 else torch.nn.parallel.DistributedDataParallel(run.model, device_ids=on_gpu)
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and ranks.main),
                desc=f"{run.task.name}-{run.model.backbone.config.kind}", unit="step", dynamic_ncols=True)
     last_time, tokens = time.perf_counter(), 0
     for step in bar:
         loss, grad_norm, batch_tokens = _step(run, wrapped, step)
         tokens += batch_tokens
         done = step + 1
-        if world.main and (done % cfg.log_every == 0 or done == cfg.steps):
+        if ranks.main and (done % cfg.log_every == 0 or done == cfg.steps):
             now = time.perf_counter()
             entry = {"step": done, "loss": round(loss.item(), 6), "lr": run.optimizer.param_groups[0]["lr"],
                      "grad_norm": round(float(grad_norm), 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
@@ -232,23 +232,24 @@ def _loop(run: Run, start: int, writer, progress: bool) -> None:
             bar.set_postfix(loss=f"{entry['loss']:.4f}", tok_s=f"{entry['tokens_per_s']:.0f}")
             append_entry(run.log_path, writer, entry)
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            if world.main:
+            if ranks.main:
                 _validate(run, writer, done)
-            if world.world > 1:
+            if ranks.size > 1:
                 dist.barrier()
 
 
 def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One optimisation step on this rank's share of the step's batch: (loss, gradient norm, tokens of all ranks).
 
-    Loss and norm stay tensors: they are read (a device sync) only on the steps that log them.
+    Loss and norm come back as tensors, read in full only on the steps that log them; every step does check that the
+    loss is finite (:func:`_backward`), which waits for the device once a step.
     """
-    cfg, world = run.cfg, run.world
+    cfg, ranks = run.cfg, run.ranks
     run.model.train()
     set_learning_rate(run.optimizer, step, cfg)
-    shard = cfg.batch_size // world.world
+    shard = cfg.batch_size // ranks.size
     samples = run.curriculum.task_at(step)  # the task, or a shorter one while a curriculum over horizon lasts
-    batch = samples.draw("train", cfg.batch_size, cfg.seed, step).rows(world.rank * shard, (world.rank + 1) * shard)
+    batch = samples.draw("train", cfg.batch_size, cfg.seed, step).rows(ranks.rank * shard, (ranks.rank + 1) * shard)
     batch = batch.to(run.device)
     run.optimizer.zero_grad(set_to_none=True)
     loss = _backward(run, wrapped, batch, step)
@@ -260,7 +261,7 @@ def _step(run: Run, wrapped: torch.nn.Module, step: int) -> tuple[torch.Tensor, 
     else:  # skips a step whose gradients overflowed float16, and adapts the scale
         run.scaler.step(run.optimizer)
         run.scaler.update()
-    return loss, grad_norm, batch.mask.numel() * world.world
+    return loss, grad_norm, batch.mask.numel() * ranks.size
 
 
 def _backward(run: Run, wrapped: torch.nn.Module, batch: Batch, step: int) -> torch.Tensor:
@@ -271,7 +272,7 @@ def _backward(run: Run, wrapped: torch.nn.Module, batch: Batch, step: int) -> to
     total, state = torch.zeros((), device=run.device), None
     for k in range(segments):
         last = k == segments - 1  # data-parallel ranks average gradients once, after the last segment
-        with contextlib.nullcontext() if last or run.world.world == 1 else wrapped.no_sync():
+        with contextlib.nullcontext() if last or run.ranks.size == 1 else wrapped.no_sync():
             piece = batch if segments == 1 else batch.columns(k * length, (k + 1) * length)
             with autocast(run.cfg.precision, run.device):  # the backward runs outside, in the forward's types
                 loss, state = training_loss(wrapped, task, piece, step, run.cfg, state)
