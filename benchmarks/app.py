@@ -15,7 +15,7 @@ Measured side by side in one run:
 3. Time from starting ``streamlit run app/main.py`` (a new process: nothing cached) until headless
    Chromium shows the first page settled: the "Chunk k / K" counter and the Plotly 3D scenes (PyVista
    is off until asked for). Needs /usr/bin/chromium.
-4. A long trace (issue 28): occlusion-tensor captured on ``--long-chunks`` frames (int8 volumes), opened with
+4. A long trace: occlusion-tensor captured on ``--long-chunks`` frames (int8 volumes), opened with
    ``tensor-memory app --trace``: the seconds from starting the server until Chromium shows its first page (the
    overview and the first page of 64 chunks drawn), each step in the browser (Next, turning back at the page's
    ends; from the click until the new counter is shown and two frames are painted), and a page turn (the
@@ -203,7 +203,7 @@ def print_long(args: argparse.Namespace) -> None:
     print(f"{'a step in the browser (Next / Previous)':<62} {summary(long['steps'])}")
     print(f"\n{'server start to the first page drawn (overview, 64 chunks)':<62} {long['opened']:8.1f} s")
     print(f"{'a page turn (the server draws another 64 chunks)':<62} {long['turned']:8.1f} s")
-    print("\nTargets (issue 28): a 2,000-chunk trace opens in < 30 s and steps in < 150 ms.")
+    print("\nTargets: a 2,000-chunk trace opens in < 30 s and steps in < 150 ms.")
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ import torch
 
 
 def layer_arguments(description: str, repeats: int) -> argparse.ArgumentParser:
-    """A parser with one memory layer's size (the issue's setting by default), threads and repeats."""
+    """A parser with one memory layer's size (d=64, C=16, 6³, B=32, N=24 by default), threads and repeats."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--batch", type=int, default=32, help="B (default 32)")
     p.add_argument("--tokens", type=int, default=24, help="N (default 24)")

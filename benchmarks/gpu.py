@@ -34,7 +34,7 @@ from tensor_memory.tasks import TaskModel
 from tensor_memory.training import evaluate, load_run_config, resolve
 from tensor_memory.training.loop import make_optimizer, training_loss
 
-# (B, N, d, C, grid, chunk): the toy size, the 8³ diagnostic size, the language-model size
+# (B, N, d, C, grid, chunk): the toy size of DESIGN.md §9, the 8³ diagnostic size, the language-model size
 SIZES = {"toy 6³": (32, 24, 64, 16, 6, 1), "8³": (8, 64, 64, 16, 8, 4), "16³ LM": (2, 512, 256, 32, 16, 16)}
 QUICK_SIZES = {"toy 4³": (2, 6, 16, 4, 4, 1), "tiny 5³": (2, 8, 16, 4, 5, 2)}
 LANGUAGE = ROOT / "configs" / "language_modelling.toml"

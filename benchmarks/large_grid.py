@@ -11,7 +11,7 @@ plus one voxel are updated), forward+backward, same weights and input. Also prin
 windowed write's error against the dense write (largest |difference| over the largest |value|
 of the write volume) and the outputs' differences.
 
-    .venv/bin/python benchmarks/large_grid.py                 # both parts, the issue's settings
+    .venv/bin/python benchmarks/large_grid.py                 # both parts, the default settings
     .venv/bin/python benchmarks/large_grid.py --grids 16 --sigma-voxels 1
 """
 

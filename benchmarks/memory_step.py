@@ -8,7 +8,7 @@ earlier layer from git history (that commit's whole package) beside today's. All
 the same weights on the same input in this one process; the script first checks they agree, then
 times them alternately and prints a table and the speed ratios.
 
-    .venv/bin/python benchmarks/memory_step.py                    # the issue's setting
+    .venv/bin/python benchmarks/memory_step.py                    # the default size (DESIGN.md §9)
     .venv/bin/python benchmarks/memory_step.py --against ede4c79  # the layer before the re-layout, too
     .venv/bin/python benchmarks/memory_step.py --help             # other sizes
 """

@@ -121,7 +121,7 @@ def write_table(record: dict) -> None:
     path = ROOT / "docs" / "results.md"
     text = path.read_text()
     if BEGIN not in text:
-        text = text.rstrip("\n") + f"\n\n## Ablations of the mechanism (issue 30)\n\n{BEGIN}\n{END}\n"
+        text = text.rstrip("\n") + f"\n\n## Ablations of the mechanism\n\n{BEGIN}\n{END}\n"
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     path.write_text(head + "\n".join(table(record)) + tail)

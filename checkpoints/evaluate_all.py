@@ -171,7 +171,7 @@ def long_range_lines() -> list[str]:
     if not path.exists():
         return []
     record = json.loads(path.read_text())
-    lines = ["", "## Long range (`checkpoints/long_range/`, issue 28)", "",
+    lines = ["", "## Long range (`checkpoints/long_range/`)", "",
              "Trained, measured and shipped by `checkpoints/train_long_range.py` (configs in `configs/long_range/`);",
              "`long_range.json` holds each run's command, wall time, accuracy by distance on seeds "
              f"{', '.join(map(str, record['evaluation']['seeds']))} (the language models: the test split streamed) "

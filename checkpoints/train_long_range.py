@@ -1,4 +1,4 @@
-"""Train, measure and ship the long-range models (issue 28): tasks whose needed input lies past what an
+"""Train, measure and ship the long-range models: tasks whose needed input lies past what an
 equal-state attention window reaches.
 
 Each run is ``tensor-memory train --config configs/long_range/TASK.toml`` with one backbone, one learning rate

@@ -1,4 +1,4 @@
-"""The self-supervised address losses of issue 30 (tensor_memory/training/penalties.py): the recall loss (each
+"""The self-supervised address losses (tensor_memory/training/penalties.py): the recall loss (each
 chunk's write found again where it was written, some chunks on) and the pull of reads onto earlier writes. Each is
 off by default, leaves the task's loss bit for bit when off, and is checked against an independent computation."""
 

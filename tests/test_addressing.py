@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,17 @@ def test_each_failure_names_its_remedy_and_a_failure_by_design_none():
     assert addressing_report(tight)["remedies"] == {}
 
 
+def test_each_remedy_is_one_line_naming_a_switch_and_the_table_that_measured_it():
+    """A remedy names a setting (MemoryConfig.… or training.…) and links an anchor of docs/trainability.md that exists,
+    or says that nothing measured it."""
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (ROOT / "docs" / "trainability.md").read_text()))
+    for failure, remedy in REMEDIES.items():
+        assert "\n" not in remedy and len(remedy) <= 160, failure
+        assert re.search(r"\b(MemoryConfig|training)\.\w+", remedy), failure
+        linked = re.findall(r"docs/trainability\.md#([\w-]+)", remedy)
+        assert (linked and set(linked) <= anchors) or remedy.endswith("(not measured)"), failure
+
+
 def test_a_collapse_with_frozen_coordinates_is_reported_as_by_design():
     eps = COLLAPSE_SPREAD_VOXELS / 4 * 2 / 4
     trace = _trace(_layer(mu_write=[[0, 0, 0], [eps, 0, 0]], sigma=[0.5, 0.5], mu_read=[[0, 0, 0]] * 2))
@@ -207,7 +219,7 @@ SHIPPED_VERDICTS = {
     "occlusion-tensor_local_update": "healthy",
     "map_building-tensor": "healthy",
     "map_building-tensor_local_update": "healthy",
-    # The language models, retrained in issue 30 with soft-argmax coordinates and σ pulled toward sigma_init: both
+    # The language models, trained with soft-argmax coordinates and σ pulled toward sigma_init: both
     # of the plain model's layers healthy (block 3 had collapsed); the shared-state model's block 1 healthy (σ had
     # exploded) and its block 3 a narrow collapse (spread 0.35 voxels; it had saturated at the faces). Pinned as
     # measured, so a change shows.
@@ -217,7 +229,7 @@ SHIPPED_VERDICTS = {
     # Masked patches: the patch places steered the writes for 1,000 of 4,000 steps; the layout stayed.
     "masked_patches-tensor": "healthy",
     "masked_patches-tensor_windowed": "healthy",
-    # Moving digits: σ exploded on both layers until issue 30 pulled it toward sigma_init (training.sigma_pull);
+    # Moving digits: σ pulled toward sigma_init (training.sigma_pull), without which it explodes on both layers;
     # 0.675 of hidden frames, 0.02 with its reads off (docs/results.md).
     "moving_digits-tensor": "healthy",
 }

@@ -1,4 +1,4 @@
-"""Issue 30's curriculum over horizon (training.horizon_steps, horizon_from), off by default: short samples first,
+"""The curriculum over horizon (training.horizon_steps, horizon_from), off by default: short samples first,
 grown linearly to the task's own length. Off, training draws the task itself; on, each step draws the length the
 schedule says, and the scaffold and the loss see that step's task."""
 

@@ -1,4 +1,4 @@
-"""The shipped long-range checkpoints (checkpoints/long_range/, issue 28): each loads, keeps to the equal-state
+"""The shipped long-range checkpoints (checkpoints/long_range/): each loads, keeps to the equal-state
 rule of its task, and re-measures to its record in long_range.json — accuracy by distance for the diagnostics, the
 streamed perplexities for the language models."""
 

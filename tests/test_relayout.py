@@ -1,9 +1,8 @@
-"""The re-layout of issue 24 moved the memory layer and split its forward into one method per step: it
-still computes bit for bit what the layer of the last commit before it (ede4c79) computed, loaded here
-from git history beside today's — outputs, states, every recorded value and every gradient, for each
-write mode, a chunk of several tokens and a stream cut inside a chunk.
+"""The memory layer still computes what the layer of the flat package (ede4c79, before its forward was split into
+one method per step) computed, loaded here from git history beside today's — outputs, states, every recorded value
+and every gradient, for each write mode, a chunk of several tokens and a stream cut inside a chunk.
 
-Since issue 29 two changes of arithmetic are allowed, and no more: the trilinear read gathers the 8 voxels
+Two changes of arithmetic since are allowed, and no more: the trilinear read gathers the 8 voxels
 around each point instead of weighting all of them (the same values; the gradient reaching the read
 coordinates, and through them the input, its norm and ``coord_head``, summed in another order), and on the CPU the
 scan runs as a compiled operator with its own exp/sigmoid/tanh (float32 rounding). With the pure-PyTorch
@@ -45,7 +44,7 @@ def before(tmp_path_factory):
         sys.path.remove(str(folder))
 
 
-# Reached through the read coordinates, so summed in another order since issue 29: the coordinate head's, and the
+# Reached through the read coordinates, so summed in another order since the gathered read: the coordinate head's, the
 # input norm's before it (the queries are normed tokens), as is the input's. Which of them a CPU's kernels happen to
 # round alike differs between machines: this one's norm.weight and norm.bias differ in the last bit, another's did not.
 READ_COORDINATE_GRADIENTS = ("coord_head.weight", "coord_head.bias", "norm.weight", "norm.bias")

@@ -41,68 +41,21 @@ GATE_SATURATION_FRACTION = 0.9  # over 90% of gate values within GATE_EPS of 0 o
 GATE_EPS = 0.01
 ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at ≥ e^-2 (within 2σ)
 
-# A likely remedy for each failure, from the bisection in docs/trainability.md (what made the
-# project's memories learn their addressing, measured one difference at a time).
+# For each failure, the switch that helped where it was measured, and the table of docs/trainability.md that measured
+# it (or that nothing was measured).
+TRAINABILITY = "docs/trainability.md"
 REMEDIES = {
-    "dead memory": "Check that the inputs reach the memory with their content and that writes survive until they "
-                   "are read. Markers (places, flags) at N(0, 1) or sinusoidal positions of amplitude 1 "
-                   "(BackboneConfig.positions) swamp the content beside them: the project's occlusion memory stayed "
-                   "at chance with either. A forget gate that starts near 0.73 (MemoryConfig.forget_bias = 1) erases "
-                   "a write within a few chunks: with it, map building stayed at chance even with its addressing "
-                   "given; forget_bias = 4 (the default) keeps it.",
-    "coordinate collapse": "Keep MemoryConfig.summary_norm on: without it the write summary grows during training and "
-                           "tanh drives the writes to a corner. Check that the content reaches the memory at a "
-                           "useful scale (a binding's values at N(0, 1), markers at 0.02): with its content tables "
-                           "at 0.02 the binding memory collapsed its writes to one point (docs/trainability.md). "
-                           "If reads must find what was written elsewhere (bindings, a map), anneal σ broad → "
-                           "narrow (training.sigma_anneal_steps = 1000, sigma_anneal_from = 1.0): binding from "
-                           "scratch went from 0.93 / 0.46 (two seeds) to 0.98 / 0.98, its writes laid out on its "
-                           "keys (R² 0.98; docs/trainability.md, table RB). Map building stayed at chance with every "
-                           "remedy tried, a self-supervised address loss (training.recall_weight), reads pulled "
-                           "onto writes (training.reach_weight), reads whose gradient comes from jittered points "
-                           "(MemoryConfig.read_jitter), learned voxel codes (MemoryConfig.voxel_codes) and a "
-                           "curriculum over horizon (training.horizon_steps) included; "
-                           "the address scaffold "
-                           "(training.address_scaffold_steps, for a task with Task.true_places) still gives it its "
-                           "layout. On the language model's collapsed block 3, soft-argmax coordinates "
-                           "(MemoryConfig.coordinates = \"soft_argmax\") with σ pulled toward sigma_init "
-                           "(training.sigma_pull = 0.3) spread the writes from 0.27 to 0.67 and 1.07 voxels on two "
-                           "seeds, healthy on both, 91–99 % of reads within 2σ of a write (the shipped language "
-                           "models use them); with a pull of 0.1 one seed of two stayed under the line, and "
-                           "soft-argmax alone exploded σ. A penalty on unspread writes "
-                           "(training.occupancy_weight) is no cure alone: on the language model it spread a "
-                           "collapsed layer's writes (0.3 → 2.8 voxels) but they stopped depending on the text and "
-                           "no read landed near them.",
-    "sigma collapse": "Raise MemoryConfig.sigma_min: a floor under σ keeps each write reaching the voxel centres "
-                      "around it, so reads near it get a gradient.",
-    "sigma explosion": "The layer is storing one vector, not a map: writes flat over the grid hold the same content "
-                       "everywhere. Without MemoryConfig.summary_norm the occlusion memory (and the plain prototype) "
-                       "grew σ to 3–7 voxels this way; keep it on. A memory that has to lay out a map (reads "
-                       "finding writes made elsewhere) widened σ like this from scratch; the address scaffold "
-                       "(training.address_scaffold_steps, for a task with Task.true_places) gave it the layout. "
-                       "Pulling each write's σ toward sigma_init (training.sigma_pull = 0.1) ended the explosion on "
-                       "both of the moving-digits model's layers (median σ 3.8 and 2.8 voxels → 1.1 and 1.0) for "
-                       "hidden frames 0.675 ± 0.018 against 0.690 ± 0.008 (docs/trainability.md); annealing σ "
-                       "broad → narrow (training.sigma_anneal_steps) kept occlusion's σ at 1.2–1.4 voxels, not 2.1; "
-                       "soft-argmax coordinates with a pull of 0.3 took the shared-state language model's block 1 "
-                       "from σ 7.4 voxels to 1.0, healthy.",
-    "boundary saturation": "Keep MemoryConfig.summary_norm on: an unnormalised write summary grows until "
-                           "tanh(coord_head(s)) sits at ±1 and no gradient moves it back (docs/trainability.md). "
-                           "Soft-argmax coordinates (MemoryConfig.coordinates = \"soft_argmax\") have no face "
-                           "where the gradient stops: with σ pulled toward sigma_init (training.sigma_pull = 0.3) "
-                           "the shared-state language model's block 3 went from saturated, no read within 2σ of a "
-                           "write, to every read on a write (spread 0.35 voxels, still narrow). Path integration "
-                           "(MemoryConfig.write_path = \"integrated\") does the opposite: its summed steps drift "
-                           "until 60 % of occlusion's coordinates sat at a face.",
-    "unread writes": "With separate read and write heads (MemoryConfig.separate_heads) share them first. With one "
-                     "head this is learned, not built in: look for what pulls the writes away from the reads. A "
-                     "penalty that spreads the writes (training.occupancy_weight) did this to the language model: "
-                     "its block 3 went from 12 % of reads within 2σ of a write to none, and its writes stopped "
-                     "depending on the text, and the recall loss (training.recall_weight) did the same "
-                     "(docs/trainability.md); train without them. training.reach_weight pulls "
-                     "each read onto the nearest earlier write (map building: reads 0.37 voxels from a write), but "
-                     "the nearest write need not be the right one.",
-    "gate saturation": "Lower the learning rate (training.lr) or shorten the run: saturated gates pass no gradient.",
+    "dead memory": f"Keep MemoryConfig.forget_bias at 4 (the default) so writes last until they are read, and markers "
+                   f"small beside the content ({TRAINABILITY}#table-m)",
+    "coordinate collapse": f"Keep MemoryConfig.summary_norm on and anneal σ broad → narrow (training.sigma_anneal_steps "
+                           f"= 1000, sigma_anneal_from = 1.0) ({TRAINABILITY}#table-rb)",
+    "sigma collapse": "Raise MemoryConfig.sigma_min, so each write reaches the voxel centres around it (not measured)",
+    "sigma explosion": f"Pull σ toward sigma_init (training.sigma_pull = 0.1) ({TRAINABILITY}#table-rd)",
+    "boundary saturation": f"Soft-argmax coordinates (MemoryConfig.addressing.coordinates = \"soft_argmax\") with "
+                           f"training.sigma_pull = 0.3 ({TRAINABILITY}#language-model-healthy)",
+    "unread writes": f"Share one coordinate head (MemoryConfig.addressing.separate_heads off) and leave "
+                     f"training.occupancy_weight and recall_weight off ({TRAINABILITY}#table-rs)",
+    "gate saturation": "Lower training.lr: saturated gates pass no gradient (not measured)",
 }
 
 THRESHOLDS = {name: value for name, value in globals().items()

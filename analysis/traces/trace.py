@@ -1,37 +1,6 @@
-"""Traces: the record of one sequence through one model, chunk by chunk.
-
-A :class:`Trace` holds, for every memory layer and chunk, the state after the update (``h``,
-``c``), the addressing (``mu_read``, ``mu_write``, ``sigma``), the write content, the read vector,
-optionally the gate volumes ``i, f, o, g``, and σ(γ); per chunk the model's prediction, its
-class probabilities at the scored position, the target; and the task's metadata for the sample.
-A trace of someone's own model (``analysis.trace_model``, ``info["source"] = "model"``) has no task:
-its predictions are optional (``outputs`` "none", or "tokens" with p(target) and p(prediction) per
-chunk instead of every class's probability) and it may carry the input's tokens as strings.
-
-File layout (one safetensors file, format version :data:`TRACE_VERSION`)::
-
-    __metadata__["trace"]            JSON: {"format", "version", "info": {...}}
-    layer/<path>/<field>             per memory layer, K = chunks written
-        mu_read (K, 3) f32   read (K, C) f32   mu_write (K, 3) f32   sigma (K,) f32
-        content (K, C) f32   h (K, C, D, H, W) f16   c (same, optional)   gate_i/f/o/g (same, optional)
-        gate_scale (1,) f32
-        with volumes = "int8": each volume is int8 codes (K, C, D, H, W) plus <field>_scale (K, C) f32
-    chunk/<field>                    per chunk: prediction, target (K,) i64, scored (K,) bool,
-                                     probs (K, classes) f32; a values task (info "outputs" =
-                                     "values", e.g. masked_patches): prediction, target (K, width)
-                                     f32 (the model's outputs and targets at the chunk), scored
-                                     "tokens": prediction, target (K,) i64, scored, p_target,
-                                     p_prediction (K,) f32; "none": scored (K,) bool only
-    meta/<name>                      the task's metadata for this sample (frames, keys, …)
-    tokens/utf8, tokens/offsets      optional (info "tokens"): the N tokens' UTF-8 bytes (u8) and
-                                     offsets (N + 1,) i64, token i = utf8[offsets[i]:offsets[i+1]]
-    tokens/target, prediction, p_target   optional (info "position_targets"): per position (N,)
-
-Volumes are float16 (they are what makes a trace large), or int8 with a float32 scale per chunk
-and channel (``volumes="int8"``, half the size; see :mod:`analysis.traces.quantized`); everything else
-keeps float32.
-Loading checks the file like a checkpoint: structure, version, the fields each layer must
-have and that their shapes agree with each other and with ``info``; no pickle is involved.
+"""Traces: the record of one sequence through one model, chunk by chunk (:class:`Trace`, one :class:`LayerTrace` per
+memory layer), saved as one safetensors file and loaded with every array checked against the header. The file
+layout and what loading checks: ``docs/formats.md``.
 """
 
 from __future__ import annotations

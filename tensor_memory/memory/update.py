@@ -1,44 +1,13 @@
 """Step 5 of the mechanism: the factorised ConvLSTM update, and its fast recurrent scan.
 
-The update maps ``[V ; h]`` (2C channels) through depthwise 3-tap convolutions along D, H
-and W, then a pointwise mix to 4C gate pre-activations:
-
-    i, f, o, g = mix([dw_V(V_k) ; dw_h(h_{k-1})]) + bias
-    c_k = σ(f)⊙c_{k-1} + σ(i)⊙tanh(g),   h_k = σ(o)⊙tanh(c_k)
-
-(``MemoryConfig.depthwise_bias`` gives each depthwise convolution a bias; being affine, they then add
-one fixed volume to ``[dw_V(V) ; dw_h(h)]``, :func:`bias_volume`, which the scan takes as ``offset``.)
-
-Three things make it cheap:
-
-* The write volume is separable, ``V = content ⊗ gz ⊗ gy ⊗ gx`` (one Gaussian profile per
-  axis), and a depthwise convolution along one axis only touches that axis's profile. So
-  ``dw_V(V)`` is kept as three small factors and expanded one chunk at a time.
-* The recurrence runs in :func:`convlstm_scan`, an autograd function with a hand-written
-  backward. On a CPU, PyTorch's autograd bookkeeping over ~20 small operations per chunk
-  and the grouped ``Conv3d`` backward dominate the plain implementation's cost; here each
-  chunk keeps its gates and convolution inputs, and the backward walks the chunks in
-  reverse with fused gate derivatives (see ``docs/performance.md``).
-* Every per-channel tap broadcasts as a contiguous (C,) vector and every gate is its own
-  contiguous block: strided operands stop PyTorch's kernels from vectorising.
-
-* On the CPU in float32, :func:`convlstm_scan` hands the scan to one compiled operator
-  (``fused_scan.py``), which does each chunk's pointwise work in a few passes; this module's
-  pure-PyTorch scan is its fallback and the scan everywhere else (CUDA, other dtypes).
-
-Mixed precision: under ``torch.autocast`` (bf16 or fp16) the scan runs the mix's matrix products in
-the autocast type, forward (``x @ [mix | bias]ᵀ``) and backward (``grad_preᵀ @ x``, ``grad_pre @ mix``),
-their operands cast and their results brought back to float32. Everything else stays float32: the
-depthwise convolutions, the gates' sigmoid and tanh, the recurrent state ``c, h`` (hs and cs come
-back float32) and the gradients' accumulations (the mix's, the taps', the write factors'). Without
-autocast nothing is cast and the pure-PyTorch scan computes exactly what it did before autocast was
-honoured (``tests/test_fused_scan.py`` compares the bits). The memory layer's output under CPU bf16
-autocast is float32 too: its read projection runs in bf16 and σ(γ)'s float32 brings the sum back.
-
-Layout: inside this module volumes are *channels-last*, ``(…, D, H, W, C)``, so the mix is a
-matrix product. ``layer.py`` presents them to users as ``(B, C, D, H, W)`` views. The maths
-is the plain implementation's in ``reference.py``; ``tests/test_update.py``
-checks values and gradients against it.
+``[V ; h]`` (2C channels) passes through depthwise 3-tap convolutions along D, H and W, then a pointwise mix to 4C
+gate pre-activations: ``i, f, o, g = mix([dw_V(V_k) ; dw_h(h_{k-1})]) + bias``, ``c_k = σ(f)⊙c_{k-1} + σ(i)⊙tanh(g)``,
+``h_k = σ(o)⊙tanh(c_k)``. The write volume is separable (``V = content ⊗ gz ⊗ gy ⊗ gx``), so ``dw_V(V)`` is kept as
+three factors and expanded one chunk at a time; :func:`convlstm_scan` runs the recurrence with a hand-written
+backward (or, on the CPU in float32, ``fused_scan.py``'s compiled operator). Under autocast only the mix's matrix
+products run in the autocast type; the state, the gates and the gradients' sums stay float32. Volumes here are
+channels-last, ``(…, D, H, W, C)``; the maths is ``reference.py``'s (``tests/test_update.py``). Why each piece is
+shaped as it is: ``docs/performance.md``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Checkpoints: save a :class:`TaskModel` with its config, and load one back safely.
 
-A checkpoint is a directory::
-
-    model.safetensors   the TaskModel state_dict (safetensors: a JSON header, then raw tensor bytes)
-    config.json         {"schema_version": 2, "task": {"name", "params"}, "model": {...}, "training": {...}}
-    metrics.json        optional: evaluation results with their seeds
-    …                   anything else (train_log.jsonl, optimizer state for resuming) is ignored here
-
-Loading never unpickles: the safetensors header is checked by hand (length, JSON, dtypes,
-shapes, offsets against the file size) before the safetensors library reads the tensors, and
-JSON is read with :mod:`json`. Every malformed input raises one :class:`CheckpointError`
-naming the file, the problem and what to do about it.
-
-Writes are atomic per file (a temp file in the same directory, fsync, ``os.replace``): a run
-killed mid-save leaves each file either complete-old or complete-new, never half written.
-The weights are written before ``config.json``, so an interrupted re-save of a checkpoint whose
-architecture changed leaves weights that the old config refuses (shape mismatch), never a
-silently wrong model.
+A checkpoint is a directory holding ``model.safetensors``, ``config.json`` and, optionally, ``metrics.json``
+(``docs/formats.md``). Loading never unpickles and refuses every malformed input with one :class:`CheckpointError`
+naming the file, the problem and what to do. Writes are atomic per file, the weights before ``config.json``.
 """
 
 from __future__ import annotations

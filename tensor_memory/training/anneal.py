@@ -1,5 +1,5 @@
-"""σ annealed broad → narrow: a self-organising map's neighbourhood schedule for the memory's writes (a remedy of
-issue 30, off by default).
+"""σ annealed broad → narrow: a self-organising map's neighbourhood schedule for the memory's writes (off by
+default).
 
 For the first ``training.sigma_anneal_steps`` steps every write spreads at least
 

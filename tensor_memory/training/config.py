@@ -39,7 +39,7 @@ class TrainConfig(ConfigBase):
     # order, each backbone carrying its state from one to the next with the gradient cut between them (truncated
     # backpropagation through time, as Transformer-XL trains); 1 = every sample from an empty state
     precision: str = "fp32"  # "bf16" or "fp16": mixed precision (accelerator/precision.py); fp16 needs CUDA
-    coord_lr_scale: float = 1.0  # the memories' coordinate heads learn at lr times this (a remedy of issue 30);
+    coord_lr_scale: float = 1.0  # the memories' coordinate heads learn at lr times this;
     # 1 = one learning rate for every parameter
     sigma_anneal_steps: int = 0  # steps over which every write spreads at least σ₀(σ₁/σ₀)^(t/T) (anneal.py); 0 = off
     sigma_anneal_from: float = 1.0  # σ₀, normalised units (1 = half the grid); σ₁ is each layer's sigma_init

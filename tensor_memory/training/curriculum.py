@@ -1,4 +1,4 @@
-"""A curriculum over horizon: short samples first (a remedy of issue 30, off by default).
+"""A curriculum over horizon: short samples first (off by default).
 
 For the first ``training.horizon_steps`` steps a training batch is drawn from the task with its horizon
 (``Task.horizon``: map building's observations, binding's writes, occlusion's and moving digits' frames) grown

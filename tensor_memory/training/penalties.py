@@ -1,5 +1,5 @@
-"""Penalties on the memory's addressing, added to the task's loss while training (remedies of issue 30, each off
-by default, each read through a hook point without changing the value):
+"""Penalties on the memory's addressing, added to the task's loss while training (each off by default, each read
+through a hook point without changing the value):
 
 - **σ pulled toward a target width** (``training.sigma_pull``), for a σ that explodes, after DSNT's regulariser
   (arXiv 1801.07372): ``sigma_pull · mean over writes of (log σ − log sigma_init)²``, squared in log space so that
