@@ -75,12 +75,12 @@ def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch
         last_start = torch.tensor([n - w for n, w in zip(sizes, win)], device=h.device)
         start = torch.minimum((lo[k] - 1).clamp(min=0), last_start)  # (B, 3) each sample's window corner
         index = [start[:, a, None] + torch.arange(win[a], device=h.device) for a in range(3)]  # (B, w_a) each
-        cells = (batch, index[0].view(B, -1, 1, 1), index[1].view(B, 1, -1, 1), index[2].view(B, 1, 1, -1))
-        h_win, c_win = h[cells], c[cells]  # (B, wd, wh, ww, C)
+        window = (batch, index[0].view(B, -1, 1, 1), index[1].view(B, 1, -1, 1), index[2].view(B, 1, 1, -1))  # voxels
+        h_win, c_win = h[window], c[window]  # (B, wd, wh, ww, C)
 
         # The dense update's maths on the window: gates from [dw_V(V) ; dw_h(h) ; 1].
         fz, fy, fxc = (f[k].gather(1, i[:, :, None].expand(-1, -1, C)) for f, i in zip(factors, index))
-        off_win = None if offset is None else offset[cells[1:]]  # (B, wd, wh, ww, 2C)
+        off_win = None if offset is None else offset[window[1:]]  # (B, wd, wh, ww, 2C)
         x = gate_inputs(expand_write(fz, fy, fxc), depthwise3d(h_win, taps_h), off_win)  # (B·wd·wh·ww, 2C+1)
         i, f, o, g = gate_values(x, weight)
         c_new = (f * c_win.reshape(-1, C) + i * g).view(h_win.shape)
@@ -90,8 +90,8 @@ def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch
         in_region = [(i >= lo[k][:, a, None]) & (i <= hi[k][:, a, None]) for a, i in enumerate(index)]  # (B, w_a)
         keep_new = (present[k].view(B, 1, 1, 1) & in_region[0].view(B, -1, 1, 1)
                     & in_region[1].view(B, 1, -1, 1) & in_region[2].view(B, 1, 1, -1))[..., None]  # (B, wd, wh, ww, 1)
-        h = h.index_put(cells, torch.where(keep_new, h_new, h_win))  # out of place: autograd keeps the old state
-        c = c.index_put(cells, torch.where(keep_new, c_new, c_win))
+        h = h.index_put(window, torch.where(keep_new, h_new, h_win))  # out of place: autograd keeps the old state
+        c = c.index_put(window, torch.where(keep_new, c_new, c_win))
         hs.append(h)
         cs.append(c)
     return torch.stack(hs), torch.stack(cs)

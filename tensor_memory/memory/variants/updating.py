@@ -46,7 +46,7 @@ class Update(nn.Module):
 
     def forward(self, factors, write, h0: torch.Tensor, c0: torch.Tensor, taps_h: torch.Tensor, mix: nn.Linear,
                 offset: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """States after every chunk, hs and cells (n_write, B, D, H, W, C), from h0, c0 (B, D, H, W, C), the write's
+        """States after every chunk, hs and cs (n_write, B, D, H, W, C), from h0, c0 (B, D, H, W, C), the write's
         convolved factors and the write itself (its place and σ bound a local update's region)."""
         if self.window_k is None:
             return convlstm_scan(factors, h0, c0, taps_h, mix.weight, mix.bias, offset)
