@@ -229,10 +229,12 @@ def sample_text(task: Any, batch: Batch, logits: torch.Tensor, row: int) -> dict
     if not hasattr(task, "decode"):
         return {}
     scores = logits[row].float()  # (N, vocabulary)
-    normaliser = torch.cat([block.logsumexp(-1) for block in scores.split(TEXT_BLOCK)])  # (N,) a block at a time
     scored = batch.mask[row]
     target = torch.where(scored, batch.targets[row], -1)
-    p_target = torch.where(scored, (scores.gather(1, target.clamp_min(0)[:, None])[:, 0] - normaliser).exp(), 0.0)
+    picked = target.clamp_min(0)[:, None]  # (N, 1)
+    probs = torch.cat([torch.softmax(block, -1).gather(1, at)[:, 0]  # (N,) normalised a block at a time
+                       for block, at in zip(scores.split(TEXT_BLOCK), picked.split(TEXT_BLOCK))])
+    p_target = torch.where(scored, probs, 0.0)
     return {"tokens": task.decode(batch.inputs["tokens"][row]),
             "per_token": {"target": target.numpy().astype(np.int64),
                           "prediction": scores.argmax(-1).numpy().astype(np.int64),
