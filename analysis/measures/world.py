@@ -23,7 +23,8 @@ import torch
 
 from tensor_memory.storage.checkpoint import Checkpoint
 
-from analysis.traces.capture import capture_many, memory_chunk_size, run_recorded, sample_batch
+from analysis.traces.capture import capture_many, run_recorded, sample_batch
+from analysis.traces.segment_recorder import memory_chunk_size
 
 RIDGE = 1e-3  # a small ridge on the least-squares fits: features that never vary do not blow up
 SAMPLES, FIT_SEED, EVAL_SEEDS = 64, 0, (1, 2, 3)  # a read-out is fitted on one seed's samples, scored on three others'

@@ -14,19 +14,17 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from tensor_memory import memory_layers, record
+from tensor_memory import memory_layers
 from tensor_memory.accelerator import resolve_device
-from tensor_memory.memory.recording import Recording
 from tensor_memory.backbone import check_budget
 from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 from tensor_memory.tasks import Batch
 from tensor_memory.training.evaluation import task_with
 
-from analysis.traces.quantized import QuantizedVolumes, quantize
-from analysis.traces.trace import SCALE_SUFFIX, LayerTrace, Trace, TraceError, check_volume_dtype
+from analysis.traces.segment_recorder import (LayerFields, joined_layers, layer_traces, layers_info,
+                                              memory_chunk_size, record_segments)
+from analysis.traces.trace import Trace, TraceError, check_volume_dtype
 
 SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
 TEXT_BLOCK = 4096  # positions normalised at a time for a language model's p(target): no (N, vocabulary) softmax held
@@ -49,21 +47,9 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
                        cat("meta"))
 
 
-def memory_chunk_size(model: torch.nn.Module) -> int:
-    """The chunk size shared by the model's memory layers (a trace is indexed by chunk)."""
-    sizes = {memory.config.chunk_size for memory in memory_layers(model).values()}
-    if not sizes:
-        raise TraceError("no TensorMemory layer in this model (a checkpoint's backbone other than 'tensor'); "
-                         "traces record memory layers: attach one (tensor_memory.attach_memory) or choose a "
-                         "tensor checkpoint")
-    if len(sizes) > 1:
-        raise TraceError(f"memory layers with different chunk sizes {sorted(sizes)} cannot share one trace")
-    return sizes.pop()
-
-
 def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int, gates: bool = True,
                  cells: bool = True, progress: Optional[bool] = None,
-                 volumes: str = "float16") -> tuple[torch.Tensor, dict[str, dict[str, np.ndarray]]]:
+                 volumes: str = "float16") -> tuple[torch.Tensor, LayerFields]:
     """Stream ``inputs`` (B samples) through ``model`` a segment at a time, recording every memory layer.
 
     Returns the logits (B, N, classes) and, per layer, each field as (B, K, …) arrays — volumes
@@ -72,67 +58,15 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
     """
     check_volume_dtype(volumes)
     N = next(iter(inputs.values())).shape[1]
-    step = SEGMENT_CHUNKS * chunk_size
-    parts: dict[str, dict[str, list]] = {}
-    logits, state = None, None
-    segments = range(0, N, step)
-    bar = tqdm(segments, desc="capturing", unit="segment", leave=False,
-               disable=progress is False or (progress is None and len(segments) < 4))
-    with torch.no_grad():
-        for start in bar:
-            piece = {k: v[:, start:start + step] for k, v in inputs.items()}
-            with record(model, gates=gates) as rec:
-                out, state = model(piece, state)
-            if logits is None:  # filled a segment at a time: the outputs are never held twice
-                logits = out.new_empty(out.shape[0], N, *out.shape[2:])
-            logits[:, start:start + out.shape[1]] = out
-            keep_recorded(rec, parts, cells, volumes)
-    return logits, joined_fields(parts)
-
-
-def keep_recorded(rec: Recording, parts: dict[str, dict[str, list]], cells: bool, volumes: str) -> None:
-    """Add one segment's recording to ``parts`` (layer → field → list of (B, k, …) arrays), volumes cut to
-    float16 or int8 at once: that bounds what a long capture holds."""
-    for name, layer in rec.layers.items():
-        fields = parts.setdefault(name, {})
-        for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
-            value = getattr(layer, field)
-            if value is None or (field == "c" and not cells):
-                continue
-            value = value.detach()
-            if field not in VOLUME_POINTS and field not in GATE_POINTS:
-                fields.setdefault(field, []).append(value.float().cpu().numpy())
-            elif volumes == "int8":
-                codes, scale = quantize(value.float().cpu().numpy())  # (B, k, C, D, H, W), (B, k, C)
-                fields.setdefault(field, []).append(codes)
-                fields.setdefault(field + SCALE_SUFFIX, []).append(scale)
-            else:  # cut to float16 on the model's device: a quarter of the bytes cross to the CPU
-                fields.setdefault(field, []).append(value.to(torch.float16).cpu().numpy())
-        fields["gate_scale"] = [float(layer.gate_scale)]
-
-
-def joined_fields(parts: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarray]]:
-    """The segments of every field joined along the chunk axis; ``gate_scale`` the last segment's float."""
-    return {name: {f: (v[-1] if f == "gate_scale" else np.concatenate(v, axis=1)) for f, v in fields.items()}
-            for name, fields in parts.items()}
-
-
-def layer_traces(layers: dict[str, dict[str, np.ndarray]], row: int, K: int) -> dict[str, LayerTrace]:
-    """Sample ``row``'s first K chunks of every layer's joined fields, int8 codes and scales as one volume."""
-    per_layer = {}
-    for name, f in layers.items():
-        fields = {k: v[row, :K] for k, v in f.items() if k != "gate_scale"}
-        for field in [k for k in fields if k.endswith(SCALE_SUFFIX)]:
-            volume = field[:-len(SCALE_SUFFIX)]
-            fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
-        per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
-    return per_layer
-
-
-def layers_info(layers: dict[str, dict[str, np.ndarray]], volumes: str, chunk_size: int) -> dict[str, Any]:
-    """Each layer's entry in a trace header: channels, grid, what it holds."""
-    return {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]), "gates": "gate_i" in f,
-                   "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size} for name, f in layers.items()}
+    logits, recorded = None, []
+    for segment in record_segments(model, model, inputs, N, SEGMENT_CHUNKS * chunk_size, gates=gates, cells=cells,
+                                   volumes=volumes, progress=progress):
+        out = segment.output
+        if logits is None:  # filled a segment at a time: the outputs are never held twice
+            logits = out.new_empty(out.shape[0], N, *out.shape[2:])
+        logits[:, segment.start:segment.start + out.shape[1]] = out
+        recorded.append(segment.layers)
+    return logits, joined_layers(recorded)
 
 
 def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, chunk_size: int,

@@ -17,9 +17,9 @@ trace records, per chunk, the model's prediction and p(target) at the chunk's la
 (the output's ``logits``, or the output itself when it is a tensor (1, N, classes)).
 
 With ``segment=n`` (a multiple of the chunk size) the input is fed n positions at a time inside
-``with streaming(model):``, so every memory carries its state from one segment to the next (a model that threads its own state
-and returns it as ``(y, state)``, like this project's backbones, gets it passed back as its second
-argument). A long sequence then never needs one huge forward; what it costs is bounded by the
+``with streaming(model):``, so every memory carries its state from one segment to the next (a model that
+threads its own state and returns it as ``(y, state)``, like this project's backbones, gets it passed back as its
+second argument). A long sequence then never needs one huge forward; what it costs is bounded by the
 segment, and the volumes are cut to float16 (or int8) per segment. Each segment is a call of its own:
 attention (and a Hugging Face model's positions) see that segment alone, as a model read window by
 window does; only the memories, and a model that threads its own state, carry across.
@@ -27,22 +27,21 @@ window does; only the memories, and a model that threads its own state, carry ac
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from tensor_memory import record, streaming
+from tensor_memory import streaming
 from tensor_memory.accelerator import model_device, resolve_device
 from tensor_memory.backbone import BackboneState
 
-from analysis.traces.capture import joined_fields, keep_recorded, layer_traces, layers_info, memory_chunk_size
+from analysis.traces.segment_recorder import (Inputs, joined_layers, layer_traces, layers_info, memory_chunk_size,
+                                              record_segments)
 from analysis.traces.trace import Trace, TraceError, check_volume_dtype
 from analysis.traces.validation import MODEL_SOURCE
-
-Inputs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 
 def sequence_length(inputs: Inputs) -> int:
@@ -58,13 +57,6 @@ def sequence_length(inputs: Inputs) -> int:
     if first.dim() < 2 or first.shape[0] != 1:
         raise ValueError(f"trace_model records one sequence: inputs of shape (1, N, …), got {tuple(first.shape)}")
     return int(first.shape[1])
-
-
-def segment_of(inputs: Inputs, start: int, stop: int, N: int) -> Inputs:
-    """Positions [start, stop) of every tensor whose second axis is the sequence's (the rest as they are)."""
-    if isinstance(inputs, torch.Tensor):
-        return inputs[:, start:stop]
-    return {k: v[:, start:stop] if v.dim() >= 2 and v.shape[1] == N else v for k, v in inputs.items()}
 
 
 def on_device(inputs: Inputs, device: torch.device) -> Inputs:
@@ -92,6 +84,19 @@ def _targets(targets: Any, N: int) -> torch.Tensor:
     return torch.where(values < 0, -1, values)  # −100 (Hugging Face's "ignore") and −1 both mean none
 
 
+def call_model(model: nn.Module, piece: Inputs,
+               state: Optional[BackboneState]) -> tuple[Any, Optional[BackboneState]]:
+    """One segment through ``model``: a dict as keyword arguments (a Hugging Face model's), a tensor as the first
+    argument with the carried state after it. Returns the output and the state to carry: the one a model that
+    threads its own state returns as ``(y, state)``, else None (streaming carries the memories' states)."""
+    if isinstance(piece, dict):
+        output = model(**piece)
+    else:
+        output = model(piece) if state is None else model(piece, state)
+    threads = isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], BackboneState)
+    return output, output[1] if threads else None
+
+
 def _per_position(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, np.ndarray]:
     """Per position of one segment: prediction, p(prediction), p(target) (0 where there is no target)."""
     probs = torch.softmax(logits[0].float(), dim=-1)  # (n, classes), on the model's device
@@ -108,32 +113,24 @@ def _per_position(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, np.n
 def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Optional[torch.Tensor],
          progress: Optional[bool], cells: bool, gates: bool, volumes: str):
     """Feed the segments with the memories carried; returns (layer fields, per-position predictions, classes)."""
-    parts: dict[str, dict[str, list]] = {}
+    recorded: list = []
     positions: dict[str, list] = {}
-    classes, state = 0, None
-    starts = range(0, N, segment)
-    bar = tqdm(starts, desc="tracing", unit="segment", leave=False,
-               disable=progress is False or (progress is None and len(starts) < 4))
-    with torch.no_grad(), streaming(model):
-        for start in bar:
-            piece = segment_of(inputs, start, start + segment, N)
-            args = (piece,) if state is None else (piece, state)
-            with record(model, gates=gates) as rec:
-                output = model(**piece) if isinstance(piece, dict) else model(*args)
-            keep_recorded(rec, parts, cells, volumes)
-            if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], BackboneState):
-                state = output[1]  # a model that threads its own state: hand it back
+    classes = 0
+    with streaming(model):
+        for piece in record_segments(model, partial(call_model, model), inputs, N, segment, gates=gates, cells=cells,
+                                     volumes=volumes, progress=progress):
+            recorded.append(piece.layers)
             if targets is not None:
-                logits = logits_of(output)
-                if logits is None or logits.shape[:2] != (1, min(segment, N - start)):
+                logits = logits_of(piece.output)
+                if logits is None or logits.shape[:2] != (1, min(segment, N - piece.start)):
                     raise ValueError("trace_model: targets were given, but the model's output has no logits "
                                      "(1, n, classes) to score them with")
                 if not torch.isfinite(logits).all():
                     raise TraceError("the model produced NaN or infinite outputs on this input")
                 classes = logits.shape[-1]
-                for key, value in _per_position(logits, targets[start:start + segment]).items():
+                for key, value in _per_position(logits, targets[piece.start:piece.start + segment]).items():
                     positions.setdefault(key, []).append(value)
-    return joined_fields(parts), {k: np.concatenate(v) for k, v in positions.items()}, classes
+    return joined_layers(recorded), {k: np.concatenate(v) for k, v in positions.items()}, classes
 
 
 def _chunk_predictions(positions: dict[str, np.ndarray], targets: np.ndarray, chunk_size: int,
