@@ -25,7 +25,8 @@ from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.memory.geometry import nearest_voxel
 from tensor_memory.memory.hookpoints import Hook
 
-from analysis.traces.capture import per_chunk, sample_batch
+from analysis.traces.capture import sample_batch
+from analysis.traces.chunk_scorer import per_chunk
 from analysis.traces.segment_recorder import memory_chunk_size
 from analysis.traces.trace import Trace
 from analysis.measures.occlusion import TASKS as OCCLUSION_TASKS

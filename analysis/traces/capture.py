@@ -22,12 +22,13 @@ from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 from tensor_memory.tasks import Batch
 from tensor_memory.training.evaluation import task_with
 
+from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, per_chunk, score_positions, written_chunks
 from analysis.traces.segment_recorder import (LayerFields, joined_layers, layer_traces, layers_info,
                                               memory_chunk_size, record_segments)
 from analysis.traces.trace import Trace, TraceError, check_volume_dtype
 
 SEGMENT_CHUNKS = 64  # chunks per forward call while capturing: bounds the float32 volumes held at once
-TEXT_BLOCK = 4096  # positions normalised at a time for a language model's p(target): no (N, vocabulary) softmax held
+BROKEN_SAMPLE = "this sample; the checkpoint is broken"  # what a checkpoint's NaN or infinite outputs say
 
 
 def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
@@ -67,34 +68,6 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
         logits[:, segment.start:segment.start + out.shape[1]] = out
         recorded.append(segment.layers)
     return logits, joined_layers(recorded)
-
-
-def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, chunk_size: int,
-              num_chunks: int, outputs: str = "classes") -> dict[str, np.ndarray]:
-    """For one sample — logits (N, classes), targets and mask (N,) — the prediction, target, scored flag
-    and class probabilities at each chunk's last scored position.
-
-    A chunk with no scored position reports its last token with target −1. For a values task
-    (``outputs="values"``: outputs and targets (N, width)) the prediction and target are the chunk's
-    values (K, width) and there are no probabilities.
-    """
-    N = logits.shape[0]
-    rows = []
-    for k in range(num_chunks):
-        lo, hi = k * chunk_size, min(N, (k + 1) * chunk_size)
-        hits = torch.nonzero(mask[lo:hi]).flatten()
-        rows.append((lo + int(hits[-1]), True) if len(hits) else (hi - 1, False))
-    positions = torch.tensor([p for p, _ in rows], dtype=torch.long)
-    scored = np.array([s for _, s in rows], dtype=bool)
-    chosen = logits[positions].float()  # (K, classes) or (K, width)
-    if outputs == "values":
-        return {"prediction": chosen.numpy().astype(np.float32),
-                "target": targets[positions].float().numpy().astype(np.float32), "scored": scored}
-    target = targets[positions].numpy().astype(np.int64)
-    return {"prediction": chosen.argmax(-1).numpy().astype(np.int64),
-            "target": np.where(scored, target, -1),
-            "scored": scored,
-            "probs": torch.softmax(chosen, dim=-1).numpy().astype(np.float32)}
 
 
 def trace_info(ckpt: Checkpoint, task, seed: int, chunk_size: int, num_chunks: int, num_tokens: int,
@@ -142,9 +115,8 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
                          f"choose task parameters that give a longer sequence")
     logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cells, progress, volumes)
     logits = logits.cpu()  # beside the sample, which stays on the CPU
-    if not torch.isfinite(logits).all():
-        raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
-    K = min(fields["h"].shape[1] for fields in layers.values())  # complete chunks: a trailing part is not written
+    check_finite(logits, BROKEN_SAMPLE)
+    K = written_chunks(layers, N, chunk_size)
     info = trace_info(ckpt, task, seed, chunk_size, K, N, layers_info(layers, volumes, chunk_size))
     traces = []
     for row, index in enumerate(indices):
@@ -162,17 +134,9 @@ def sample_text(task: Any, batch: Batch, logits: torch.Tensor, row: int) -> dict
     nothing for a task without text."""
     if not hasattr(task, "decode"):
         return {}
-    scores = logits[row].float()  # (N, vocabulary)
-    scored = batch.mask[row]
-    target = torch.where(scored, batch.targets[row], -1)
-    picked = target.clamp_min(0)[:, None]  # (N, 1)
-    probs = torch.cat([torch.softmax(block, -1).gather(1, at)[:, 0]  # (N,) normalised a block at a time
-                       for block, at in zip(scores.split(TEXT_BLOCK), picked.split(TEXT_BLOCK))])
-    p_target = torch.where(scored, probs, 0.0)
+    scores = score_positions(logits[row], torch.where(batch.mask[row], batch.targets[row], -1))
     return {"tokens": task.decode(batch.inputs["tokens"][row]),
-            "per_token": {"target": target.numpy().astype(np.int64),
-                          "prediction": scores.argmax(-1).numpy().astype(np.int64),
-                          "p_target": p_target.numpy().astype(np.float32)}}
+            "per_token": {key: scores[key] for key in PER_TOKEN}}
 
 
 def capture(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0, gates: bool = True,

@@ -38,6 +38,7 @@ from tensor_memory import streaming
 from tensor_memory.accelerator import model_device, resolve_device
 from tensor_memory.backbone import BackboneState
 
+from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, score_positions, token_chunks, written_chunks
 from analysis.traces.segment_recorder import (Inputs, joined_layers, layer_traces, layers_info, memory_chunk_size,
                                               record_segments)
 from analysis.traces.trace import Trace, TraceError, check_volume_dtype
@@ -97,66 +98,36 @@ def call_model(model: nn.Module, piece: Inputs,
     return output, output[1] if threads else None
 
 
-def _per_position(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, np.ndarray]:
-    """Per position of one segment: prediction, p(prediction), p(target) (0 where there is no target)."""
-    probs = torch.softmax(logits[0].float(), dim=-1)  # (n, classes), on the model's device
-    targets = targets.to(probs.device)
-    if targets.numel() and int(targets.max()) >= probs.shape[-1]:
-        raise ValueError(f"trace_model: a target is {int(targets.max())}, but the model's output has "
-                         f"{probs.shape[-1]} classes")
-    top = probs.max(dim=-1)
-    p_target = torch.where(targets >= 0, probs.gather(1, targets.clamp_min(0)[:, None])[:, 0], 0.0)
-    return {"prediction": top.indices.cpu().numpy(), "p_prediction": top.values.cpu().numpy(),
-            "p_target": p_target.cpu().numpy()}
+def scored_segment(output: Any, targets: torch.Tensor) -> tuple[dict[str, np.ndarray], int]:
+    """The per-position scores (:func:`~analysis.traces.chunk_scorer.score_positions`) of one segment's output
+    against its targets, and the output's number of classes, once the output is known to have logits
+    (1, n, classes) that can score them."""
+    logits = logits_of(output)
+    if logits is None or logits.shape[:2] != (1, len(targets)):
+        raise ValueError("trace_model: targets were given, but the model's output has no logits "
+                         "(1, n, classes) to score them with")
+    check_finite(logits, "this input")
+    classes = logits.shape[-1]
+    if targets.numel() and int(targets.max()) >= classes:
+        raise ValueError(f"trace_model: a target is {int(targets.max())}, but the model's output has {classes} "
+                         f"classes")
+    return score_positions(logits[0], targets), classes
 
 
 def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Optional[torch.Tensor],
          progress: Optional[bool], cells: bool, gates: bool, volumes: str):
-    """Feed the segments with the memories carried; returns (layer fields, per-position predictions, classes)."""
-    recorded: list = []
-    positions: dict[str, list] = {}
-    classes = 0
+    """Feed the segments with the memories carried; returns (layer fields, per-position scores or None without
+    targets, classes)."""
+    recorded, scored, classes = [], [], 0
     with streaming(model):
         for piece in record_segments(model, partial(call_model, model), inputs, N, segment, gates=gates, cells=cells,
                                      volumes=volumes, progress=progress):
             recorded.append(piece.layers)
             if targets is not None:
-                logits = logits_of(piece.output)
-                if logits is None or logits.shape[:2] != (1, min(segment, N - piece.start)):
-                    raise ValueError("trace_model: targets were given, but the model's output has no logits "
-                                     "(1, n, classes) to score them with")
-                if not torch.isfinite(logits).all():
-                    raise TraceError("the model produced NaN or infinite outputs on this input")
-                classes = logits.shape[-1]
-                for key, value in _per_position(logits, targets[piece.start:piece.start + segment]).items():
-                    positions.setdefault(key, []).append(value)
-    return joined_layers(recorded), {k: np.concatenate(v) for k, v in positions.items()}, classes
-
-
-def _chunk_predictions(positions: dict[str, np.ndarray], targets: np.ndarray, chunk_size: int,
-                       K: int) -> dict[str, np.ndarray]:
-    """Per chunk, the values at its last position with a target (target −1, not scored, when it has none)."""
-    rows = []
-    for k in range(K):  # a padded last chunk (partial_chunk "pad") ends at the last position
-        start, stop = k * chunk_size, min((k + 1) * chunk_size, len(targets))
-        hits = np.flatnonzero(targets[start:stop] >= 0)
-        rows.append(start + (hits[-1] if len(hits) else stop - start - 1))
-    at, scored = np.array(rows, dtype=np.int64), targets[rows] >= 0
-    return {"prediction": positions["prediction"][at].astype(np.int64), "target": np.where(scored, targets[at], -1),
-            "scored": scored, "p_target": np.where(scored, positions["p_target"][at], 0.0).astype(np.float32),
-            "p_prediction": positions["p_prediction"][at].astype(np.float32)}
-
-
-def written_chunks(layers: dict[str, dict[str, np.ndarray]], N: int, chunk_size: int) -> int:
-    """The chunks every layer wrote: N // chunk_size (a trailing part waits for its tokens), or one more where
-    a memory pads and writes it (partial_chunk "pad"). More means a memory ran more than once per forward."""
-    most = -(-N // chunk_size)  # ⌈N / chunk_size⌉
-    for name, fields in layers.items():
-        if fields["h"].shape[1] > most:
-            raise TraceError(f"memory layer {name!r} wrote {fields['h'].shape[1]} chunks for {N} positions: it runs "
-                             f"more than once per forward (one memory shared by several layers); trace_model "
-                             f"records memories that run once per forward")
-    return min(fields["h"].shape[1] for fields in layers.values())
+                scores, classes = scored_segment(piece.output, targets[piece.start:piece.start + segment])
+                scored.append(scores)
+    joined = {key: np.concatenate([s[key] for s in scored]) for key in scored[0]} if scored else None
+    return joined_layers(recorded), joined, classes
 
 
 def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[str]] = None, targets: Any = None,
@@ -188,7 +159,7 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
     was_training = model.training
     model.eval()
     try:
-        layers, positions, classes = _run(model, inputs, N, segment or N, wanted, progress, cells, gates, volumes)
+        layers, scores, classes = _run(model, inputs, N, segment or N, wanted, progress, cells, gates, volumes)
     finally:
         model.train(was_training)
     K = written_chunks(layers, N, chunk_size)
@@ -198,10 +169,9 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
             "layers": layers_info(layers, volumes, chunk_size)}
     chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
     per_token: dict[str, np.ndarray] = {}
-    if wanted is not None:
-        chunks = _chunk_predictions(positions, wanted.numpy(), chunk_size, K)
-        per_token = {"target": wanted.numpy(), "prediction": positions["prediction"].astype(np.int64),
-                     "p_target": positions["p_target"].astype(np.float32)}
+    if scores is not None:
+        chunks = token_chunks(scores, chunk_size, K)
+        per_token = {key: scores[key] for key in PER_TOKEN}
     return Trace(info=info, layers=layer_traces(layers, 0, K), chunks=chunks, meta={},
                  tokens=None if tokens is None else list(tokens), per_token=per_token)
 

@@ -16,7 +16,8 @@ import torch
 
 from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 
-from analysis.traces.capture import per_chunk, sample_batch, sample_meta, trace_info
+from analysis.traces.capture import BROKEN_SAMPLE, sample_batch, sample_meta, trace_info
+from analysis.traces.chunk_scorer import check_finite, per_chunk
 from analysis.traces.trace import Trace, TraceError
 
 
@@ -33,8 +34,7 @@ def prediction_trace(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, in
                          f"that give a longer sequence")
     with torch.no_grad():
         logits, _ = ckpt.model.eval()(batch.inputs)
-    if not torch.isfinite(logits).all():
-        raise TraceError("the model produced NaN or infinite outputs on this sample; the checkpoint is broken")
+    check_finite(logits, BROKEN_SAMPLE)
     info = {**trace_info(ckpt, task, seed, chunk_size, K, N, layers={}), "index": int(index)}
     return Trace(info=info, layers={}, meta=sample_meta(batch, 0),
                  chunks=per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K, task.outputs))
