@@ -167,16 +167,31 @@ async def stepper_of(page):
     return stepper(page)
 
 
+# In the stepper's frame: whether its page asks for reports, and how many render messages the server has sent it
+# since counting began (a page drawn on the server sends one with the chunk it drew, once its run gets there).
+COUNT_RENDERS = """() => {
+  if (window.renders === undefined) {
+    window.renders = 0;
+    window.addEventListener("message", (event) => {
+      if (event.data && event.data.type === "streamlit:render") window.renders += 1;
+    });
+  }
+  return [view.payload.reports, window.renders];
+}"""
+
+
 async def one_step(page, where, direction: int) -> tuple[float, int]:
     """Seconds for one step, Next (``direction`` 1) or Previous (-1), turning back at either end; and the direction."""
     k, last = await counter(where)
     if not 0 <= k + direction <= last or await where.get_by_role(
             "button", name="Next" if direction > 0 else "Previous", exact=True).is_disabled():
         direction = -direction  # an end of the trace, or of the page of a long one
+    reports, renders = await where.evaluate(COUNT_RENDERS)
     start = time.perf_counter()
     await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).click()
     await where.get_by_text(f"Chunk {k + direction} / {last}", exact=True).wait_for()
-    if await page.locator(BUSY).count():  # the server is drawing the chunk the stepper reported
+    if reports:  # the page draws the chunk on the server: until its run has reached the stepper, and ended
+        await where.wait_for_function("seen => window.renders > seen", arg=renders)
         await settle(page)
     await painted(where)
     return time.perf_counter() - start, direction
