@@ -4,7 +4,7 @@ Trains one task model from ``configs/<task>.toml`` (plus ``--set`` overrides, as
 ``tensor-memory train`` takes them, and named ``--variant`` changes that no config expresses),
 with the project's own optimiser, schedule and loss, and prints at every evaluation the accuracy
 on a fixed set of probe samples (never a training batch) and each memory layer's addressing
-measures (tensor_memory.memory.addressing). Each row of docs/trainability.md is one such run per seed:
+measures (tensor_memory.memory.measures). Each row of docs/trainability.md is one such run per seed:
 
     .venv/bin/python benchmarks/trainability.py --task occlusion --seed 0 --steps 1000 \\
         --set model.positions=sinusoidal --record runs/trainability.jsonl --row "sinusoidal positions"
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.measures.world import place_fit  # noqa: E402
-from tensor_memory.memory.addressing import layer_measures  # noqa: E402
+from tensor_memory.memory.measures import layer_measures  # noqa: E402
 from tensor_memory.training.evaluation import evaluate  # noqa: E402
 from tensor_memory.memory import TensorMemory, memory_layers  # noqa: E402
 from tensor_memory.tasks import TaskModel  # noqa: E402

@@ -16,7 +16,7 @@ from analysis.measures.addressing import (COLLAPSE_SPREAD_VOXELS, REMEDIES, UNRE
 from analysis.traces.capture import capture_many
 from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
-from tensor_memory.memory.geometry import from_voxels, in_voxels, sigma_in_voxels, voxel_spacing
+from tensor_memory.memory.geometry import from_voxels, in_voxels, sigma_voxels_per_axis, voxel_spacing
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,8 +117,8 @@ def test_voxel_geometry_is_one_definition_for_tensors_and_arrays():
     np.testing.assert_allclose(from_voxels(as_array, grid), mu, atol=1e-7)
     assert torch.allclose(from_voxels(as_tensor, grid), torch.from_numpy(mu).double())
     assert voxel_spacing(grid) == (0.25, 0.5, 1.0)
-    np.testing.assert_allclose(sigma_in_voxels(0.5, grid), [2.0, 1.0, 0.5])
-    np.testing.assert_allclose(sigma_in_voxels(np.array([0.5, 0.25]), grid), [[2.0, 1.0, 0.5], [1.0, 0.5, 0.25]])
+    np.testing.assert_allclose(sigma_voxels_per_axis(0.5, grid), [2.0, 1.0, 0.5])
+    np.testing.assert_allclose(sigma_voxels_per_axis(np.array([0.5, 0.25]), grid), [[2.0, 1.0, 0.5], [1.0, 0.5, 0.25]])
     with pytest.raises(ValueError, match=r"shape \(\.\.\., 3\)"):
         in_voxels(np.zeros((2, 2)), grid)
     with pytest.raises(ValueError, match="every size >= 2"):

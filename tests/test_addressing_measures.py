@@ -1,4 +1,4 @@
-"""tensor_memory.memory.addressing (what training logs) against independent computations, and the training log."""
+"""tensor_memory.memory.measures (what training logs) against independent computations, and the training log."""
 
 import json
 
@@ -10,7 +10,7 @@ from analysis.figures.training import addressing_history_figure
 from analysis.traces.training_log import addressing_history
 from tensor_memory.training.log import read_training_log
 from tensor_memory import MemoryConfig, TensorMemory, record
-from tensor_memory.memory.addressing import (boundary_fraction, layer_measures, read_write_distances, sigma_voxels,
+from tensor_memory.memory.measures import (boundary_fraction, layer_measures, read_write_distances, median_sigma_voxels,
                                              write_spread_voxels)
 from tensor_memory.training import train
 from tensor_memory.training.loop import addressing_during_training
@@ -42,7 +42,7 @@ def test_measures_match_a_direct_computation():
     assert boundary_fraction(torch.tensor(mu_read), torch.tensor(mu_write), grid=GRID) == pytest.approx(pinned.mean())
     assert pinned.mean() > 0
     mean_spacing = np.mean([2 / 3, 2 / 4, 2 / 2])
-    assert sigma_voxels(torch.tensor(sigma), GRID) == pytest.approx(np.median(sigma / mean_spacing))
+    assert median_sigma_voxels(torch.tensor(sigma), GRID) == pytest.approx(np.median(sigma / mean_spacing))
 
 
 def test_an_axis_of_two_voxels_counts_neither_as_a_face_to_be_pinned_at_nor_as_a_voxel_spacing():
@@ -54,8 +54,8 @@ def test_an_axis_of_two_voxels_counts_neither_as_a_face_to_be_pinned_at_nor_as_a
     assert boundary_fraction(at_x_face, grid=sheet) == 0.5
     assert boundary_fraction(on_layers, at_x_face, grid=sheet) == 0.25  # pooled
     sigma = torch.tensor([0.1, 0.2, 0.3])
-    assert sigma_voxels(sigma, sheet) == pytest.approx(0.2 / (2 / 7))  # the in-plane spacing, not z's 2.0
-    assert sigma_voxels(sigma, (2, 2, 2)) == pytest.approx(0.2 / 2)  # nothing spans: every axis
+    assert median_sigma_voxels(sigma, sheet) == pytest.approx(0.2 / (2 / 7))  # the in-plane spacing, not z's 2.0
+    assert median_sigma_voxels(sigma, (2, 2, 2)) == pytest.approx(0.2 / 2)  # nothing spans: every axis
 
 
 def test_collapsed_writes_measure_zero_spread_and_layer_measures_has_every_field():

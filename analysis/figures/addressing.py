@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_in_voxels
+from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_voxels_per_axis
 
 from analysis.figures.base import (CURRENT_COLOUR, READ_COLOUR, WRITE_COLOUR, chunk_span, finish, mark_current, rgb,
                                    voxel_scene)
@@ -88,7 +88,7 @@ def trajectory_figure(layer: LayerTrace, upto: int, tail: int = 8, since: int = 
         mu = check_array(mu, 2, f"mu_{name}", "(K, 3)")
         fig.add_trace(_path_trace(name, in_voxels(mu[since:upto + 1], grid), colour, tail))
     centre = in_voxels(layer.mu_write[upto], grid)
-    radii = sigma_in_voxels(layer.sigma[upto], grid)
+    radii = sigma_voxels_per_axis(layer.sigma[upto], grid)
     for level, opacity in ((1, 0.5), (2, 0.18)):
         hover = (f"{level}σ of chunk {upto}'s write: σ = {float(layer.sigma[upto]):.3f} normalised, "
                  f"semi-axes {', '.join(f'{r:.2f}' for r in level * radii)} voxels")
@@ -116,7 +116,7 @@ def sigma_figure(sigma: np.ndarray, current: int, grid: Sequence[int],
     if not axes_by_size:
         raise ValueError(f"σ in voxel spacings needs an axis with more than one voxel, grid is {(D, H, W)}")
     fig = go.Figure()
-    in_voxels_along = sigma_in_voxels(values, (D, H, W))  # (K, 3) along x, y, z
+    in_voxels_along = sigma_voxels_per_axis(values, (D, H, W))  # (K, 3) along x, y, z
     for axes in axes_by_size.values():
         name = "σ" if len(axes_by_size) == 1 else f"σ along {', '.join(axes)}"
         spread = in_voxels_along[:, "xyz".index(axes[0])]  # σ in voxel spacings along these axes

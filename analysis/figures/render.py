@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pyvista as pv  # noqa: E402
 
 from analysis.measures.volumes import colour_range  # noqa: E402
-from tensor_memory.memory.geometry import in_voxels, sigma_in_voxels  # noqa: E402
+from tensor_memory.memory.geometry import in_voxels, sigma_voxels_per_axis  # noqa: E402
 from analysis.traces.trace import LayerTrace  # noqa: E402
 
 WINDOW_SIZE = (480, 400)
@@ -117,7 +117,7 @@ def footprint_plotter(layer: LayerTrace, upto: int, tail: int = 8,
         plotter.add_mesh(dots, color=colour, point_size=6, render_points_as_spheres=True)
         plotter.add_mesh(pv.Sphere(radius=0.08 * max(W, H, D) ** 0.5, center=points[-1]), color=colour)
     centre = in_voxels(layer.mu_write[upto], layer.grid)
-    radii = sigma_in_voxels(layer.sigma[upto], layer.grid)
+    radii = sigma_voxels_per_axis(layer.sigma[upto], layer.grid)
     for level, opacity in ((1, 0.55), (2, 0.2)):
         ellipsoid = pv.Sphere(radius=1.0, theta_resolution=32, phi_resolution=16).scale(level * radii)
         plotter.add_mesh(ellipsoid.translate(centre), color=WRITE_COLOUR, opacity=opacity, smooth_shading=True)

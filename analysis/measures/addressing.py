@@ -18,10 +18,9 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from tensor_memory.memory.addressing import (BOUNDARY_EPS, boundary_fraction, median, read_write_distances,
-                                             write_spread_voxels)
-from tensor_memory.memory.addressing import sigma_voxels as sigma_in_voxel_spacings
-from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, sigma_in_voxels
+from tensor_memory.memory.measures import (BOUNDARY_EPS, boundary_fraction, median, median_sigma_voxels,
+                                           read_write_distances, write_spread_voxels)
+from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, sigma_voxels_per_axis
 from tensor_memory.memory.hookpoints import GATE_POINTS
 
 from analysis.traces.trace import LayerTrace, Trace
@@ -128,7 +127,7 @@ def _reads_against_writes(layers: Sequence[LayerTrace], grid: tuple[int, int, in
     within_reach = []
     for lay, r, w in zip(layers, mu_reads, mu_writes):
         r, w = in_voxels(r.numpy(), grid), in_voxels(w.numpy(), grid)
-        sig = sigma_in_voxels(lay.sigma, grid)  # (K, 3) σ in voxels per axis
+        sig = sigma_voxels_per_axis(lay.sigma, grid)  # (K, 3) σ in voxels per axis
         for k in range(1, min(len(r), len(w) + 1)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
             within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))
@@ -141,7 +140,7 @@ def _spreads(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[s
     """The writes' σ: its median in normalised units, in voxels and as a share of the grid's extent."""
     sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
     return {"sigma_median": float(np.median(sigma)),
-            "sigma_voxels": sigma_in_voxel_spacings(torch.from_numpy(sigma), grid),
+            "sigma_voxels": median_sigma_voxels(torch.from_numpy(sigma), grid),
             "sigma_extent": float(np.median(sigma) / 2.0)}  # the grid's extent is 2 in normalised units
 
 

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.memory.addressing import sigma_voxels
-from tensor_memory.memory.geometry import in_voxels, nearest_voxel, sigma_in_voxels
+from tensor_memory.memory.measures import median_sigma_voxels
+from tensor_memory.memory.geometry import in_voxels, nearest_voxel, sigma_voxels_per_axis
 from tensor_memory.training.evaluation import task_with
 
 from analysis.traces.trace import LayerTrace, Trace
@@ -195,10 +195,10 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
     write = in_voxels(lay.mu_write[last].astype(np.float64), lay.grid)
     reads = in_voxels(lay.mu_read[hidden].astype(np.float64), lay.grid)
     distance = np.sqrt(((reads - write) ** 2).sum(-1))
-    in_sigmas = np.sqrt((((reads - write) / sigma_in_voxels(lay.sigma[last], lay.grid)) ** 2).sum(-1))
+    in_sigmas = np.sqrt((((reads - write) / sigma_voxels_per_axis(lay.sigma[last], lay.grid)) ** 2).sum(-1))
     z, y, x = nearest_voxel(lay.mu_write[last], lay.grid)
     energy = memory_energy(lay)
-    spread = sigma_voxels(torch.from_numpy(lay.sigma[last:last + 1].astype(np.float64)), lay.grid)
+    spread = median_sigma_voxels(torch.from_numpy(lay.sigma[last:last + 1].astype(np.float64)), lay.grid)
     near = in_sigmas <= 2.0
     return {"last_visible": last, "write_voxel": write.tolist(), "sigma_voxels": spread,
             "occluded_chunks": hidden.tolist(), "read_distance_voxels": distance.tolist(),

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tensor_memory.memory.addressing import read_write_distances, sigma_unit
+from tensor_memory.memory.measures import read_write_distances, sigma_unit
 from tensor_memory.memory.geometry import in_voxels
 
 from analysis.measures.images import chunk_errors

@@ -19,7 +19,7 @@ import torch
 from tensor_memory import hooks, memory_layers, record
 from tensor_memory.memory import MemoryState, TensorMemory, gaussian_write
 
-from tensor_memory.memory.geometry import in_voxels, sigma_in_voxels
+from tensor_memory.memory.geometry import in_voxels, sigma_voxels_per_axis
 from analysis.traces.trace import LayerTrace, Trace
 
 GATES = ("i", "f", "o", "g")
@@ -139,7 +139,7 @@ def walkthrough(trace: Trace, memory: TensorMemory, layer: Optional[str], chunk:
 def voxel_units(step: MechanismStep) -> dict[str, np.ndarray]:
     """The read and write coordinates (x, y, z) and σ per axis, in voxels."""
     return {"read": in_voxels(step.mu_read, step.grid), "write": in_voxels(step.mu_write, step.grid),
-            "sigma": sigma_in_voxels(step.sigma, step.grid)}
+            "sigma": sigma_voxels_per_axis(step.sigma, step.grid)}
 
 
 def step_sizes(step: MechanismStep) -> dict[str, float]:

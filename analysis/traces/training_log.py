@@ -1,7 +1,7 @@
 """A checkpoint's training log, read back: how its addressing developed over the training steps.
 
 Training writes, at every evaluation, the validation metrics and each memory layer's addressing
-measures (``tensor_memory.memory.addressing``) into ``train_log.jsonl``, which
+measures (``tensor_memory.memory.measures``) into ``train_log.jsonl``, which
 ``tensor_memory.training.log.read_training_log`` reads with its checks. :func:`addressing_history`
 turns its entries into one series per measure (``analysis/figures/training.py`` plots them against
 the step, so a collapse shows when it happened).

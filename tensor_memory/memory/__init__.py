@@ -5,7 +5,7 @@ components a config chooses for a step) · ``geometry`` (voxel coordinates, the 
 ``update`` (the ConvLSTM scan), ``fused_scan`` (its compiled CPU operator) and ``local_update`` (the scan over write
 regions) · ``reference`` (the literal implementation tests and benchmarks compare with) · ``hookpoints``,
 ``hooking``, ``recording`` (named values on the memory path, hooks on them, recordings of them) · ``streaming``
-(states carried across calls) · ``public_code`` (the paper's public interface imported) · ``addressing`` (the
+(states carried across calls) · ``public_code`` (the paper's public interface imported) · ``measures`` (the
 measures of where a layer reads and writes).
 """
 

@@ -78,7 +78,7 @@ def from_voxels(voxels: Coordinates, grid: Sequence[int]) -> Coordinates:
     return voxels * _per_axis(voxels, voxel_spacing(grid)) - 1.0
 
 
-def sigma_in_voxels(sigma: Union[float, np.ndarray], grid: Sequence[int]) -> np.ndarray:
+def sigma_voxels_per_axis(sigma: Union[float, np.ndarray], grid: Sequence[int]) -> np.ndarray:
     """Spreads σ (…) in normalised units as voxels along x, y and z: (…, 3), a numpy array (float64)."""
     return np.asarray(sigma, dtype=np.float64)[..., None] / np.asarray(voxel_spacing(grid))
 

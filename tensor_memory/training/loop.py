@@ -29,7 +29,7 @@ from ..backbone.budget import task_bytes
 from ..storage.checkpoint import SCHEMA_VERSION, save_checkpoint
 from ..storage.files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
-from ..memory.addressing import layer_measures
+from ..memory.measures import layer_measures
 from ..tasks import Batch, Task, TaskModel
 from .config import TrainConfig, TrainingWarning, config_warnings, resolve, stream_window_task
 from .distributed import Distributed, init_distributed
@@ -48,7 +48,7 @@ ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressi
 
 
 def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[str, dict[str, Optional[float]]]:
-    """Each memory layer's addressing measures (``memory/addressing.py``) on a few validation samples.
+    """Each memory layer's addressing measures (``memory/measures.py``) on a few validation samples.
 
     Logged at every evaluation, so a collapse shows when it happens: {layer path: {measure: value}}.
     Empty for a model without memory layers.

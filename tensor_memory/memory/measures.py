@@ -47,7 +47,7 @@ def sigma_unit(grid: tuple[int, int, int]) -> float:
     return sum(spanned) / len(spanned)
 
 
-def sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
+def median_sigma_voxels(sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
     """Median write spread σ in voxels (:func:`sigma_unit`)."""
     return median(sigma) / sigma_unit(grid)
 
@@ -74,7 +74,7 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
     distances = read_write_distances(record.mu_read, record.mu_write, grid)
     out: dict[str, Optional[float]] = {
         "write_spread_voxels": write_spread_voxels(record.mu_write, grid),
-        "sigma_voxels": sigma_voxels(record.sigma, grid),
+        "sigma_voxels": median_sigma_voxels(record.sigma, grid),
         "read_write_distance_voxels": median(distances) if len(distances) else None,
         "boundary_fraction": boundary_fraction(record.mu_read, record.mu_write, grid=grid),
         "gate_scale": float(record.gate_scale.reshape(-1)[-1]),
@@ -86,5 +86,5 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
     return out
 
 
-__all__ = ["BOUNDARY_EPS", "write_spread_voxels", "boundary_fraction", "sigma_unit", "sigma_voxels", "median", "read_write_distances",
+__all__ = ["BOUNDARY_EPS", "write_spread_voxels", "boundary_fraction", "sigma_unit", "median_sigma_voxels", "median", "read_write_distances",
            "layer_measures"]
