@@ -34,7 +34,7 @@ def _trace(args: argparse.Namespace) -> int:
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
     check_output_path(args.out, args.overwrite)
-    recording = dict(gates=not args.no_gates, cells=not args.no_cells, volumes=args.volumes,
+    recording = dict(gates=not args.no_gates, cell_state=not args.no_cell_state, volumes=args.volumes,
                      progress=False if args.no_progress else None)
     if is_pretrained_memory(args.checkpoint):
         trace = _minilm_trace(args, recording)
@@ -210,7 +210,7 @@ def add_trace_parsers(subparsers: Any) -> None:
                        help="override a task parameter for this sample, e.g. --param occlusion_length=6 "
                             "(repeatable; only parameters that keep the model's shapes)")
     trace.add_argument("--no-gates", action="store_true", help="leave out the gate volumes (a smaller file)")
-    trace.add_argument("--no-cells", action="store_true", help="leave out the cell volume c (a smaller file)")
+    trace.add_argument("--no-cell-state", action="store_true", help="leave out the cell volume c (a smaller file)")
     trace.add_argument("--volumes", choices=VOLUME_DTYPES, default="float16",
                        help="how h, c and the gate volumes are stored: float16 (default), or int8 with a scale "
                             "per chunk and channel — half the size, each value within 1/254 of its channel's "

@@ -68,7 +68,7 @@ class StepperPayload:
     - ``offset``, ``count``, ``total``: the chunks held are ``offset`` … ``offset + count − 1`` of the trace's
       ``total`` (a long trace goes a page at a time); chunks keep the trace's numbers.
     - ``rows``: the layout, :class:`Row` and :class:`Heading` in order, under the controls and the track.
-    - ``cells``: a name → one view per chunk held: a Plotly figure's JSON, an HTML text or a PNG as a data URL.
+    - ``views``: a view's name → one view per chunk held: a Plotly figure's JSON, an HTML text or a PNG as a data URL.
     - ``kinds``: a name → ``"figure"``, ``"html"`` or ``"image"``.
     - ``labels``: a name → the caption above its cell (names without one are left out).
     - ``heights``: a name → its height in pixels, or None for a figure's own.
@@ -88,7 +88,7 @@ class StepperPayload:
     count: int
     total: int
     rows: tuple[Union[Row, Heading], ...]
-    cells: dict[str, list[Any]]
+    views: dict[str, list[Any]]
     kinds: dict[str, str]
     labels: dict[str, str]
     heights: dict[str, Optional[int]]
@@ -102,7 +102,7 @@ class StepperPayload:
     def to_json(self) -> dict[str, Any]:
         """The component's ``payload`` argument: every field as a JSON value, a row as ``{"heading": text}`` or
         ``{"widths": [...], "columns": [[name, ...], ...]}``."""
-        out = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # shallow: cells are big
+        out = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # shallow: the views are big
         out["rows"] = [{"heading": row.text} if isinstance(row, Heading) else
                        {"widths": list(row.widths), "columns": [list(column) for column in row.columns]}
                        for row in self.rows]
@@ -167,7 +167,7 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def _cell(view: Any, template: dict[str, Any]) -> tuple[str, Any]:
+def _view(view: Any, template: dict[str, Any]) -> tuple[str, Any]:
     """(kind, JSON value) of one view: a Plotly figure, a PNG image's bytes, or an HTML text."""
     if isinstance(view, go.Figure):
         return "figure", _plain(view, template)
@@ -186,17 +186,17 @@ def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable,
     ``sample_key``), ``settings`` what else the views depend on. ``span`` (first, last): only those chunks, a page of
     a long trace. ``reports``: the page draws per-chunk views on the server, so the browser reports its chunk."""
     first, last = (0, trace.num_chunks - 1) if span is None else span
-    cells: dict[str, list[Any]] = {}
+    held: dict[str, list[Any]] = {}  # a view's name → its view of every chunk
     kinds: dict[str, str] = {}
     events, template = [], shared_template()
     for k in range(first, last + 1):
         outcome = chunk_outcome(trace, k)
         for name, view in {TRACK: annotation_figure(trace, k, span), **views(k, outcome)}.items():
-            kinds[name], value = _cell(view, template)
-            cells.setdefault(name, []).append(value)
+            kinds[name], value = _view(view, template)
+            held.setdefault(name, []).append(value)
         events.append(outcome["event"])
     return StepperPayload(id=digest((identity, settings, span)), sample=digest(identity), offset=first,
-                          count=last - first + 1, total=trace.num_chunks, rows=tuple(rows), cells=cells, kinds=kinds,
+                          count=last - first + 1, total=trace.num_chunks, rows=tuple(rows), views=held, kinds=kinds,
                           labels=dict(labels or {}), heights={name: (heights or {}).get(name) for name in kinds},
                           events=events, template=template, reports=reports)
 

@@ -82,11 +82,11 @@ def main() -> None:
 
         if not args.skip_large:
             big = large_model(args.chunks)
-            for cells, volumes in ((True, "float16"), (False, "float16"), (True, "int8")):
-                label = f"{'h and c' if cells else 'h only'}, {volumes}"
-                big_trace, t_big = timed(lambda: capture(big, seed=0, gates=False, cells=cells, volumes=volumes,
+            for cell_state, volumes in ((True, "float16"), (False, "float16"), (True, "int8")):
+                label = f"{'h and c' if cell_state else 'h only'}, {volumes}"
+                big_trace, t_big = timed(lambda: capture(big, seed=0, gates=False, cell_state=cell_state, volumes=volumes,
                                                          progress=True))
-                big_path = Path(tmp) / f"big-{cells}-{volumes}.safetensors"
+                big_path = Path(tmp) / f"big-{cell_state}-{volumes}.safetensors"
                 _, t_big_save = timed(lambda: big_trace.save(big_path))
                 del big_trace
                 loaded, t_big_load = timed(lambda: load_trace(big_path))

@@ -60,7 +60,7 @@ def chart(at: AppTest, title: str, chunk: Optional[int] = None) -> dict:
     if sent is not None:
         at_chunk = sent["start"] if chunk is None else chunk
         at_chunk -= sent["offset"]  # a long trace's page starts at its offset
-        specs += [cells[at_chunk] for name, cells in sent["cells"].items() if sent["kinds"][name] == "figure"]
+        specs += [views[at_chunk] for name, views in sent["views"].items() if sent["kinds"][name] == "figure"]
     for spec in specs:
         if title in (spec["layout"].get("title") or {}).get("text", ""):
             return spec

@@ -65,9 +65,9 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     assert held.any() and np.array_equal(~np.isnan(shown), held)
     np.testing.assert_allclose(shown[held], expected[held], rtol=1e-5)
     sent = payload(app)
-    assert "render" not in sent["cells"]  # PyVista waits until asked for
-    titles = [fig["layout"].get("title", {}).get("text", "") for name, cells in sent["cells"].items()
-              if sent["kinds"][name] == "figure" for fig in cells[k:k + 1]]
+    assert "render" not in sent["views"]  # PyVista waits until asked for
+    titles = [fig["layout"].get("title", {}).get("text", "") for name, shown in sent["views"].items()
+              if sent["kinds"][name] == "figure" for fig in shown[k:k + 1]]
     assert any("read and write coordinates" in t for t in titles) and "gates" in titles and "write spread σ" in titles
     assert not app.error
 
@@ -75,7 +75,7 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
 def test_every_chunk_s_views_go_to_the_browser_at_once(app, default_trace):
     """The Explore page sends every chunk's views in one payload: the browser steps without the server."""
     sent, series = payload(app), state_series(default_trace.layer(), "h", "norm")
-    assert sent["count"] == default_trace.num_chunks and all(len(c) == sent["count"] for c in sent["cells"].values())
+    assert sent["count"] == default_trace.num_chunks and all(len(c) == sent["count"] for c in sent["views"].values())
     for k in range(sent["count"]):
         shown = drawn_volume(chart(app, f"after chunk {k}", k), series.values[k].shape)
         held = ~np.isnan(shown)
@@ -83,7 +83,7 @@ def test_every_chunk_s_views_go_to_the_browser_at_once(app, default_trace):
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
         assert chart(app, f"chunks 0–{k}", k)  # the trajectories follow
         assert sent["events"][k] == chunk_outcome(default_trace, k)["event"]
-        assert sent["cells"]["card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
+        assert sent["views"]["card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
     assert not app.button  # no server-side stepper on this page
 
 
@@ -94,7 +94,7 @@ def test_a_page_drawn_on_the_server_follows_the_chunk_the_browser_reports(defaul
     at = start()
     ok(at.switch_page("views/export.py").run())
     sent, k = payload(at), int(at.session_state["chunk"])
-    assert sent["reports"] and list(sent["cells"]) == ["track"] and sent["rows"] == []
+    assert sent["reports"] and list(sent["views"]) == ["track"] and sent["rows"] == []
     assert not any(b.key in ("previous", "next", "play") for b in at.button)  # one stepper: the browser's
     for to in (k + 1, 0, default_trace.num_chunks - 1):
         report(at, "export", to)
@@ -130,10 +130,10 @@ def test_volume_controls_redraw_and_are_remembered(default_trace):
 
 def test_pyvista_renders_every_chunk_when_asked(default_trace):
     at = start()
-    assert "render" not in payload(at)["cells"]
+    assert "render" not in payload(at)["views"]
     ok(at.toggle(key="explore.rendered").set_value(True).run())
     sent = payload(at)
-    renders = sent["cells"]["render"]
+    renders = sent["views"]["render"]
     assert len(renders) == default_trace.num_chunks and len(set(renders)) > 1  # one image a chunk, not one for all
     first = base64.b64decode(renders[0].removeprefix("data:image/png;base64,"))
     assert first.startswith(b"\x89PNG") and sent["labels"]["render"].endswith("PyVista volume rendering")
@@ -197,11 +197,11 @@ def test_every_page_renders_its_content(default_trace):
     assert {"heading": "Belief frame by frame"} in sent["rows"]  # the frames step in the browser
     assert not any(b.key in ("previous", "next", "play") for b in at.button)
     for k in range(K):  # every frame's belief window, its numbers and the memory's energy go at once
-        titles = " ".join(a["text"] for a in sent["cells"]["belief"][k]["layout"]["annotations"])
+        titles = " ".join(a["text"] for a in sent["views"]["belief"][k]["layout"]["annotations"])
         assert all(f"frame {j}" in titles for j in frames_around(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
-        assert f"{b['truth_probability'][k]:.1%}" in sent["cells"]["belief_card"][k]
+        assert f"{b['truth_probability'][k]:.1%}" in sent["views"]["belief_card"][k]
         z = slice_index(default_trace, None, k, "write")[0]  # the slices go through the chunk's write
-        np.testing.assert_allclose(values(sent["cells"]["energy_slices"][k]["data"][0]["z"]), energy[k][z], rtol=1e-5)
+        np.testing.assert_allclose(values(sent["views"]["energy_slices"][k]["data"][0]["z"]), energy[k][z], rtol=1e-5)
     labels = {m.label: m.value for m in at.metric}
     hidden = default_trace.meta["occluded"].astype(bool)
     right = default_trace.chunks["prediction"] == default_trace.chunks["target"]
@@ -245,17 +245,17 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
                                         ["b_input", "b_card", "b_timeline"]]  # base: no memory to draw
     series = state_series(default_trace.layer(), "h", "norm")
     for k in range(K):
-        assert sent["cells"]["a_card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
-        assert sent["cells"]["b_card"][k] == prediction_card(chunk_outcome(base, k), True)
-        shown = drawn_volume(sent["cells"]["a_volume"][k], series.values[k].shape)
+        assert sent["views"]["a_card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
+        assert sent["views"]["b_card"][k] == prediction_card(chunk_outcome(base, k), True)
+        shown = drawn_volume(sent["views"]["a_volume"][k], series.values[k].shape)
         held = ~np.isnan(shown)
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
-    assert any(c != sent["cells"]["b_card"][0] for c in sent["cells"]["b_card"])  # the sides step, not stand still
+    assert any(c != sent["views"]["b_card"][0] for c in sent["views"]["b_card"])  # the sides step, not stand still
     first_layer = default_trace.layer_names[0]  # another memory layer: a new payload, which the browser redraws
     ok(at.selectbox(key="layer_choice").set_value(first_layer).run())
     other = state_series(default_trace.layer(first_layer), "h", "norm")
     assert payload(at)["id"] != sent["id"]
-    shown = drawn_volume(payload(at)["cells"]["a_volume"][0], other.values[0].shape)
+    shown = drawn_volume(payload(at)["views"]["a_volume"][0], other.values[0].shape)
     np.testing.assert_allclose(shown[~np.isnan(shown)], other.values[0][~np.isnan(shown)], rtol=1e-5)
     ok(at.selectbox(key="diagnose.other.occlusion-tensor").set_value("coordinate_binding-tensor").run())
     assert payload(at) is None and any("another task" in i.value for i in at.info)
@@ -349,7 +349,7 @@ def test_base_checkpoint_shows_predictions_and_says_why_no_memory():
     assert any("no Tensor Memory layers" in i.value for i in at.info)
     assert not at.image
     k = int(at.session_state["chunk"])
-    assert payload(at)["start"] == k and "volume" not in payload(at)["cells"]  # predictions only
+    assert payload(at)["start"] == k and "volume" not in payload(at)["views"]  # predictions only
     ok(at.switch_page("views/export.py").run())
     report(at, "export", k + 1)
     assert counter(at) == f"Chunk {k + 1} / 11" and any(m.value == f"**Figures of chunk {k + 1}**" for m in at.markdown)

@@ -47,7 +47,7 @@ def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, mon
     assert at.selectbox(key="checkpoint_choice").value == f"trace: {traced.name}"
     assert ":gray-badge[model: GPT2LMHeadModel]" in [m.value for m in at.markdown]
     assert counter(at) == "Chunk 9 / 9"  # opens on the last chunk
-    assert "Predicted <b>" in payload(at)["cells"]["card"][9] and "truth <b>" in payload(at)["cells"]["card"][9]
+    assert "Predicted <b>" in payload(at)["views"]["card"][9] and "truth <b>" in payload(at)["views"]["card"][9]
     tokens = chart(at, "chunk 9: its tokens")  # the input drawn as tokens, coloured by p(target)
     cells = sorted((int(position), word) for part in tokens["data"] for position, word in part["customdata"])
     assert cells == list(enumerate(load_trace(traced).tokens))[36:40]  # chunk 9: positions 36–39, in order
@@ -87,7 +87,7 @@ def test_a_trace_of_a_shipped_checkpoint_looks_as_capturing_it_does(tmp_path, mo
     for title in ("frame 7", "probability of the target", "‖h‖ over 16 channels after chunk 7", "read and write"):
         a, b = chart(captured, title), chart(opened, title)
         assert json.dumps(a["data"], sort_keys=True) == json.dumps(b["data"], sort_keys=True)
-    assert payload(captured)["cells"]["card"] == payload(opened)["cells"]["card"]
+    assert payload(captured)["views"]["card"] == payload(opened)["views"]["card"]
     assert payload(captured)["events"] == payload(opened)["events"]
 
 
@@ -112,7 +112,7 @@ def test_a_trace_without_tokens_or_targets_still_explores(tmp_path, monkeypatch)
     at = start()
     assert chart(at, "chunk 9: its tokens (positions; no tokens recorded)")
     assert chart(at, "tiny-gpt2: chunks")  # the timeline says there is nothing predicted
-    assert "Chunk 9, positions 36–39. This trace was recorded without targets" in payload(at)["cells"]["card"][9]
+    assert "Chunk 9, positions 36–39. This trace was recorded without targets" in payload(at)["views"]["card"][9]
     ok(at.switch_page("views/text.py").run())
     assert at.info[0].value.startswith("Text is off for the trace file") and "without tokens" in at.info[0].value
     ok(at.switch_page("views/diagnose.py").run())

@@ -42,7 +42,7 @@ def test_sample_metrics_count_the_task_metrics_on_the_samples(base):
 def test_summaries_and_comparison(tensor, base):
     mine = checkpoint_summary(tensor, seed=1, samples=SAMPLES)
     theirs = checkpoint_summary(base, seed=1, samples=SAMPLES)
-    expected = addressing_report(capture_many(tensor, 1, list(range(SAMPLES)), cells=False, progress=False))
+    expected = addressing_report(capture_many(tensor, 1, list(range(SAMPLES)), cell_state=False, progress=False))
     assert mine["addressing"]["verdict"] == expected["verdict"]
     assert mine["addressing"]["measures"]["write_spread_voxels"] == pytest.approx(
         expected["measures"]["write_spread_voxels"], rel=1e-5)

@@ -85,7 +85,7 @@ def test_state_series_refuses_what_it_cannot_draw(trace):
         state_series(layer, "q")
     with pytest.raises(ValueError, match="index"):
         state_series(layer, "h", "channel", layer.channels)
-    with pytest.raises(ValueError, match="cells=False"):
+    with pytest.raises(ValueError, match="cell_state=False"):
         state_series(dataclasses.replace(layer, c=None), "c")
 
 

@@ -105,10 +105,10 @@ def test_a_page_holds_only_its_chunks_each_as_drawn_alone(long_trace):
     span = stepping_span(100, long_trace.num_chunks)
     sent = explore_payload(long_trace, "sample", name, series, "volume", "write", span=span).to_json()
     assert (sent["offset"], sent["count"], sent["total"]) == (64, 64, FRAMES)
-    assert all(len(cells) == 64 for cells in sent["cells"].values()) and len(sent["events"]) == 64
+    assert all(len(cells) == 64 for cells in sent["views"].values()) and len(sent["events"]) == 64
     alone = explore_figures(long_trace, 100, name, series, "volume", "write", span)
     for view in ("volume", "timeline", "sigma", "gates", "trajectory"):
-        drawn = sent["cells"][view][100 - 64]
+        drawn = sent["views"][view][100 - 64]
         assert drawn["data"] == json.loads(alone[view].to_json())["data"], view
     timeline = alone["timeline"]
     assert list(timeline.data[0].x) == list(range(64, 128))  # only the page's chunks
@@ -120,7 +120,7 @@ def test_a_page_holds_only_its_chunks_each_as_drawn_alone(long_trace):
     assert all(min(trace.x, default=64) >= 64 and max(trace.x, default=127) <= 127 for trace in track.data[1:])
     occlusion = occlusion_payload(long_trace, "sample", name, True, span).to_json()
     assert occlusion["count"] == 64 and occlusion["offset"] == 64
-    energy = occlusion["cells"]["energy"][100 - 64]
+    energy = occlusion["views"]["energy"][100 - 64]
     assert energy["layout"]["shapes"]  # the current chunk marked (and occluded runs shaded) on the page
 
 

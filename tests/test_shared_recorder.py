@@ -59,6 +59,11 @@ def before(tmp_path_factory):
             del sys.modules[name]
 
 
+def as_before(settings: dict) -> dict:
+    """The settings under the names the code before took: ``cell_state`` was ``cells``."""
+    return {("cells" if key == "cell_state" else key): value for key, value in settings.items()}
+
+
 def assert_same(old, new, allowed: tuple[str, ...] = ()) -> None:
     """Equal info and tokens, the same array names, and every array's dtype, shape and bytes the same (those in
     ``allowed`` to float32 rounding)."""
@@ -85,7 +90,7 @@ def checkpoints():
 CAPTURES = [
     ("occlusion-tensor", dict(seed=3, index=2)),
     ("occlusion-tensor", dict(seed=1, volumes="int8", gates=False)),
-    ("occlusion-tensor", dict(seed=2, cells=False, frames=20)),
+    ("occlusion-tensor", dict(seed=2, cell_state=False, frames=20)),
     ("language_modelling-tensor", dict(seed=1)),
     ("language_modelling-tensor_shared_state", dict(seed=2, volumes="int8")),
     ("masked_patches-tensor", dict(seed=2, mask_rate=0.5)),
@@ -99,7 +104,7 @@ def test_capture_gives_the_traces_it_gave(before, checkpoints, monkeypatch, name
     monkeypatch.setattr(before["capture"], "SEGMENT_CHUNKS", segment_chunks)  # 3: several segments a sample
     monkeypatch.setattr(capture_now, "SEGMENT_CHUNKS", segment_chunks)
     ckpt = checkpoints[name]
-    old = before["capture"].capture(ckpt, progress=False, **settings)
+    old = before["capture"].capture(ckpt, progress=False, **as_before(settings))
     new = capture_now.capture(ckpt, progress=False, **settings)
     assert_same(old, new, allowed=(TEXT_P_TARGET,) if new.tokens is not None else ())
     if new.tokens is not None:  # p(target) per position is now, where a chunk is scored, its probability of its target
@@ -164,13 +169,13 @@ MODELS = {  # name: (model, inputs, trace_model's keywords); N is never a whole 
 
 
 @pytest.mark.parametrize("segment_chunks", [None, 1, 4])
-@pytest.mark.parametrize("recording", [dict(), dict(volumes="int8", gates=False), dict(cells=False)])
+@pytest.mark.parametrize("recording", [dict(), dict(volumes="int8", gates=False), dict(cell_state=False)])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_trace_model_gives_the_traces_it_gave(before, name, recording, segment_chunks):
     make, inputs, keywords = MODELS[name]
     torch.manual_seed(0)
     model, x = make(), inputs()
     segment = None if segment_chunks is None else segment_chunks * memory_chunk_size(model)
-    old = before["model"].trace_model(model, x, segment=segment, progress=False, **keywords, **recording)
+    old = before["model"].trace_model(model, x, segment=segment, progress=False, **keywords, **as_before(recording))
     new = trace_model(model, x, segment=segment, progress=False, **keywords, **recording)
     assert_same(old, new)

@@ -48,16 +48,16 @@ def test_a_payload_holds_every_chunk_of_its_span_as_the_browser_reads_it(trace):
     assert list(shown) == FIELDS
     assert (shown["offset"], shown["count"], shown["total"]) == (3, 4, trace.num_chunks)
     assert shown["kinds"] == {"track": "figure", "figure": "figure", "card": "html", "picture": "image"}
-    assert all(len(cells) == 4 for cells in shown["cells"].values())
-    assert shown["cells"]["figure"][2]["data"][0]["x"] in ([5], {"dtype": "i1", "bdata": "BQ=="})  # chunk 5
-    assert shown["cells"]["card"][0] == f"<b>{chunk_outcome(trace, 3)['event']}</b>"
-    assert shown["cells"]["picture"][1] == "data:image/png;base64,iVBORwQ="  # b"\x89PNG\x04"
+    assert all(len(cells) == 4 for cells in shown["views"].values())
+    assert shown["views"]["figure"][2]["data"][0]["x"] in ([5], {"dtype": "i1", "bdata": "BQ=="})  # chunk 5
+    assert shown["views"]["card"][0] == f"<b>{chunk_outcome(trace, 3)['event']}</b>"
+    assert shown["views"]["picture"][1] == "data:image/png;base64,iVBORwQ="  # b"\x89PNG\x04"
     assert shown["events"] == [chunk_outcome(trace, k)["event"] for k in range(3, 7)]
     assert shown["rows"] == [{"widths": [1, 2], "columns": [["figure"], ["card", "picture"]]}, {"heading": "Below"}]
     assert shown["labels"] == {"card": "A card"} and shown["heights"] == {"track": None, "figure": 300, "card": None,
                                                                            "picture": None}
     assert shown["reports"] and (shown["start"], shown["moves"]) == (0, 0)  # the page sets them when it draws
-    assert "template" not in shown["cells"]["figure"][0]["layout"] and shown["template"]  # the app's: sent once
+    assert "template" not in shown["views"]["figure"][0]["layout"] and shown["template"]  # the app's: sent once
     again = stepper_payload(trace, "sample", "other settings", views, rows, span=(3, 6))
     assert again.id != sent.id and again.sample == sent.sample == digest("sample")
 

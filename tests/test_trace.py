@@ -80,7 +80,7 @@ def test_batched_capture_draws_the_same_samples(occlusion, trace):
 
 
 def test_task_parameters_and_optional_volumes(occlusion):
-    t = capture(occlusion, seed=0, occlusion_length=6, occlusion_start=3, gates=False, cells=False, progress=False)
+    t = capture(occlusion, seed=0, occlusion_length=6, occlusion_start=3, gates=False, cell_state=False, progress=False)
     assert t.meta["occluded"].tolist() == [False] * 3 + [True] * 6 + [False] * 3
     assert t.info["task_params"]["occlusion_length"] == 6
     layer = t.layer()
@@ -97,7 +97,7 @@ def test_save_load_round_trip_is_exact(trace, tmp_path):
     for k in a:
         assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and np.array_equal(a[k], b[k]), k
     assert loaded.info == json.loads(json.dumps(trace.info))
-    small = capture(OCCLUSION, gates=False, cells=False, progress=False)
+    small = capture(OCCLUSION, gates=False, cell_state=False, progress=False)
     assert load_trace(small.save(tmp_path / "s.safetensors")).layer().c is None
 
 

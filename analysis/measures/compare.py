@@ -43,7 +43,7 @@ def checkpoint_summary(ckpt: Checkpoint, seed: int = 0, samples: int = 32, layer
     names = list(memory_layers(ckpt.model))
     addressing = None
     if names:
-        traces = capture_many(ckpt, seed, list(range(samples)), gates=True, cells=False, progress=False, **task_params)
+        traces = capture_many(ckpt, seed, list(range(samples)), gates=True, cell_state=False, progress=False, **task_params)
         addressing = addressing_report(traces, layer if layer in names else None)
     return {"name": ckpt.path.name, "task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind,
             "samples": samples, "metrics": sample_metrics(ckpt, seed, samples, **task_params),

@@ -118,7 +118,7 @@ def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray,
 def state_before(layer: LayerTrace, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     """(h, c) a chunk reads and updates: the state after the previous chunk, zeros before the first."""
     if layer.c is None:
-        raise ValueError("the trace holds no cell state c (captured with cells=False); capture it with cells")
+        raise ValueError("the trace holds no cell state c (captured with cell_state=False); capture it with cell_state=True")
     if not 0 <= chunk < layer.h.shape[0]:
         raise ValueError(f"chunk must be in 0..{layer.h.shape[0] - 1}, got {chunk}")
     if chunk == 0:

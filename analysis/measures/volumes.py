@@ -121,7 +121,7 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     volumes = getattr(layer, field)
     if volumes is None:
-        raise ValueError(f"the trace holds no {FIELDS[field]} (captured with cells=False)")
+        raise ValueError(f"the trace holds no {FIELDS[field]} (captured with cell_state=False)")
     volumes = volumes.astype(np.float32)  # (K, C, D, H, W)
     channels = volumes.shape[1]
     if not 0 <= index < channels:

@@ -72,7 +72,7 @@ def place_fit(mu: np.ndarray, places: np.ndarray, where: Optional[np.ndarray] = 
 
 def _writes_and_positions(ckpt: Checkpoint, seed: int, samples: int, layer: Optional[str]):
     """μ_write (S, K, 3), ball positions (S, K, 2) as (y, x), occluded (S, K) for one seed's samples."""
-    traces = capture_many(ckpt, seed, range(samples), gates=False, cells=False, progress=False)
+    traces = capture_many(ckpt, seed, range(samples), gates=False, cell_state=False, progress=False)
     name = layer or traces[0].layer_names[-1]
     mu = np.stack([t.layer(name).mu_write for t in traces]).astype(np.float64)
     K = mu.shape[1]
@@ -117,7 +117,7 @@ def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: Opti
     cells = torch.arange(size * size)
     inputs["row"], inputs["col"] = inputs["row"].clone(), inputs["col"].clone()
     inputs["row"][:, T:], inputs["col"][:, T:] = cells // size, cells % size  # (S, cells) raster order
-    _, layers = run_recorded(ckpt.model.eval(), inputs, memory_chunk_size(ckpt.model), gates=False, cells=False,
+    _, layers = run_recorded(ckpt.model.eval(), inputs, memory_chunk_size(ckpt.model), gates=False, cell_state=False,
                              progress=False)
     name = layer or sorted(layers)[-1]
     if name not in layers:

@@ -49,7 +49,7 @@ def sample_batch(ckpt: Checkpoint, seed: int = 0, indices: Sequence[int] = (0,),
 
 
 def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int, gates: bool = True,
-                 cells: bool = True, progress: Optional[bool] = None,
+                 cell_state: bool = True, progress: Optional[bool] = None,
                  volumes: str = "float16") -> tuple[torch.Tensor, LayerFields]:
     """Stream ``inputs`` (B samples) through ``model`` a segment at a time, recording every memory layer.
 
@@ -60,7 +60,7 @@ def run_recorded(model: torch.nn.Module, inputs: dict[str, torch.Tensor], chunk_
     check_volume_dtype(volumes)
     N = next(iter(inputs.values())).shape[1]
     logits, recorded = None, []
-    for segment in record_segments(model, model, inputs, N, SEGMENT_CHUNKS * chunk_size, gates=gates, cells=cells,
+    for segment in record_segments(model, model, inputs, N, SEGMENT_CHUNKS * chunk_size, gates=gates, cell_state=cell_state,
                                    volumes=volumes, progress=progress):
         out = segment.output
         if logits is None:  # filled a segment at a time: the outputs are never held twice
@@ -87,7 +87,7 @@ def sample_meta(batch, row: int) -> dict[str, np.ndarray]:
 
 
 def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indices: Sequence[int] = (0,),
-                 gates: bool = True, cells: bool = True, progress: Optional[bool] = None,
+                 gates: bool = True, cell_state: bool = True, progress: Optional[bool] = None,
                  volumes: str = "float16", device: Union[str, torch.device, None] = None,
                  **task_params: Any) -> list[Trace]:
     """One trace per sample index, run together as one batch (the same samples as capturing each alone;
@@ -113,7 +113,7 @@ def capture_many(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, indice
     if N < chunk_size:
         raise TraceError(f"the sample has {N} tokens, fewer than one memory chunk ({chunk_size}); "
                          f"choose task parameters that give a longer sequence")
-    logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cells, progress, volumes)
+    logits, layers = run_recorded(model, batch.inputs, chunk_size, gates, cell_state, progress, volumes)
     logits = logits.cpu()  # beside the sample, which stays on the CPU
     check_finite(logits, BROKEN_SAMPLE)
     K = written_chunks(layers, N, chunk_size)
@@ -140,13 +140,13 @@ def sample_text(task: Any, batch: Batch, logits: torch.Tensor, row: int) -> dict
 
 
 def capture(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0, gates: bool = True,
-            cells: bool = True, progress: Optional[bool] = None, volumes: str = "float16",
+            cell_state: bool = True, progress: Optional[bool] = None, volumes: str = "float16",
             device: Union[str, torch.device, None] = None, **task_params: Any) -> Trace:
     """Record sample ``index`` of stream ``seed`` through ``checkpoint`` (a path or a loaded checkpoint,
     possibly with modules swapped by the caller). ``task_params`` override the task's config.
-    ``gates=False`` leaves out the four gate volumes and ``cells=False`` the cell volume ``c``: the
+    ``gates=False`` leaves out the four gate volumes and ``cell_state=False`` the cell volume ``c``: the
     trace of a long sequence on a large grid then holds ``h`` alone. ``volumes="int8"`` stores every
     volume as int8 with a scale per chunk and channel (:mod:`analysis.traces.quantized`): half the size of
     float16, each value within 1/254 of its channel's largest magnitude in that chunk. ``device``: where the model
     runs (as for :func:`capture_many`)."""
-    return capture_many(checkpoint, seed, [index], gates, cells, progress, volumes, device, **task_params)[0]
+    return capture_many(checkpoint, seed, [index], gates, cell_state, progress, volumes, device, **task_params)[0]

@@ -115,12 +115,12 @@ def scored_segment(output: Any, targets: torch.Tensor) -> tuple[dict[str, np.nda
 
 
 def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Optional[torch.Tensor],
-         progress: Optional[bool], cells: bool, gates: bool, volumes: str):
+         progress: Optional[bool], cell_state: bool, gates: bool, volumes: str):
     """Feed the segments with the memories carried; returns (layer fields, per-position scores or None without
     targets, classes)."""
     recorded, scored, classes = [], [], 0
     with streaming(model):
-        for piece in record_segments(model, partial(call_model, model), inputs, N, segment, gates=gates, cells=cells,
+        for piece in record_segments(model, partial(call_model, model), inputs, N, segment, gates=gates, cell_state=cell_state,
                                      volumes=volumes, progress=progress):
             recorded.append(piece.layers)
             if targets is not None:
@@ -132,12 +132,12 @@ def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Option
 
 def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[str]] = None, targets: Any = None,
                 name: Optional[str] = None, volumes: str = "float16", segment: Optional[int] = None,
-                gates: bool = True, cells: bool = True, progress: Optional[bool] = None,
+                gates: bool = True, cell_state: bool = True, progress: Optional[bool] = None,
                 device: Union[str, torch.device, None] = None) -> Trace:
     """Record every :class:`TensorMemory` of ``model`` on one input (see the module docstring).
 
     ``name`` labels the trace (default: the model's class name); ``volumes`` "float16" or "int8";
-    ``gates=False`` / ``cells=False`` leave out the gate volumes / the cell state ``c``. ``device`` (auto, cpu,
+    ``gates=False`` / ``cell_state=False`` leave out the gate volumes / the cell state ``c``. ``device`` (auto, cpu,
     cuda, cuda:N): move the model there first, as ``model.to`` does; None: it runs where it is. The inputs are
     moved to the model's device; the trace is on the CPU either way.
     """
@@ -159,7 +159,7 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
     was_training = model.training
     model.eval()
     try:
-        layers, scores, classes = _run(model, inputs, N, segment or N, wanted, progress, cells, gates, volumes)
+        layers, scores, classes = _run(model, inputs, N, segment or N, wanted, progress, cell_state, gates, volumes)
     finally:
         model.train(was_training)
     K = written_chunks(layers, N, chunk_size)

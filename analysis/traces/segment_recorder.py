@@ -58,12 +58,12 @@ def segment_of(inputs: Inputs, start: int, stop: int, N: int) -> Inputs:
 
 
 def record_segments(model: torch.nn.Module, forward: Forward, inputs: Inputs, N: int, segment: int, *,
-                    gates: bool, cells: bool, volumes: str,
+                    gates: bool, cell_state: bool, volumes: str,
                     progress: Optional[bool]) -> Iterator[RecordedSegment]:
     """Feed ``inputs`` (N positions) to ``forward`` ``segment`` positions at a time, the state carried from each
     call to the next (None before the first), recording ``model``'s memory layers during each call.
 
-    ``gates=False`` / ``cells=False`` leave out the gate volumes / the cell state ``c``; ``volumes`` "float16" or
+    ``gates=False`` / ``cell_state=False`` leave out the gate volumes / the cell state ``c``; ``volumes`` "float16" or
     "int8". ``progress``: show a bar (None: only for four segments or more).
     """
     starts = range(0, N, segment)
@@ -73,18 +73,18 @@ def record_segments(model: torch.nn.Module, forward: Forward, inputs: Inputs, N:
     for start in bar:
         with torch.no_grad(), record(model, gates=gates) as rec:
             output, state = forward(segment_of(inputs, start, start + segment, N), state)
-        yield RecordedSegment(start, output, kept_fields(rec, cells, volumes))
+        yield RecordedSegment(start, output, kept_fields(rec, cell_state, volumes))
 
 
-def kept_fields(rec: Recording, cells: bool, volumes: str) -> LayerFields:
+def kept_fields(rec: Recording, cell_state: bool, volumes: str) -> LayerFields:
     """One segment's recording as a trace keeps it: vectors float32, volumes float16 or int8 codes with
-    ``<field>_scale`` (B, k, C) beside them, σ(γ) a float; ``c`` only with ``cells``."""
+    ``<field>_scale`` (B, k, C) beside them, σ(γ) a float; ``c`` only with ``cell_state``."""
     kept: LayerFields = {}
     for name, layer in rec.layers.items():
         fields = kept[name] = {}
         for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
             value = getattr(layer, field)
-            if value is None or (field == "c" and not cells):
+            if value is None or (field == "c" and not cell_state):
                 continue
             value = value.detach()
             if field not in VOLUME_POINTS and field not in GATE_POINTS:
@@ -120,7 +120,8 @@ def layer_traces(layers: LayerFields, row: int, K: int) -> dict[str, LayerTrace]
 
 
 def layers_info(layers: LayerFields, volumes: str, chunk_size: int) -> dict[str, Any]:
-    """Each layer's entry in a trace header: channels, grid, what it holds."""
+    """Each layer's entry in a trace header: channels, grid, what it holds ("cells": whether the cell state c is kept,
+    the file format's name for it)."""
     return {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]), "gates": "gate_i" in f,
                    "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size} for name, f in layers.items()}
 

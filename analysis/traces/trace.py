@@ -40,7 +40,7 @@ class LayerTrace:
     sigma: np.ndarray  # (K,) write spread, normalised units
     content: np.ndarray  # (K, C)
     h: Volumes  # (K, C, D, H, W) after the chunk's update
-    c: Optional[Volumes]  # (K, C, D, H, W), or None when captured with cells=False
+    c: Optional[Volumes]  # (K, C, D, H, W), or None when captured with cell_state=False
     gate_scale: float  # σ(γ)
     gate_i: Optional[Volumes] = None  # (K, C, D, H, W) or None when captured without gates
     gate_f: Optional[Volumes] = None

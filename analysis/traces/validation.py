@@ -107,7 +107,7 @@ def layer_shapes(name: str, layer: Any, K: int, path: Path) -> dict[str, tuple[t
     try:
         C = int(layer["channels"])
         grid = tuple(int(n) for n in layer["grid"])
-        gates, cells = bool(layer["gates"]), bool(layer.get("cells", True))
+        gates, cell_state = bool(layer["gates"]), bool(layer.get("cells", True))
         volumes = layer.get("volumes", "float16")
         assert C >= 1 and len(grid) == 3 and min(grid) >= 1 and volumes in VOLUME_DTYPES
     except (KeyError, TypeError, ValueError, AssertionError):
@@ -116,7 +116,7 @@ def layer_shapes(name: str, layer: Any, K: int, path: Path) -> dict[str, tuple[t
     pre = f"layer/{name}/"
     out = {pre + "mu_read": ((K, 3), "f"), pre + "read": ((K, C), "f"), pre + "mu_write": ((K, 3), "f"),
            pre + "sigma": ((K,), "f"), pre + "content": ((K, C), "f"), pre + "gate_scale": ((1,), "f")}
-    for field in ("h",) + (("c",) if cells else ()) + (GATE_POINTS if gates else ()):
+    for field in ("h",) + (("c",) if cell_state else ()) + (GATE_POINTS if gates else ()):
         if volumes == "int8":
             out[pre + field] = ((K, C, *grid), "int8")
             out[pre + field + SCALE_SUFFIX] = ((K, C), "f")

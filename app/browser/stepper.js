@@ -10,7 +10,7 @@
 //   count        how many chunks are held: offset … offset + count − 1
 //   total        the trace's chunks
 //   rows         the layout under the controls: {heading} or {widths: [fr, …], columns: [[cell name, …], …]}
-//   cells        a cell name → one view per chunk held: a Plotly figure ({data, layout}), an HTML text, an image URL
+//   views        a view's name → one view per chunk held: a Plotly figure ({data, layout}), an HTML text, an image URL
 //   kinds        a cell name → "figure", "html" or "image"
 //   labels       a cell name → the caption above it (absent: none)
 //   heights      a cell name → its height in pixels (null: the figure's own)
@@ -96,7 +96,7 @@ function show(chunk) {
   const low = first(payload), high = last(payload);
   chunk = Math.min(Math.max(chunk, low), high);
   view.chunk = chunk;
-  for (const [name, values] of Object.entries(payload.cells)) {
+  for (const [name, values] of Object.entries(payload.views)) {
     const node = document.getElementById(`cell-${name}`);
     const value = values[chunk - low];
     if (payload.kinds[name] === "image") node.src = value;
