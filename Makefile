@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Where `make run` listens: this machine only; HOST=0.0.0.0 serves your network.
 HOST ?= 127.0.0.1
 
-.PHONY: run test setup browser bench clean
+.PHONY: run test format setup browser bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -28,8 +28,15 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m app --server.address $(HOST)
 
+# Lint and format checks first (ruff, configured in pyproject.toml; `make format` applies the formatting), then pytest.
 test: $(STAMP) browser
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 # Browser tests drive Debian's Chromium (never `playwright install`). Installed here when
 # missing and running as root; otherwise the command is printed and those tests skip.

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 MAIN = Path(__file__).resolve().parent / "main.py"
 
@@ -68,11 +67,14 @@ def _prepare_quietly() -> None:
     try:
         prepare_opening_page()
     except Exception as error:  # noqa: BLE001 - the page reports the same problem in its own words
-        print(f"Could not prepare the opening page ahead ({type(error).__name__}: {error}); it is made on the first "
-              f"visit instead.", file=sys.stderr)
+        print(
+            f"Could not prepare the opening page ahead ({type(error).__name__}: {error}); it is made on the first "
+            f"visit instead.",
+            file=sys.stderr,
+        )
 
 
-def option(argv: list[str], name: str) -> Optional[str]:
+def option(argv: list[str], name: str) -> str | None:
     """The value of Streamlit option ``--name`` on a command line (``--name VALUE`` or ``--name=VALUE``), or None."""
     for i, arg in enumerate(argv):
         if arg == f"--{name}" and i + 1 < len(argv):
@@ -82,7 +84,7 @@ def option(argv: list[str], name: str) -> Optional[str]:
     return None
 
 
-def exposure_warning(argv: list[str]) -> Optional[str]:
+def exposure_warning(argv: list[str]) -> str | None:
     """The line to print when the server listens beyond this machine (an address that is not a loopback one)."""
     address = option(argv, "server.address")
     if address is None or address == "localhost":
@@ -93,8 +95,10 @@ def exposure_warning(argv: list[str]) -> Optional[str]:
     except ValueError:  # a host name: it may be anything
         pass
     port = option(argv, "server.port") or "8501"
-    return (f"The explorer listens on {address}:{port}: anyone who can reach this port can upload checkpoints and "
-            f"run them on this machine.")
+    return (
+        f"The explorer listens on {address}:{port}: anyone who can reach this port can upload checkpoints and "
+        f"run them on this machine."
+    )
 
 
 def main() -> None:

@@ -26,8 +26,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional, Union
+from typing import Any
 
 import plotly
 import plotly.graph_objects as go
@@ -87,11 +88,11 @@ class StepperPayload:
     offset: int
     count: int
     total: int
-    rows: tuple[Union[Row, Heading], ...]
+    rows: tuple[Row | Heading, ...]
     views: dict[str, list[Any]]
     kinds: dict[str, str]
     labels: dict[str, str]
-    heights: dict[str, Optional[int]]
+    heights: dict[str, int | None]
     events: list[str]
     template: dict[str, Any]
     reports: bool = False
@@ -102,10 +103,15 @@ class StepperPayload:
     def to_json(self) -> dict[str, Any]:
         """The component's ``payload`` argument: every field as a JSON value, a row as ``{"heading": text}`` or
         ``{"widths": [...], "columns": [[name, ...], ...]}``."""
-        out = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # shallow: the views are big
-        out["rows"] = [{"heading": row.text} if isinstance(row, Heading) else
-                       {"widths": list(row.widths), "columns": [list(column) for column in row.columns]}
-                       for row in self.rows]
+        out = {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+        }  # shallow: the views are big
+        out["rows"] = [
+            {"heading": row.text}
+            if isinstance(row, Heading)
+            else {"widths": list(row.widths), "columns": [list(column) for column in row.columns]}
+            for row in self.rows
+        ]
         return out
 
 
@@ -118,8 +124,9 @@ def digest(value: Hashable) -> str:
 def served_folder() -> Path:
     """The component's folder: its two files and the installed Plotly's plotly.min.js, made once per version."""
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    named = hashlib.sha256(b"".join((SOURCE / name).read_bytes() for name in FILES)
-                           + plotly.__version__.encode()).hexdigest()[:16]
+    named = hashlib.sha256(
+        b"".join((SOURCE / name).read_bytes() for name in FILES) + plotly.__version__.encode()
+    ).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"tensor-memory-stepper-{named}"
     if not (folder / "plotly.min.js").is_file():
         staging = Path(tempfile.mkdtemp(prefix=".stepper-", dir=folder.parent))
@@ -144,7 +151,7 @@ def chunk_stepper(payload: StepperPayload, key: str) -> None:
     component(payload=payload.to_json(), key=key, default=None)
 
 
-def reported_chunk(value: Any, identity: Hashable, moves: int, count: int) -> Optional[int]:
+def reported_chunk(value: Any, identity: Hashable, moves: int, count: int) -> int | None:
     """The chunk a stepper's value reports, when it is about the sample ``identity`` and was chosen after the
     server's last move (``moves``) within the trace's ``count`` chunks; else None (an old report)."""
     if not isinstance(value, dict) or value.get("sample") != digest(identity) or value.get("moves") != moves:
@@ -176,10 +183,17 @@ def _view(view: Any, template: dict[str, Any]) -> tuple[str, Any]:
     return "html", view
 
 
-def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable,
-                    views: Callable[[int, dict[str, Any]], dict[str, Any]], rows: tuple[Union[Row, Heading], ...] = (),
-                    labels: Optional[dict[str, str]] = None, heights: Optional[dict[str, int]] = None,
-                    span: Optional[tuple[int, int]] = None, reports: bool = False) -> StepperPayload:
+def stepper_payload(
+    trace: Trace,
+    identity: Hashable,
+    settings: Hashable,
+    views: Callable[[int, dict[str, Any]], dict[str, Any]],
+    rows: tuple[Row | Heading, ...] = (),
+    labels: dict[str, str] | None = None,
+    heights: dict[str, int] | None = None,
+    span: tuple[int, int] | None = None,
+    reports: bool = False,
+) -> StepperPayload:
     """Every chunk's views: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly figure, an HTML text, or a
     PNG image's bytes; ``outcome`` is its :func:`chunk_outcome`), beside the annotation track; ``rows`` lay the
     names out, ``labels`` caption them, ``heights`` (pixels) size them. ``identity`` names the sample (the session's
@@ -195,11 +209,32 @@ def stepper_payload(trace: Trace, identity: Hashable, settings: Hashable,
             kinds[name], value = _view(view, template)
             held.setdefault(name, []).append(value)
         events.append(outcome["event"])
-    return StepperPayload(id=digest((identity, settings, span)), sample=digest(identity), offset=first,
-                          count=last - first + 1, total=trace.num_chunks, rows=tuple(rows), views=held, kinds=kinds,
-                          labels=dict(labels or {}), heights={name: (heights or {}).get(name) for name in kinds},
-                          events=events, template=template, reports=reports)
+    return StepperPayload(
+        id=digest((identity, settings, span)),
+        sample=digest(identity),
+        offset=first,
+        count=last - first + 1,
+        total=trace.num_chunks,
+        rows=tuple(rows),
+        views=held,
+        kinds=kinds,
+        labels=dict(labels or {}),
+        heights={name: (heights or {}).get(name) for name in kinds},
+        events=events,
+        template=template,
+        reports=reports,
+    )
 
 
-__all__ = ["StepperPayload", "Row", "Heading", "stepper_payload", "chunk_stepper", "reported_chunk", "digest",
-           "served_folder", "TRACK", "PLAY_INTERVAL_MS"]
+__all__ = [
+    "StepperPayload",
+    "Row",
+    "Heading",
+    "stepper_payload",
+    "chunk_stepper",
+    "reported_chunk",
+    "digest",
+    "served_folder",
+    "TRACK",
+    "PLAY_INTERVAL_MS",
+]

@@ -14,28 +14,30 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Hashable, Mapping, Optional, Union
+from typing import Any
 
 import streamlit as st
 
-from analysis.traces.capture import capture
+from analysis.figures.frames import png_bytes, volume_frames
+from analysis.figures.views import explore_figures
+from analysis.measures.addressing import addressing_report
 from analysis.measures.causality import audit_checkpoint
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.images import Reconstruction, reconstruct
-from analysis.measures.language import TokenLosses, token_losses
-from analysis.traces.export import trace_bytes
-from analysis.figures.frames import png_bytes, volume_frames
 from analysis.measures.interventions import InterventionResult, intervene
+from analysis.measures.language import TokenLosses, token_losses
 from analysis.measures.occlusion import belief_survival
 from analysis.measures.overview import chunk_overview
+from analysis.measures.volumes import VolumeSeries, state_series
+from analysis.measures.world import READOUT_SAMPLES, decoded_map
+from analysis.measures.world import world_readout as fitted_readout
+from analysis.traces.capture import capture
+from analysis.traces.export import trace_bytes
 from analysis.traces.predictions import prediction_trace
-from analysis.measures.addressing import addressing_report
 from analysis.traces.trace import Trace, TraceError, load_trace
 from analysis.traces.training_log import addressing_history
-from analysis.measures.world import READOUT_SAMPLES, decoded_map, world_readout as fitted_readout
-from analysis.figures.views import explore_figures
-from analysis.measures.volumes import VolumeSeries, state_series
 from tensor_memory import memory_layers
 from tensor_memory.storage.checkpoint import CONFIG_FILE, MODEL_FILE, Checkpoint, CheckpointError, load_checkpoint
 from tensor_memory.training.log import read_training_log
@@ -54,13 +56,15 @@ class CheckpointRef:
     stamp: tuple[int, int]  # (mtime_ns of model.safetensors, of config.json)
 
     @classmethod
-    def of(cls, path: Path, label: str) -> "CheckpointRef":
+    def of(cls, path: Path, label: str) -> CheckpointRef:
         """The reference to the checkpoint in ``path``; CheckpointError when its files are missing."""
         try:
             stamp = tuple((path / name).stat().st_mtime_ns for name in (MODEL_FILE, CONFIG_FILE))
         except OSError as error:
-            raise CheckpointError(f"{path}: cannot read the checkpoint ({error.strerror or error}); expected a "
-                                  f"folder holding {MODEL_FILE} and {CONFIG_FILE}") from None
+            raise CheckpointError(
+                f"{path}: cannot read the checkpoint ({error.strerror or error}); expected a "
+                f"folder holding {MODEL_FILE} and {CONFIG_FILE}"
+            ) from None
         return cls(label=label, path=str(path.resolve()), stamp=stamp)  # type: ignore[arg-type]
 
 
@@ -74,7 +78,7 @@ class TraceRef:
     stamp: int  # mtime_ns
 
     @classmethod
-    def of(cls, path: Path, label: str) -> "TraceRef":
+    def of(cls, path: Path, label: str) -> TraceRef:
         """The reference to the trace file ``path``; TraceError when it cannot be read."""
         try:
             stamp = path.stat().st_mtime_ns
@@ -94,12 +98,15 @@ class Sample:
     overrides: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, seed: int, params: Mapping[str, Any], task_config: Any = None) -> "Sample":
+    def of(cls, seed: int, params: Mapping[str, Any], task_config: Any = None) -> Sample:
         """Stream ``seed`` with the task parameters ``params`` (numbers and flags, as the sidebar sets them); those
         equal to ``task_config``'s own (the task's dataclass config) are left out, so the sample a page opens on is
         ``Sample(seed)`` and shares its cache entries with anyone who asks for it so (``python -m app`` does)."""
-        changed = {name: value for name, value in params.items()
-                   if task_config is None or getattr(task_config, name, object()) != value}
+        changed = {
+            name: value
+            for name, value in params.items()
+            if task_config is None or getattr(task_config, name, object()) != value
+        }
         return cls(int(seed), tuple(sorted(changed.items())))
 
     @property
@@ -107,13 +114,13 @@ class Sample:
         """The overrides as the keyword arguments the analysis functions take."""
         return dict(self.overrides)
 
-    def carried_to(self, own: Any, other: Any) -> "Sample":
+    def carried_to(self, own: Any, other: Any) -> Sample:
         """This sample for a checkpoint whose task config is ``other`` (``own``: the config it was made for): the
         same task settings, so both run one sample even where their configs' defaults differ."""
         settings = {field.name: getattr(own, field.name) for field in dataclasses.fields(own)}
         return Sample.of(self.seed, {**settings, **self.params}, other)
 
-    def with_task_defaults(self) -> "Sample":
+    def with_task_defaults(self) -> Sample:
         """The same stream with the checkpoint's own task settings."""
         return Sample(self.seed)
 
@@ -143,7 +150,7 @@ def opened_trace(ref: TraceRef) -> Trace:
     return load_trace(ref.path)
 
 
-def trace_of(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> Trace:
+def trace_of(ref: CheckpointRef | TraceRef, sample: Sample) -> Trace:
     """The trace shown: an opened trace file as it is, or the sample captured from the checkpoint."""
     return opened_trace(ref) if isinstance(ref, TraceRef) else sample_trace(ref, sample)
 
@@ -158,8 +165,9 @@ def sample_trace(ref: CheckpointRef, sample: Sample) -> Trace:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def volume_series(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: str, field: str, mode: str,
-                  index: int) -> VolumeSeries:
+def volume_series(
+    ref: CheckpointRef | TraceRef, sample: Sample, layer: str, field: str, mode: str, index: int
+) -> VolumeSeries:
     """A layer's ``h`` or ``c`` over every chunk, reduced one way with one colour range."""
     return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
 
@@ -173,25 +181,39 @@ def stepper_payload(page: str, _build: Callable[..., Any], *args: Hashable) -> A
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring every chunk for the overview…")
-def overview(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str]) -> dict[str, Any]:
+def overview(ref: CheckpointRef | TraceRef, sample: Sample, layer: str | None) -> dict[str, Any]:
     """Per chunk of the whole trace, what the overview of a long trace plots (analysis.measures.overview)."""
     return chunk_overview(trace_of(ref, sample), layer)
 
 
 @st.cache_data(max_entries=16, show_spinner="Rendering the volumes…")
-def volume_renderings(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str], field: str, mode: str,
-                      index: int, span: Optional[tuple[int, int]] = None) -> list[bytes]:
+def volume_renderings(
+    ref: CheckpointRef | TraceRef,
+    sample: Sample,
+    layer: str | None,
+    field: str,
+    mode: str,
+    index: int,
+    span: tuple[int, int] | None = None,
+) -> list[bytes]:
     """The PyVista volume rendering (PNG) of every chunk (of ``span``) of a layer's volume series, in one render
     window."""
     series = volume_series(ref, sample, layer, field, mode, index)
-    values = series.values if span is None else series.values[span[0]:span[1] + 1]
+    values = series.values if span is None else series.values[span[0] : span[1] + 1]
     with RENDER_LOCK:
         return [png_bytes(image) for image in volume_frames(values, series.value_range)]
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def chunk_figures(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Optional[str],
-                  series: Optional[tuple[str, str, int]], kind: str, anchor: str, chunk: int) -> dict[str, Any]:
+def chunk_figures(
+    ref: CheckpointRef | TraceRef,
+    sample: Sample,
+    layer: str | None,
+    series: tuple[str, str, int] | None,
+    kind: str,
+    anchor: str,
+    chunk: int,
+) -> dict[str, Any]:
     """Every Explore figure of one chunk (:func:`analysis.figures.views.explore_figures`), its volumes drawn from
     ``series`` (field, mode, index; None: no memory views). Built once and shared read-only, never copied."""
     drawn = None if series is None else volume_series(ref, sample, layer, *series)
@@ -199,21 +221,28 @@ def chunk_figures(ref: Union[CheckpointRef, TraceRef], sample: Sample, layer: Op
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring the addressing of this trace…")
-def trace_addressing(ref: TraceRef, layer: Optional[str]) -> dict[str, Any]:
+def trace_addressing(ref: TraceRef, layer: str | None) -> dict[str, Any]:
     """The addressing report of an opened trace (its one sample)."""
     return addressing_report(opened_trace(ref), layer)
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the checkpoint over many samples…")
-def summary(ref: CheckpointRef, sample: Sample, samples: int, layer: Optional[str]) -> dict[str, Any]:
+def summary(ref: CheckpointRef, sample: Sample, samples: int, layer: str | None) -> dict[str, Any]:
     """Metrics and (for Tensor Memory) the addressing report over ``samples`` samples of the sample's stream."""
     return checkpoint_summary(load(ref).checkpoint, sample.seed, samples, layer, **sample.params)
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the sample with and without the intervention…")
-def intervention(ref: CheckpointRef, sample: Sample, kind: str, chunk: int,
-                 region: Optional[tuple[tuple[int, int], ...]], layer: Optional[str],
-                 to: Optional[tuple[float, float, float]] = None, sigma: Optional[float] = None) -> InterventionResult:
+def intervention(
+    ref: CheckpointRef,
+    sample: Sample,
+    kind: str,
+    chunk: int,
+    region: tuple[tuple[int, int], ...] | None,
+    layer: str | None,
+    to: tuple[float, float, float] | None = None,
+    sigma: float | None = None,
+) -> InterventionResult:
     """The sample run untouched and with the intervention, per chunk side by side."""
     return intervene(load(ref).checkpoint, kind, chunk, sample.seed, 0, region, layer, to, sigma, **sample.params)
 
@@ -226,14 +255,14 @@ def survival(ref: CheckpointRef, samples: int, seed: int) -> dict[str, Any]:
 
 
 @st.cache_data(max_entries=8, show_spinner=f"Fitting a read-out of the world over {READOUT_SAMPLES} samples…")
-def world_readout(ref: CheckpointRef, layer: Optional[str]) -> Optional[dict[str, Any]]:
+def world_readout(ref: CheckpointRef, layer: str | None) -> dict[str, Any] | None:
     """The task's linear read-out (analysis.measures.world), fitted on seed 0 and scored on seeds 1–3; None for
     other tasks."""
     return fitted_readout(load(ref).checkpoint, layer)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def decoded_sample_map(ref: CheckpointRef, sample: Sample, layer: Optional[str]) -> dict[str, Any]:
+def decoded_sample_map(ref: CheckpointRef, sample: Sample, layer: str | None) -> dict[str, Any]:
     """The session's map-building sample decoded from the memory by the fitted probe."""
     return decoded_map(load(ref).checkpoint, world_readout(ref, layer), sample.seed, 0, **sample.params)
 
@@ -264,14 +293,36 @@ def reconstruction(ref: CheckpointRef, sample: Sample) -> Reconstruction:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def trace_file(ref: Union[CheckpointRef, TraceRef], sample: Sample) -> bytes:
+def trace_file(ref: CheckpointRef | TraceRef, sample: Sample) -> bytes:
     """The sample's trace as a safetensors file (an opened trace file: its own bytes)."""
     if isinstance(ref, TraceRef):
         return Path(ref.path).read_bytes()
     return trace_bytes(sample_trace(ref, sample))
 
 
-__all__ = ["CheckpointRef", "TraceRef", "Loaded", "Sample", "load", "opened_trace", "trace_addressing", "trace_of",
-           "sample_trace", "stepper_payload", "overview", "volume_series", "volume_renderings", "chunk_figures",
-           "summary", "intervention", "survival", "training_history", "world_readout", "decoded_sample_map",
-           "trace_file", "causality", "text_losses", "reconstruction"]
+__all__ = [
+    "CheckpointRef",
+    "TraceRef",
+    "Loaded",
+    "Sample",
+    "load",
+    "opened_trace",
+    "trace_addressing",
+    "trace_of",
+    "sample_trace",
+    "stepper_payload",
+    "overview",
+    "volume_series",
+    "volume_renderings",
+    "chunk_figures",
+    "summary",
+    "intervention",
+    "survival",
+    "training_history",
+    "world_readout",
+    "decoded_sample_map",
+    "trace_file",
+    "causality",
+    "text_losses",
+    "reconstruction",
+]

@@ -26,7 +26,8 @@ DESCRIPTION = (
     "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
     "--checkpoint names another folder, or on a trace file with --trace (any model's, written by "
     "analysis.trace_model or `tensor-memory trace`); stop it with Ctrl-C. It listens on this machine only "
-    "unless --host says otherwise, and shows errors in one line (with --debug, their tracebacks too).")
+    "unless --host says otherwise, and shows errors in one line (with --debug, their tracebacks too)."
+)
 
 
 def _port(text: str) -> int:
@@ -42,8 +43,8 @@ def _app(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env[DEVICE_ENV] = str(resolve_device(args.device))  # refused here, in one line, before a server starts
     if args.checkpoint:
-        from tensor_memory.storage.checkpoint import load_checkpoint
         from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint, is_pretrained_memory
+        from tensor_memory.storage.checkpoint import load_checkpoint
 
         folder = Path(args.checkpoint).expanduser().resolve()
         # refuse a bad folder here, with its one-line reason, before starting a server
@@ -58,12 +59,23 @@ def _app(args: argparse.Namespace) -> int:
     if args.data_root:
         root = Path(args.data_root).expanduser().resolve()
         if not root.is_dir():
-            raise ValueError(f"--data-root {args.data_root}: is not a folder; name the folder that holds the data "
-                             f"uploaded checkpoints may read")
+            raise ValueError(
+                f"--data-root {args.data_root}: is not a folder; name the folder that holds the data "
+                f"uploaded checkpoints may read"
+            )
         env[DATA_ROOT_ENV] = str(root)
     details = "full" if getattr(args, "debug", False) else "none"  # tracebacks in the browser only for developers
-    command = [sys.executable, "-m", "app", "--server.port", str(args.port),  # app/__main__.py: streamlit run, prepared
-               "--server.address", args.host, "--client.showErrorDetails", details]
+    command = [
+        sys.executable,
+        "-m",
+        "app",
+        "--server.port",
+        str(args.port),  # app/__main__.py: streamlit run, prepared
+        "--server.address",
+        args.host,
+        "--client.showErrorDetails",
+        details,
+    ]
     return serve(command, env)
 
 
@@ -86,20 +98,34 @@ def serve(command: list[str], env: dict[str, str]) -> int:
 
 def add_app_parser(subparsers: Any) -> None:
     """Register ``app`` on ``subparsers`` (from ``parser.add_subparsers()``)."""
-    app = subparsers.add_parser("app", help="start the Tensor Memory Explorer (Streamlit) in the browser",
-                                description=DESCRIPTION)
-    app.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder to open on (default: the shipped "
-                                                         "checkpoints/occlusion-tensor)")
-    app.add_argument("--trace", metavar="FILE", help="trace file to open on (a .safetensors trace of any model, "
-                                                     "from analysis.trace_model or `tensor-memory trace`)")
+    app = subparsers.add_parser(
+        "app", help="start the Tensor Memory Explorer (Streamlit) in the browser", description=DESCRIPTION
+    )
+    app.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="checkpoint folder to open on (default: the shipped checkpoints/occlusion-tensor)",
+    )
+    app.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="trace file to open on (a .safetensors trace of any model, "
+        "from analysis.trace_model or `tensor-memory trace`)",
+    )
     app.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
-    app.add_argument("--host", default=LOCAL_HOST,
-                     help=f"address to listen on (default {LOCAL_HOST}: this machine only); 0.0.0.0 serves every "
-                          f"network this machine is on, and then anyone who can reach the port can upload checkpoints "
-                          f"and run them on this machine")
-    app.add_argument("--data-root", metavar="DIR",
-                     help="the one folder whose data (a corpus, pictures, videos) uploaded checkpoints may read; by "
-                          "default an upload whose task reads a folder of this machine is refused")
+    app.add_argument(
+        "--host",
+        default=LOCAL_HOST,
+        help=f"address to listen on (default {LOCAL_HOST}: this machine only); 0.0.0.0 serves every "
+        f"network this machine is on, and then anyone who can reach the port can upload checkpoints "
+        f"and run them on this machine",
+    )
+    app.add_argument(
+        "--data-root",
+        metavar="DIR",
+        help="the one folder whose data (a corpus, pictures, videos) uploaded checkpoints may read; by "
+        "default an upload whose task reads a folder of this machine is refused",
+    )
     add_device_argument(app)
     app.set_defaults(func=_app)
 

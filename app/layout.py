@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -15,7 +16,7 @@ CHART_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", 
 KEEP = "keep."  # prefix of the plain keys that remember a control's value while its page is not shown
 
 
-def chart(fig: go.Figure, key: str, height: Optional[int] = None) -> None:
+def chart(fig: go.Figure, key: str, height: int | None = None) -> None:
     """A Plotly figure as ``analysis`` drew it (no Streamlit theme), full width, with a PNG download button.
 
     The figure is only read (it may be shared through :func:`app.cache.chunk_figures`); ``height`` in pixels
@@ -58,9 +59,11 @@ def require_checkpoint(context: Context, title: str, needs: str) -> None:
     """Stop a page a trace file cannot show, saying why in one line (``needs``: what the page runs)."""
     if context.is_trace_file:
         st.markdown(f"## {title}")
-        st.info(f"{title} is off for the trace file {context.ref.label}: it {needs}, and a trace file holds one "
-                f"recorded sample, no weights. Open a checkpoint in the sidebar for this page.",
-                icon=":material/info:")
+        st.info(
+            f"{title} is off for the trace file {context.ref.label}: it {needs}, and a trace file holds one "
+            f"recorded sample, no weights. Open a checkpoint in the sidebar for this page.",
+            icon=":material/info:",
+        )
         st.stop()
 
 
@@ -74,8 +77,10 @@ def require_trace(context: Context) -> None:
 def require_chunks(context: Context) -> None:
     """Stop the page, saying why, when the sample has no chunk to step through."""
     if context.num_chunks == 0:
-        st.info("This sample has no chunks to step through: the sequence is shorter than one memory chunk. Make the "
-                "horizon longer in the sidebar.")
+        st.info(
+            "This sample has no chunks to step through: the sequence is shorter than one memory chunk. Make the "
+            "horizon longer in the sidebar."
+        )
         st.stop()
 
 
@@ -87,11 +92,16 @@ def memory_notice(context: Context, what: str) -> bool:
     """True when the memory views can be drawn; else an info box saying why, with a way to a tensor checkpoint."""
     if context.has_memory_views:
         return True
-    st.info(f"{what} are not shown: {context.memory_note or 'there is no trace of this sample.'}",
-            icon=":material/info:")
+    st.info(
+        f"{what} are not shown: {context.memory_note or 'there is no trace of this sample.'}", icon=":material/info:"
+    )
     if DEFAULT_CHECKPOINT in shipped_checkpoints() and context.ref.label != DEFAULT_CHECKPOINT:
-        st.button(f"Open {DEFAULT_CHECKPOINT}", icon=":material/swap_horiz:", on_click=_open_default,
-                  key=f"open_default_{what}")
+        st.button(
+            f"Open {DEFAULT_CHECKPOINT}",
+            icon=":material/swap_horiz:",
+            on_click=_open_default,
+            key=f"open_default_{what}",
+        )
     return False
 
 
@@ -110,9 +120,20 @@ class VolumeView:
 def volume_view() -> VolumeView:
     """The volume settings the Explore page last used."""
     defaults = VolumeView()
-    return VolumeView(**{f.name: recalled(f"explore.{f.name}", getattr(defaults, f.name))
-                         for f in dataclasses.fields(VolumeView)})
+    return VolumeView(
+        **{f.name: recalled(f"explore.{f.name}", getattr(defaults, f.name)) for f in dataclasses.fields(VolumeView)}
+    )
 
 
-__all__ = ["chart", "remembered", "recalled", "header", "require_trace", "require_chunks", "require_checkpoint",
-           "memory_notice", "VolumeView", "volume_view"]
+__all__ = [
+    "chart",
+    "remembered",
+    "recalled",
+    "header",
+    "require_trace",
+    "require_chunks",
+    "require_checkpoint",
+    "memory_notice",
+    "VolumeView",
+    "volume_view",
+]

@@ -23,10 +23,16 @@ from app.cache import Sample, TraceRef  # noqa: E402
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory  # noqa: E402
 
 use_template_by_default()  # every figure of the app is white: built so, not re-templated (10 ms a figure)
-st.set_page_config(page_title="Tensor Memory Explorer", page_icon=":material/deployed_code:", layout="wide",
-                   initial_sidebar_state="expanded",
-                   menu_items={"About": "Tensor Memory Explorer: watch a fixed-size 3D voxel memory work, chunk by "
-                                        "chunk, in trained checkpoints."})
+st.set_page_config(
+    page_title="Tensor Memory Explorer",
+    page_icon=":material/deployed_code:",
+    layout="wide",
+    initial_sidebar_state="expanded",
+    menu_items={
+        "About": "Tensor Memory Explorer: watch a fixed-size 3D voxel memory work, chunk by "
+        "chunk, in trained checkpoints."
+    },
+)
 
 PAGES = {
     "explore": st.Page("views/explore.py", title="Explore", icon=":material/view_in_ar:", default=True),
@@ -48,8 +54,10 @@ with st.sidebar:
 if isinstance(chosen, TraceRef):  # a trace file: the pages that read a trace, the others in a menu of their own
     trace = state.open_trace_file(chosen)
     applies = [n for n in TRACE_PAGES if n != "text" or trace.tokens is not None]
-    page = st.navigation({"": [PAGES[n] for n in applies],
-                          NOT_FOR_TRACE: [p for n, p in PAGES.items() if n not in applies]}, position="top")
+    page = st.navigation(
+        {"": [PAGES[n] for n in applies], NOT_FOR_TRACE: [p for n, p in PAGES.items() if n not in applies]},
+        position="top",
+    )
 else:
     page = st.navigation(list(PAGES.values()), position="top")
 st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</style>")  # the top bar holds the pages
@@ -57,8 +65,17 @@ st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</sty
 if isinstance(chosen, TraceRef):
     with st.sidebar:
         layer = sidebar.layer_section(trace)
-    state.publish(state.Context(ref=chosen, loaded=None, sample=Sample(), trace=trace, problem=None, layer=layer,
-                                memory_note=state.memory_note(chosen, None, trace)))
+    state.publish(
+        state.Context(
+            ref=chosen,
+            loaded=None,
+            sample=Sample(),
+            trace=trace,
+            problem=None,
+            layer=layer,
+            memory_note=state.memory_note(chosen, None, trace),
+        )
+    )
     page.run()
     st.stop()
 if is_pretrained_memory(Path(chosen.path)):  # a memory for frozen MiniLM: its own page
@@ -70,6 +87,15 @@ with st.sidebar:
 trace, sample, problem = state.capture_sample(ref, sample)
 with st.sidebar:
     layer = sidebar.layer_section(trace)
-state.publish(state.Context(ref=ref, loaded=loaded, sample=sample, trace=trace, problem=problem, layer=layer,
-                            memory_note=state.memory_note(ref, loaded, trace)))
+state.publish(
+    state.Context(
+        ref=ref,
+        loaded=loaded,
+        sample=sample,
+        trace=trace,
+        problem=problem,
+        layer=layer,
+        memory_note=state.memory_note(ref, loaded, trace),
+    )
+)
 page.run()

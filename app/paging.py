@@ -7,8 +7,6 @@ to. Each of these is a move of the server's (:func:`app.state.go_to`): the stepp
 
 from __future__ import annotations
 
-from typing import Optional
-
 import streamlit as st
 
 from analysis.figures.overview import overview_figure
@@ -22,7 +20,7 @@ CHART_CONFIG = {"displayModeBar": False}
 JUMPED_KEY = "overview_jumped"  # the overview click already acted on (a selection stays until the next click)
 
 
-def stepping_span(chunk: int, count: int, width: int = STEPPING_WINDOW) -> Optional[tuple[int, int]]:
+def stepping_span(chunk: int, count: int, width: int = STEPPING_WINDOW) -> tuple[int, int] | None:
     """The page of a long trace that holds ``chunk``: (first, last) of the ``width`` chunks from ⌊chunk / width⌋·width
     (the last page may be shorter); None for a trace of at most ``width`` chunks, which goes to the browser whole."""
     if count <= width:
@@ -39,8 +37,14 @@ def _overview(context: Context, key: str, span: tuple[int, int]) -> None:
     """The overview of every chunk; a click on it goes to that chunk."""
     count, chunk = context.num_chunks, context.chunk
     measured = cache.overview(context.ref, context.sample, context.layer)
-    event = st.plotly_chart(overview_figure(measured, chunk, span), theme=None, config=CHART_CONFIG,
-                            key=f"{key}.overview", on_select="rerun", selection_mode="points")
+    event = st.plotly_chart(
+        overview_figure(measured, chunk, span),
+        theme=None,
+        config=CHART_CONFIG,
+        key=f"{key}.overview",
+        on_select="rerun",
+        selection_mode="points",
+    )
     st.caption(" · ".join(f"**{SERIES[name][0]}**: {SERIES[name][1]}" for name in measured))
     points = event.get("selection", {}).get("points", []) if event else []
     clicked = int(round(points[0]["x"])) if points else None
@@ -50,7 +54,7 @@ def _overview(context: Context, key: str, span: tuple[int, int]) -> None:
         st.rerun()
 
 
-def pages(context: Context, key: str) -> Optional[tuple[int, int]]:
+def pages(context: Context, key: str) -> tuple[int, int] | None:
     """For a trace longer than the browser takes at once: the overview, the pages before and after and a chunk to
     go to; returns the page of the current chunk, (first, last), that goes to the browser. None for a shorter
     trace, which goes whole (nothing is drawn). ``key`` prefixes the controls' keys."""
@@ -60,16 +64,30 @@ def pages(context: Context, key: str) -> Optional[tuple[int, int]]:
         return None
     first, last = span
     with st.container(border=True):
-        st.markdown(f"**A long trace: {count:,} chunks.** The stepper below holds chunks {first}–{last}; step "
-                    f"through them there, or pick another stretch here. Click the overview to go to a chunk.")
+        st.markdown(
+            f"**A long trace: {count:,} chunks.** The stepper below holds chunks {first}–{last}; step "
+            f"through them there, or pick another stretch here. Click the overview to go to a chunk."
+        )
         _overview(context, key, span)
         row = st.columns([1, 1, 1], vertical_alignment="bottom")
-        row[0].button("Chunks {}–{}".format(*stepping_span(first - 1, count)) if first else "The first chunks",
-                      icon=":material/skip_previous:", disabled=first == 0, on_click=go_to, args=(first - 1,),
-                      key=f"{key}.earlier", width="stretch")
-        row[1].button("Chunks {}–{}".format(*stepping_span(last + 1, count)) if last < count - 1 else
-                      "The last chunks", icon=":material/skip_next:", disabled=last == count - 1, on_click=go_to,
-                      args=(last + 1,), key=f"{key}.later", width="stretch")
+        row[0].button(
+            "Chunks {}–{}".format(*stepping_span(first - 1, count)) if first else "The first chunks",
+            icon=":material/skip_previous:",
+            disabled=first == 0,
+            on_click=go_to,
+            args=(first - 1,),
+            key=f"{key}.earlier",
+            width="stretch",
+        )
+        row[1].button(
+            "Chunks {}–{}".format(*stepping_span(last + 1, count)) if last < count - 1 else "The last chunks",
+            icon=":material/skip_next:",
+            disabled=last == count - 1,
+            on_click=go_to,
+            args=(last + 1,),
+            key=f"{key}.later",
+            width="stretch",
+        )
         typed = f"{key}.go.{chunk}"
         row[2].number_input("Go to chunk", 0, count - 1, chunk, key=typed, on_change=_typed, args=(typed,))
     return span

@@ -39,18 +39,26 @@ def render(ref: CheckpointRef) -> None:
     base = config["base"]
     badges.badge(f"base: all-MiniLM-L6-v2 ({base['package']} {base['version']})", color="gray")
     badges.badge(f"memory after layer(s) {', '.join(map(str, model.config.layers))}", color="violet")
-    st.caption("MiniLM stays frozen and sees one window of 32 word pieces at a time; the memory carries what "
-               "earlier windows said. In every later window the pieces an earlier window held are masked, and the "
-               "model must name them. The checkpoint stores only the memory and the head, and names the base "
-               "model by the sha256 of its weights.")
+    st.caption(
+        "MiniLM stays frozen and sees one window of 32 word pieces at a time; the memory carries what "
+        "earlier windows said. In every later window the pieces an earlier window held are masked, and the "
+        "model must name them. The checkpoint stores only the memory and the head, and names the base "
+        "model by the sha256 of its weights."
+    )
     if metrics:
         cols = st.columns(3)
         cols[0].metric("Recall with the memory", f"{metrics['accuracy']:.1%}")
         if "frozen" in metrics:
-            cols[1].metric("Frozen MiniLM + the same head", f"{metrics['frozen']['accuracy']:.1%}",
-                           help="Trained the same steps on the same batches, no memory.")
-        cols[2].metric("σ(γ) after training", ", ".join(f"{g:.2g}" for g in metrics["gate_scale"]),
-                       help=f"Attached closed, at σ(γ) = {closed_gate_scale():.1e}.")
+            cols[1].metric(
+                "Frozen MiniLM + the same head",
+                f"{metrics['frozen']['accuracy']:.1%}",
+                help="Trained the same steps on the same batches, no memory.",
+            )
+        cols[2].metric(
+            "σ(γ) after training",
+            ", ".join(f"{g:.2g}" for g in metrics["gate_scale"]),
+            help=f"Attached closed, at σ(γ) = {closed_gate_scale():.1e}.",
+        )
     frozen = metrics.get("frozen", {}).get("accuracy") if metrics else None
     layout.chart(gate_history_figure(gate_history(Path(ref.path)), frozen), key="minilm_gate")
     st.markdown("##### One test document")
@@ -61,7 +69,16 @@ def render(ref: CheckpointRef) -> None:
     if not rows:
         st.info("Nothing in this document repeats across windows: pick another.", icon=":material/info:")
         return
-    st.dataframe([{"window": r["window"], "truth": r["truth"],
-                   "with the memory": ", ".join(f"{t} {p:.0%}" for t, p in r["with_memory"][:3]),
-                   "memory read off": ", ".join(f"{t} {p:.0%}" for t, p in r["memory_off"][:3])} for r in rows],
-                 hide_index=True, width="stretch")
+    st.dataframe(
+        [
+            {
+                "window": r["window"],
+                "truth": r["truth"],
+                "with the memory": ", ".join(f"{t} {p:.0%}" for t, p in r["with_memory"][:3]),
+                "memory read off": ", ".join(f"{t} {p:.0%}" for t, p in r["memory_off"][:3]),
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        width="stretch",
+    )

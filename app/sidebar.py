@@ -4,19 +4,27 @@ memory layer. Checkpoints and trace files share one picker: a trace shows what i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import streamlit as st
 
 from analysis.traces.trace import Trace
-from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
 from tensor_memory.errors import EXPECTED_ERRORS, describe
+from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
 
 from . import cache
 from .cache import CheckpointRef, Sample, TraceRef
 from .state import data_root, shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
-from .upload import (MAX_UPLOAD_BYTES, UploadError, check_data_paths, checkpoint_label, discard_trace_upload,
-                     discard_upload, save_trace_upload, unpack_checkpoint)
+from .upload import (
+    MAX_UPLOAD_BYTES,
+    UploadError,
+    check_data_paths,
+    checkpoint_label,
+    discard_trace_upload,
+    discard_upload,
+    save_trace_upload,
+    unpack_checkpoint,
+)
 
 CHOICE_KEY = "checkpoint_choice"
 UPLOAD_KEY = "checkpoint_upload"
@@ -40,7 +48,7 @@ def trace_options() -> dict[str, Path]:
     return {**dict([startup] if startup else []), **st.session_state.setdefault(TRACES_KEY, {})}
 
 
-def _check_trace_upload(file: Any) -> tuple[Optional[str], str]:
+def _check_trace_upload(file: Any) -> tuple[str | None, str]:
     """(label, message) for an uploaded trace file: the label is None when it is not a usable trace."""
     try:
         path = save_trace_upload(file.getvalue())
@@ -73,7 +81,7 @@ def _upload_box(label: str, types: list[str], key: str, check, help: str) -> Non
         st.error(f"{message} Still showing {st.session_state.get(CHOICE_KEY, startup_checkpoint()[0])}.")
 
 
-def _check_upload(file: Any) -> tuple[Optional[str], str]:
+def _check_upload(file: Any) -> tuple[str | None, str]:
     """(label, message) for an uploaded zip: the label is None when it is not a usable checkpoint."""
     try:
         folder = unpack_checkpoint(file.getvalue())
@@ -95,25 +103,40 @@ def _check_upload(file: Any) -> tuple[Optional[str], str]:
     return label, f"Loaded {label}: task {ckpt.task.name}, backbone {ckpt.model.backbone.config.kind}."
 
 
-def checkpoint_section() -> Union[CheckpointRef, TraceRef]:
+def checkpoint_section() -> CheckpointRef | TraceRef:
     """The picker of checkpoints and trace files and the two upload boxes; returns the chosen checkpoint
     (not yet loaded) or trace file (not yet opened)."""
     st.subheader("Checkpoint or trace")
     picker = st.container()
-    _upload_box("Upload a checkpoint folder as a .zip", ["zip"], UPLOAD_KEY, _check_upload,
-                help="Zip the folder holding model.safetensors and config.json. It is checked before use and never "
-                     "unpickled; pickles are refused.")
-    _upload_box("Open a trace (.safetensors)", ["safetensors"], TRACE_UPLOAD_KEY, _check_trace_upload,
-                help="A trace of any model with Tensor Memory layers, written by analysis.trace_model(...).save() "
-                     "or `tensor-memory trace`. Checked before use and never unpickled.")
+    _upload_box(
+        "Upload a checkpoint folder as a .zip",
+        ["zip"],
+        UPLOAD_KEY,
+        _check_upload,
+        help="Zip the folder holding model.safetensors and config.json. It is checked before use and never "
+        "unpickled; pickles are refused.",
+    )
+    _upload_box(
+        "Open a trace (.safetensors)",
+        ["safetensors"],
+        TRACE_UPLOAD_KEY,
+        _check_trace_upload,
+        help="A trace of any model with Tensor Memory layers, written by analysis.trace_model(...).save() "
+        "or `tensor-memory trace`. Checked before use and never unpickled.",
+    )
     traces, checkpoints = trace_options(), checkpoint_options()
     options = {**traces, **checkpoints}
     if st.session_state.get(CHOICE_KEY) not in options:
         st.session_state[CHOICE_KEY] = next(iter(traces), startup_checkpoint()[0])  # a --trace file opens first
     with picker:
-        label = st.selectbox("Shown checkpoint or trace", list(options), key=CHOICE_KEY, label_visibility="collapsed",
-                             help="Shipped checkpoints are named task-backbone; tensor ones have a memory to look at. "
-                                  "Trace files show the sample they recorded.")
+        label = st.selectbox(
+            "Shown checkpoint or trace",
+            list(options),
+            key=CHOICE_KEY,
+            label_visibility="collapsed",
+            help="Shipped checkpoints are named task-backbone; tensor ones have a memory to look at. "
+            "Trace files show the sample they recorded.",
+        )
     if label in traces:
         try:
             return TraceRef.of(traces[label], label)
@@ -136,23 +159,43 @@ def _slider(label: str, key: str, low: int, high: int, default: int, help: str =
 
 
 def _occlusion(config: Any, task: str = "occlusion") -> dict[str, Any]:
-    frames = _slider("Frames (horizon)", f"{task}.frames", 4, 40, config.frames, "Frames in the sequence, one chunk each.")
-    length = _slider("Occlusion length", f"{task}.occlusion_length", 0, frames - 2, config.occlusion_length,
-                     "Consecutive frames the ball (or digit) is hidden.")
+    frames = _slider(
+        "Frames (horizon)", f"{task}.frames", 4, 40, config.frames, "Frames in the sequence, one chunk each."
+    )
+    length = _slider(
+        "Occlusion length",
+        f"{task}.occlusion_length",
+        0,
+        frames - 2,
+        config.occlusion_length,
+        "Consecutive frames the ball (or digit) is hidden.",
+    )
     start = -1
     if length:
         random_key = f"{task}.random_start"
         st.session_state.setdefault(random_key, config.occlusion_start == -1)
         if not st.checkbox("Random occlusion start", key=random_key):
             default = config.occlusion_start if config.occlusion_start != -1 else 2
-            start = _slider("Occlusion start (frame)", f"{task}.occlusion_start", 2, frames - length, default,
-                            "First hidden frame; at least two visible frames come before.")
+            start = _slider(
+                "Occlusion start (frame)",
+                f"{task}.occlusion_start",
+                2,
+                frames - length,
+                default,
+                "First hidden frame; at least two visible frames come before.",
+            )
     return {"frames": frames, "occlusion_length": length, "occlusion_start": start}
 
 
 def _binding(config: Any) -> dict[str, Any]:
-    writes = _slider("Writes (horizon)", "coordinate_binding.writes", 1, 100, config.writes,
-                     "Key–value pairs written before the queries.")
+    writes = _slider(
+        "Writes (horizon)",
+        "coordinate_binding.writes",
+        1,
+        100,
+        config.writes,
+        "Key–value pairs written before the queries.",
+    )
     key = "coordinate_binding.noise"
     st.session_state.setdefault(key, float(config.noise))
     noise = st.slider("Query noise", 0.0, 0.3, step=0.01, key=key, help="Standard deviation added to each query key.")
@@ -160,8 +203,16 @@ def _binding(config: Any) -> dict[str, Any]:
 
 
 def _map(config: Any) -> dict[str, Any]:
-    return {"observations": _slider("Observations (horizon)", "map_building.observations", 1, 128,
-                                    config.observations, "Glimpses of the hidden map before the queries.")}
+    return {
+        "observations": _slider(
+            "Observations (horizon)",
+            "map_building.observations",
+            1,
+            128,
+            config.observations,
+            "Glimpses of the hidden map before the queries.",
+        )
+    }
 
 
 def _counter(config: Any) -> dict[str, Any]:
@@ -175,27 +226,46 @@ def _masked(config: Any) -> dict[str, Any]:
     key = "masked_patches.mask_rate"
     if st.session_state.get(key) not in MASK_CHOICES:
         st.session_state[key] = float(config.mask_rate) if config.mask_rate in MASK_CHOICES else 0.5
-    rate = st.selectbox("Patches hidden", list(MASK_CHOICES), format_func=MASK_CHOICES.get, key=key,
-                        help="The share of the image's patches the mask hides (the paper's three rates).")
+    rate = st.selectbox(
+        "Patches hidden",
+        list(MASK_CHOICES),
+        format_func=MASK_CHOICES.get,
+        key=key,
+        help="The share of the image's patches the mask hides (the paper's three rates).",
+    )
     return {"mask_rate": float(rate)}
 
 
-TASK_CONTROLS = {"occlusion": _occlusion, "coordinate_binding": _binding, "map_building": _map, "no_harm": _counter,
-                 "moving_digits": lambda config: _occlusion(config, "moving_digits"), "masked_patches": _masked}
+TASK_CONTROLS = {
+    "occlusion": _occlusion,
+    "coordinate_binding": _binding,
+    "map_building": _map,
+    "no_harm": _counter,
+    "moving_digits": lambda config: _occlusion(config, "moving_digits"),
+    "masked_patches": _masked,
+}
 
 
 def sample_section(ckpt: Checkpoint) -> Sample:
     """Seed and task settings for the sample."""
     st.subheader("Sample")
     st.session_state.setdefault(SEED_KEY, 0)
-    seed = int(st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=SEED_KEY,
-                               help="Which sample of the task's stream to run; the same seed gives the same sample."))
+    seed = int(
+        st.number_input(
+            "Seed",
+            min_value=0,
+            max_value=2**31 - 1,
+            step=1,
+            key=SEED_KEY,
+            help="Which sample of the task's stream to run; the same seed gives the same sample.",
+        )
+    )
     controls = TASK_CONTROLS.get(ckpt.task.name)
     params = controls(ckpt.task.config) if controls else {}
     return Sample.of(seed, params, ckpt.task.config)
 
 
-def layer_section(trace: Optional[Trace]) -> Optional[str]:
+def layer_section(trace: Trace | None) -> str | None:
     """The memory layer to show (the last by default); None for a trace without memory layers."""
     if trace is None or not trace.layer_names:
         return None
@@ -206,9 +276,21 @@ def layer_section(trace: Optional[Trace]) -> Optional[str]:
     if len(names) == 1:
         st.caption(f"`{names[0]}`, the model's only memory layer")
         return names[0]
-    return st.selectbox("Memory layer", names, key=LAYER_KEY, label_visibility="collapsed",
-                        format_func=lambda name: name.replace("backbone.", "").replace(".memory", " memory"))
+    return st.selectbox(
+        "Memory layer",
+        names,
+        key=LAYER_KEY,
+        label_visibility="collapsed",
+        format_func=lambda name: name.replace("backbone.", "").replace(".memory", " memory"),
+    )
 
 
-__all__ = ["checkpoint_options", "checkpoint_section", "sample_section", "layer_section", "CHOICE_KEY", "UPLOAD_KEY",
-           "SEED_KEY"]
+__all__ = [
+    "checkpoint_options",
+    "checkpoint_section",
+    "sample_section",
+    "layer_section",
+    "CHOICE_KEY",
+    "UPLOAD_KEY",
+    "SEED_KEY",
+]

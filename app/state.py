@@ -15,15 +15,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import streamlit as st
 
 from analysis.figures.annotations import key_chunk
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.trace import Trace
-from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 from tensor_memory.errors import EXPECTED_ERRORS, describe
+from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 
 from . import cache
 from .cache import CheckpointRef, Loaded, Sample, TraceRef
@@ -63,7 +63,7 @@ def startup_checkpoint() -> tuple[str, Path]:
     return DEFAULT_CHECKPOINT, SHIPPED / DEFAULT_CHECKPOINT
 
 
-def startup_trace() -> Optional[tuple[str, Path]]:
+def startup_trace() -> tuple[str, Path] | None:
     """(label, file) of the trace to open on (``$TENSOR_MEMORY_TRACE``, set by ``tensor-memory app --trace``)."""
     chosen = os.environ.get(TRACE_ENV)
     if not chosen:
@@ -72,7 +72,7 @@ def startup_trace() -> Optional[tuple[str, Path]]:
     return trace_label(path.name), path
 
 
-def data_root() -> Optional[Path]:
+def data_root() -> Path | None:
     """The folder whose data uploaded checkpoints may read (``$TENSOR_MEMORY_DATA_ROOT``, set by ``tensor-memory app
     --data-root``); None: uploads may read no data of this server."""
     chosen = os.environ.get(DATA_ROOT_ENV)
@@ -89,13 +89,13 @@ class Context:
     """What every page of this session shows: a checkpoint and a sample run through it, or an opened trace
     file (``loaded`` None: no weights, so only the pages that read a trace apply)."""
 
-    ref: Union[CheckpointRef, TraceRef]
-    loaded: Optional[Loaded]
+    ref: CheckpointRef | TraceRef
+    loaded: Loaded | None
     sample: Sample  # the sample the trace was captured from
-    trace: Optional[Trace]  # None when no sample could be run (``problem`` says why)
-    problem: Optional[str]
-    layer: Optional[str]  # the memory layer shown; None without memory layers
-    memory_note: Optional[str]  # why the memory views are off, or None
+    trace: Trace | None  # None when no sample could be run (``problem`` says why)
+    problem: str | None
+    layer: str | None  # the memory layer shown; None without memory layers
+    memory_note: str | None  # why the memory views are off, or None
 
     @property
     def is_trace_file(self) -> bool:
@@ -109,7 +109,7 @@ class Context:
         return self.loaded.checkpoint
 
     @property
-    def task(self) -> Optional[str]:
+    def task(self) -> str | None:
         """The task of the checkpoint (or of the checkpoint a trace file recorded); None for another model's trace."""
         if self.loaded is None:
             return None if self.trace is None else self.trace.info.get("task")
@@ -144,7 +144,7 @@ class Context:
         return min(max(int(st.session_state.get(CHUNK_KEY, 0)), 0), max(self.num_chunks - 1, 0))
 
 
-def _fallback(failed: CheckpointRef) -> Optional[CheckpointRef]:
+def _fallback(failed: CheckpointRef) -> CheckpointRef | None:
     """The checkpoint to show instead of ``failed``: the last one that loaded, else the startup one."""
     previous = st.session_state.get(GOOD_CHECKPOINT_KEY)
     if previous is not None and previous != failed:
@@ -172,20 +172,22 @@ def load_checkpoint_or_previous(ref: CheckpointRef) -> tuple[CheckpointRef, Load
     return ref, loaded
 
 
-def _capture(ref: CheckpointRef, sample: Sample) -> tuple[Optional[Trace], Optional[str]]:
+def _capture(ref: CheckpointRef, sample: Sample) -> tuple[Trace | None, str | None]:
     try:
         return cache.sample_trace(ref, sample), None
     except EXPECTED_ERRORS as error:  # TraceError is a ValueError
         return None, describe(error)
 
 
-def capture_sample(ref: CheckpointRef, sample: Sample) -> tuple[Optional[Trace], Sample, Optional[str]]:
+def capture_sample(ref: CheckpointRef, sample: Sample) -> tuple[Trace | None, Sample, str | None]:
     """(trace, sample run, problem): the chosen sample, else the task's own settings with an error shown."""
     trace, problem = _capture(ref, sample)
     if trace is not None:
         return trace, sample, None
-    st.error(f"This sample cannot be run on {ref.label}: {problem}. Showing the checkpoint's own task settings "
-             f"instead; change the sample settings in the sidebar.")
+    st.error(
+        f"This sample cannot be run on {ref.label}: {problem}. Showing the checkpoint's own task settings "
+        f"instead; change the sample settings in the sidebar."
+    )
     fallback = sample.with_task_defaults()
     trace, fallback_problem = _capture(ref, fallback)
     if trace is None:
@@ -202,18 +204,21 @@ def open_trace_file(ref: TraceRef) -> Trace:
         st.stop()  # ends the run
 
 
-def memory_note(ref: Union[CheckpointRef, TraceRef], loaded: Optional[Loaded],
-                trace: Optional[Trace]) -> Optional[str]:
+def memory_note(ref: CheckpointRef | TraceRef, loaded: Loaded | None, trace: Trace | None) -> str | None:
     """Why the memory views cannot be shown for this trace, or None when they can."""
     if loaded is not None and not loaded.has_memory:
         kind = loaded.checkpoint.model.backbone.config.kind
-        return (f"{ref.label} is a `{kind}` model: it has no Tensor Memory layers, so there is no memory to show. "
-                f"Its predictions are shown; pick a `tensor` checkpoint (e.g. occlusion-tensor) for the memory views.")
+        return (
+            f"{ref.label} is a `{kind}` model: it has no Tensor Memory layers, so there is no memory to show. "
+            f"Its predictions are shown; pick a `tensor` checkpoint (e.g. occlusion-tensor) for the memory views."
+        )
     if trace is not None:
         problems = nonfinite_fields(trace)
         if problems:
-            return ("This trace holds NaN or infinite values, so the memory views are off (the model's weights blow "
-                    "up on this input; try another sample or an earlier checkpoint): " + "; ".join(problems))
+            return (
+                "This trace holds NaN or infinite values, so the memory views are off (the model's weights blow "
+                "up on this input; try another sample or an earlier checkpoint): " + "; ".join(problems)
+            )
     return None
 
 
@@ -250,7 +255,21 @@ def current() -> Context:
     return context
 
 
-__all__ = ["Context", "current", "publish", "shipped_checkpoints", "startup_checkpoint", "startup_trace",
-           "trace_label", "open_trace_file",
-           "load_checkpoint_or_previous", "capture_sample", "memory_note", "go_to", "follow", "moves", "CHUNK_KEY",
-           "CHECKPOINT_ENV"]
+__all__ = [
+    "Context",
+    "current",
+    "publish",
+    "shipped_checkpoints",
+    "startup_checkpoint",
+    "startup_trace",
+    "trace_label",
+    "open_trace_file",
+    "load_checkpoint_or_previous",
+    "capture_sample",
+    "memory_note",
+    "go_to",
+    "follow",
+    "moves",
+    "CHUNK_KEY",
+    "CHECKPOINT_ENV",
+]

@@ -8,7 +8,7 @@ reports the chunk it shows, which becomes the session's chunk before the page dr
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Union
+from collections.abc import Callable
 
 import streamlit as st
 
@@ -16,7 +16,7 @@ from . import cache, layout, paging, state
 from .browser_stepper import StepperPayload, chunk_stepper, reported_chunk, stepper_payload
 from .cache import CheckpointRef, Sample, TraceRef
 
-Build = Callable[[Optional[tuple[int, int]]], StepperPayload]  # a page's payload of a span (None: every chunk)
+Build = Callable[[tuple[int, int] | None], StepperPayload]  # a page's payload of a span (None: every chunk)
 
 
 def stepper(context: state.Context, key: str, build: Build) -> int:
@@ -31,11 +31,12 @@ def stepper(context: state.Context, key: str, build: Build) -> int:
     return context.chunk
 
 
-def track_payload(ref: Union[CheckpointRef, TraceRef], sample: Sample, span: Optional[tuple[int, int]]) -> StepperPayload:
+def track_payload(ref: CheckpointRef | TraceRef, sample: Sample, span: tuple[int, int] | None) -> StepperPayload:
     """The annotation track of every chunk (of ``span``), reporting the chunk shown: the stepper of a page drawn on
     the server."""
-    return stepper_payload(cache.trace_of(ref, sample), (ref, sample), "track", lambda k, outcome: {}, span=span,
-                           reports=True)
+    return stepper_payload(
+        cache.trace_of(ref, sample), (ref, sample), "track", lambda k, outcome: {}, span=span, reports=True
+    )
 
 
 def stepped_page(context: state.Context, title: str, subtitle: str, key: str) -> int:
@@ -44,8 +45,9 @@ def stepped_page(context: state.Context, title: str, subtitle: str, key: str) ->
     layout.header(context, title, subtitle)
     layout.require_trace(context)
     layout.require_chunks(context)
-    return stepper(context, key, lambda span: cache.stepper_payload("track", track_payload, context.ref,
-                                                                    context.sample, span))
+    return stepper(
+        context, key, lambda span: cache.stepper_payload("track", track_payload, context.ref, context.sample, span)
+    )
 
 
 __all__ = ["stepper", "stepped_page", "track_payload"]

@@ -22,11 +22,9 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from typing import Optional
-
+from tensor_memory.pretrained.checkpoint import KIND as PRETRAINED_KIND
 from tensor_memory.storage.checkpoint import CONFIG_FILE, MAX_CONFIG_BYTES, MODEL_FILE
 from tensor_memory.storage.files import atomic_write_bytes, read_json
-from tensor_memory.pretrained.checkpoint import KIND as PRETRAINED_KIND
 from tensor_memory.tasks import data_paths
 
 MAX_UPLOAD_BYTES = 64 << 20  # the archive; keep in step with server.maxUploadSize in .streamlit/config.toml
@@ -52,8 +50,10 @@ def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
     if info.flag_bits & 0x1:  # bit 0: the entry is encrypted
         raise UploadError(f"the zip entry {info.filename!r} is encrypted; zip the checkpoint folder without a password")
     if info.compress_type not in COMPRESSIONS:
-        raise UploadError(f"the zip entry {info.filename!r} uses compression method {info.compress_type}; "
-                          f"zip it again with the usual deflate (or none)")
+        raise UploadError(
+            f"the zip entry {info.filename!r} uses compression method {info.compress_type}; "
+            f"zip it again with the usual deflate (or none)"
+        )
     kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip tool recorded no Unix file type
     if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
         raise UploadError(f"the zip holds {info.filename!r}, which is a link or special file; zip plain files only")
@@ -64,14 +64,17 @@ def _checkpoint_folder(names: list[PurePosixPath]) -> PurePosixPath:
     """The folder inside the archive that holds config.json: the root or one folder down."""
     configs = [n.parent for n in names if n.name == CONFIG_FILE]
     if not configs:
-        raise UploadError(f"the zip holds no {CONFIG_FILE}; zip a checkpoint folder (it holds {MODEL_FILE} and "
-                          f"{CONFIG_FILE})")
+        raise UploadError(
+            f"the zip holds no {CONFIG_FILE}; zip a checkpoint folder (it holds {MODEL_FILE} and {CONFIG_FILE})"
+        )
     if len(configs) > 1:
         listed = ", ".join(str(c) or "." for c in configs)
         raise UploadError(f"the zip holds {len(configs)} checkpoints ({listed}); upload one checkpoint folder per zip")
     if len(configs[0].parts) > MAX_DEPTH:
-        raise UploadError(f"the zip's {CONFIG_FILE} is {len(configs[0].parts)} folders down ({configs[0]}); zip the "
-                          f"checkpoint folder itself, so that its files are at the top or one folder down")
+        raise UploadError(
+            f"the zip's {CONFIG_FILE} is {len(configs[0].parts)} folders down ({configs[0]}); zip the "
+            f"checkpoint folder itself, so that its files are at the top or one folder down"
+        )
     return configs[0]
 
 
@@ -86,8 +89,10 @@ def _unpack(archive: zipfile.ZipFile, folder: PurePosixPath, target: Path) -> No
             while chunk := source.read(1 << 20):
                 written += len(chunk)
                 if written > MAX_UNPACKED_BYTES:
-                    raise UploadError(f"the zip unpacks to over {MAX_UNPACKED_BYTES >> 20} MB; a checkpoint is far "
-                                      "smaller (is this the right file?)")
+                    raise UploadError(
+                        f"the zip unpacks to over {MAX_UNPACKED_BYTES >> 20} MB; a checkpoint is far "
+                        "smaller (is this the right file?)"
+                    )
                 sink.write(chunk)
 
 
@@ -97,8 +102,9 @@ def _size(folder: Path) -> int:
 
 def _prune(root: Path, keep: Path) -> None:
     """Remove the oldest unpacked uploads beyond :data:`KEEP_UPLOADS` or :data:`MAX_ROOT_BYTES` (never ``keep``)."""
-    folders = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                     key=lambda p: p.stat().st_mtime)
+    folders = sorted(
+        (p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.stat().st_mtime
+    )
     total = sum(_size(p) for p in folders)
     for index, old in enumerate(folders):
         if old == keep or (len(folders) - index <= KEEP_UPLOADS and total <= MAX_ROOT_BYTES):
@@ -125,8 +131,9 @@ def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
-        raise UploadError("the file is not a zip archive (or it is damaged); zip the checkpoint folder and upload "
-                          "the .zip") from None
+        raise UploadError(
+            "the file is not a zip archive (or it is damaged); zip the checkpoint folder and upload the .zip"
+        ) from None
     with archive:
         members = archive.infolist()
         if len(members) > MAX_MEMBERS:
@@ -135,8 +142,10 @@ def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
         folder = _checkpoint_folder(names)
         declared = sum(info.file_size for info in members)
         if declared > MAX_UNPACKED_BYTES:
-            raise UploadError(f"the zip unpacks to {declared / 2**20:.0f} MB, over the {MAX_UNPACKED_BYTES >> 20} MB "
-                              "limit for a checkpoint")
+            raise UploadError(
+                f"the zip unpacks to {declared / 2**20:.0f} MB, over the {MAX_UNPACKED_BYTES >> 20} MB "
+                "limit for a checkpoint"
+            )
         root.mkdir(parents=True, exist_ok=True)
         target = root / hashlib.sha256(data).hexdigest()[:24]
         if not target.is_dir():
@@ -156,7 +165,7 @@ def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     return target
 
 
-def check_data_paths(folder: Path, data_root: Optional[Path]) -> None:
+def check_data_paths(folder: Path, data_root: Path | None) -> None:
     """An UploadError unless every folder of user data the unpacked checkpoint's task would read (a corpus, pictures,
     videos: :func:`tensor_memory.tasks.data_paths`) lies under ``data_root``, the one folder the person serving the
     app lets uploads read; with no data root, none may. An upload must not make the server read a path it names,
@@ -166,30 +175,38 @@ def check_data_paths(folder: Path, data_root: Optional[Path]) -> None:
     except (ValueError, OSError):
         return
     if isinstance(config, dict) and config.get("kind") == PRETRAINED_KIND:  # it would run MiniLM, installed here
-        raise UploadError("it is a memory on a pretrained MiniLM; uploads take task checkpoints. Whoever serves the "
-                          "app can open it with tensor-memory app --checkpoint FOLDER")
+        raise UploadError(
+            "it is a memory on a pretrained MiniLM; uploads take task checkpoints. Whoever serves the "
+            "app can open it with tensor-memory app --checkpoint FOLDER"
+        )
     task = config.get("task") if isinstance(config, dict) else None
     paths = data_paths(task.get("name"), task.get("params")) if isinstance(task, dict) else {}
     if not paths:
         return
     named = ", ".join(f"task.params.{field}" for field in paths)
     if data_root is None:
-        raise UploadError(f"its task reads data from a folder on this server ({named}), and uploads may not name "
-                          f"server paths; whoever serves the app can allow folders under one data root "
-                          f"(tensor-memory app --data-root DIR)")
+        raise UploadError(
+            f"its task reads data from a folder on this server ({named}), and uploads may not name "
+            f"server paths; whoever serves the app can allow folders under one data root "
+            f"(tensor-memory app --data-root DIR)"
+        )
     root = Path(os.path.realpath(data_root))
     for field, value in paths.items():
         if not Path(os.path.realpath(value)).is_relative_to(root):  # what the task would open, links followed
-            raise UploadError(f"task.params.{field} names a folder outside the data root this app reads uploads' "
-                              f"data from; give a path under {root}")
+            raise UploadError(
+                f"task.params.{field} names a folder outside the data root this app reads uploads' "
+                f"data from; give a path under {root}"
+            )
 
 
 def save_trace_upload(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     """Keep an uploaded trace file under ``root``/traces (named by its digest) and return its path, not yet
     validated: ``load_trace`` checks it as it checks any trace file. The same size limit as checkpoints."""
     if len(data) > MAX_UPLOAD_BYTES:
-        raise UploadError(f"the file is {len(data) / 2**20:.1f} MB, over the {MAX_UPLOAD_BYTES >> 20} MB upload limit; "
-                          f"open a larger trace with `tensor-memory app --trace FILE`")
+        raise UploadError(
+            f"the file is {len(data) / 2**20:.1f} MB, over the {MAX_UPLOAD_BYTES >> 20} MB upload limit; "
+            f"open a larger trace with `tensor-memory app --trace FILE`"
+        )
     if not data:
         raise UploadError("the file is empty; upload a trace (.safetensors) written by trace.save()")
     folder = root / "traces"
@@ -215,5 +232,13 @@ def checkpoint_label(folder: Path, upload_name: str) -> str:
     return f"{Path(upload_name).stem} (upload {folder.name[:8]})"
 
 
-__all__ = ["check_data_paths", "unpack_checkpoint", "discard_upload", "checkpoint_label", "save_trace_upload",
-           "discard_trace_upload", "UploadError", "MAX_UPLOAD_BYTES"]
+__all__ = [
+    "check_data_paths",
+    "unpack_checkpoint",
+    "discard_upload",
+    "checkpoint_label",
+    "save_trace_upload",
+    "discard_trace_upload",
+    "UploadError",
+    "MAX_UPLOAD_BYTES",
+]

@@ -17,18 +17,29 @@ def readout_numbers(context: Context) -> None:
         return
     columns = st.columns(3)
     if context.task == "occlusion":
-        columns[0].metric("R², writes → ball (visible frames)", f"{fit['r2_visible']:.2f}",
-                          help="A linear map from μ_write to the ball's (row, column), fitted on seed 0's samples "
-                               "and scored on seeds 1–3: 1 means the writes go where the ball is.")
-        columns[1].metric("R², hidden frames", "—" if fit["r2_hidden"] is None else f"{fit['r2_hidden']:.2f}",
-                          help="The same map on frames where the ball is hidden: do the writes keep tracking it?")
+        columns[0].metric(
+            "R², writes → ball (visible frames)",
+            f"{fit['r2_visible']:.2f}",
+            help="A linear map from μ_write to the ball's (row, column), fitted on seed 0's samples "
+            "and scored on seeds 1–3: 1 means the writes go where the ball is.",
+        )
+        columns[1].metric(
+            "R², hidden frames",
+            "—" if fit["r2_hidden"] is None else f"{fit['r2_hidden']:.2f}",
+            help="The same map on frames where the ball is hidden: do the writes keep tracking it?",
+        )
     else:
-        columns[0].metric("map decoded from memory (observed cells)", f"{fit['accuracy_observed']:.1%}",
-                          help="A linear probe from what the memory returns for a cell to its occupancy, fitted on "
-                               "seed 0's samples and scored on seeds 1–3, on cells some observation revealed.")
+        columns[0].metric(
+            "map decoded from memory (observed cells)",
+            f"{fit['accuracy_observed']:.1%}",
+            help="A linear probe from what the memory returns for a cell to its occupancy, fitted on "
+            "seed 0's samples and scored on seeds 1–3, on cells some observation revealed.",
+        )
         columns[1].metric("all cells", f"{fit['accuracy_all']:.1%}", help="Unobserved cells can only be guessed.")
-    columns[2].caption(f"Layer `{fit['layer']}`; fitted on seed {fit['fit_seed']}, scored on seeds "
-                       f"{', '.join(map(str, fit['eval_seeds']))} (never the same samples).")
+    columns[2].caption(
+        f"Layer `{fit['layer']}`; fitted on seed {fit['fit_seed']}, scored on seeds "
+        f"{', '.join(map(str, fit['eval_seeds']))} (never the same samples)."
+    )
 
 
 def readout_figure(context: Context) -> None:
@@ -38,8 +49,13 @@ def readout_figure(context: Context) -> None:
         return
     if context.task == "occlusion":
         trace = context.trace
-        fig = write_position_figure(fit, trace.layer(fit["layer"]).mu_write, trace.meta["positions"],
-                                    trace.meta["occluded"], size=int(context.checkpoint.task.config.size))
+        fig = write_position_figure(
+            fit,
+            trace.layer(fit["layer"]).mu_write,
+            trace.meta["positions"],
+            trace.meta["occluded"],
+            size=int(context.checkpoint.task.config.size),
+        )
     else:
         fig = decoded_map_figure(cache.decoded_sample_map(context.ref, context.sample, context.layer))
     layout.chart(fig, "world_readout", height=360)

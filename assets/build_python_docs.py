@@ -43,13 +43,28 @@ def paragraphs(text: str) -> list[str]:
         if not line or UNDERLINE.match(line):
             flush()
             continue
-        if line.startswith(("..", ">>>", "...", ":", "|", "+-", "* :", "$ ")) or line.endswith("::") and \
-                line.startswith(".."):
+        if (
+            line.startswith(("..", ">>>", "...", ":", "|", "+-", "* :", "$ "))
+            or line.endswith("::")
+            and line.startswith("..")
+        ):
             flush()
             if line.startswith(".. ") and line.endswith("::"):  # a directive whose body is code or options
-                literal_indent = indent if not line.startswith((".. note", ".. warning", ".. seealso",
-                                                                 ".. versionadded", ".. versionchanged",
-                                                                 ".. deprecated", ".. impl-detail")) else None
+                literal_indent = (
+                    indent
+                    if not line.startswith(
+                        (
+                            ".. note",
+                            ".. warning",
+                            ".. seealso",
+                            ".. versionadded",
+                            ".. versionchanged",
+                            ".. deprecated",
+                            ".. impl-detail",
+                        )
+                    )
+                    else None
+                )
             continue
         line = LINK.sub(r"\1", ROLE.sub(r"\1", line)).replace("``", "").replace("**", "").replace("*", "")
         if line.endswith("::"):  # "Example::" introduces a literal block; keep the sentence
@@ -72,8 +87,7 @@ def main() -> None:
     parser.add_argument("sources", type=Path, help="the html/_sources folder of python3.11-doc")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "python-docs")
     args = parser.parse_args()
-    files = sorted(p for p in args.sources.rglob("*.rst.txt")
-                   if not any(part in p.name.lower() for part in SKIPPED))
+    files = sorted(p for p in args.sources.rglob("*.rst.txt") if not any(part in p.name.lower() for part in SKIPPED))
     splits: dict[str, list[str]] = {"train": [], "valid": [], "test": []}
     for path in files:
         name = str(path.relative_to(args.sources))

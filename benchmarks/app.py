@@ -77,8 +77,11 @@ def step_times(steps: int, pause: float) -> tuple[list[float], list[str]]:
         chunk = int(at.session_state["chunk"])
         if not 0 <= chunk + direction <= last:
             direction = -direction
-        at.session_state["export_stepper"] = {"chunk": chunk + direction, "sample": sent["sample"],
-                                              "moves": sent["moves"]}
+        at.session_state["export_stepper"] = {
+            "chunk": chunk + direction,
+            "sample": sent["sample"],
+            "moves": sent["moves"],
+        }
         time.sleep(pause)
         start = time.perf_counter()
         at.run()
@@ -108,7 +111,7 @@ def build_times(repeats: int = 12) -> dict[str, list[float]]:
         out["figures"].append(time.perf_counter() - start)
     for i in range(3):
         start = time.perf_counter()
-        volume_frames(series.values[i:i + 1], series.value_range)
+        volume_frames(series.values[i : i + 1], series.value_range)
         out["fresh"].append(time.perf_counter() - start)
         start = time.perf_counter()
         volume_frames(series.values, series.value_range)  # as the app renders a sample: every chunk at once
@@ -191,14 +194,21 @@ def long_trace_times(chunks: int, steps: int) -> dict[str, object]:
             server.terminate()
             server.wait(timeout=30)
             browser.close()
-    return {"captured": captured, "megabytes": path.stat().st_size / 1e6, "opened": opened, "steps": times,
-            "turned": turned}
+    return {
+        "captured": captured,
+        "megabytes": path.stat().st_size / 1e6,
+        "opened": opened,
+        "steps": times,
+        "turned": turned,
+    }
 
 
 def print_long(args: argparse.Namespace) -> None:
     long = long_trace_times(args.long_chunks, args.steps)
-    print(f"\nA {args.long_chunks:,}-chunk trace (occlusion-tensor, int8: captured in {long['captured']:.1f} s, "
-          f"{long['megabytes']:.0f} MB), `tensor-memory app --trace`:\n")
+    print(
+        f"\nA {args.long_chunks:,}-chunk trace (occlusion-tensor, int8: captured in {long['captured']:.1f} s, "
+        f"{long['megabytes']:.0f} MB), `tensor-memory app --trace`:\n"
+    )
     print(f"{'what':<62} {'median':>8} {'p90':>8} {'max':>8}   (ms)")
     print(f"{'a step in the browser (Next / Previous)':<62} {summary(long['steps'])}")
     print(f"\n{'server start to the first page drawn (overview, 64 chunks)':<62} {long['opened']:8.1f} s")
@@ -210,22 +220,29 @@ def main() -> None:
     args = parse_args()
     import torch
 
-    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     if args.only_long:
         print_long(args)
         return
     fast, counters = step_times(args.steps, 0.0)
     paced, _ = step_times(args.steps, args.pause)
     built = build_times()
-    print(f"\nStepping the Export page of occlusion-tensor, trace cached ({args.steps} steps each, "
-          f"{counters[0]} … {counters[-1]}):\n")
+    print(
+        f"\nStepping the Export page of occlusion-tensor, trace cached ({args.steps} steps each, "
+        f"{counters[0]} … {counters[-1]}):\n"
+    )
     print(f"{'what':<62} {'median':>8} {'p90':>8} {'max':>8}   (ms)")
     print(f"{'server-side step (Export page), back to back':<62} {summary(fast)}")
     print(f"{f'server-side step, {args.pause:g} s between steps':<62} {summary(paced)}")
-    print(f"{'  without the figure cache: build one chunk s figures':<62} {summary(built['figures'])}".replace(
-        "chunk s", "chunk's"))
+    print(
+        f"{'  without the figure cache: build one chunk s figures':<62} {summary(built['figures'])}".replace(
+            "chunk s", "chunk's"
+        )
+    )
     print(f"{'  PyVista volume rendering, fresh render window':<62} {summary(built['fresh'])}")
     print(f"{'  PyVista volume rendering, per chunk, all in one window':<62} {summary(built['block'])}")
     if not CHROMIUM.exists():
@@ -234,8 +251,10 @@ def main() -> None:
     starts = [first_page_time() for _ in range(args.starts)]
     print(f"\nFrom `streamlit run app/main.py` (new process, nothing cached) to ({args.starts} start(s)):\n")
     print(f"{'what':<62} {'median':>8} {'max':>8}   (s)")
-    for label, values in (("server healthy (/_stcore/health)", [h for h, _ in starts]),
-                          ("first page drawn in Chromium (counter, 3D scenes; PyVista off)", [d for _, d in starts])):
+    for label, values in (
+        ("server healthy (/_stcore/health)", [h for h, _ in starts]),
+        ("first page drawn in Chromium (counter, 3D scenes; PyVista off)", [d for _, d in starts]),
+    ):
         print(f"{label:<62} {statistics.median(values):8.1f} {max(values):8.1f}")
     print("\nTargets: step < 300 ms median with the trace cached; first page < 10 s after the server starts.")
     print_long(args)

@@ -41,7 +41,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -59,22 +58,47 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=1, help="browser sessions stepping at once (default 1)")
     p.add_argument("--steps", type=int, default=20, help="steps per session (default 20)")
     p.add_argument("--runs", type=int, default=1, help="runs, each with a new server (default 1)")
-    p.add_argument("--launcher", choices=list(LAUNCHERS), default="prepared",
-                   help="how the server starts: as make run does (python -m app, the opening page prepared while the "
-                        "server starts; default) or plain streamlit run app/main.py")
-    p.add_argument("--open-after", type=float, default=0.0, metavar="S",
-                   help="seconds between the server answering and the sessions opening the page (default 0: at once)")
-    p.add_argument("--patience", type=float, default=300.0, metavar="S",
-                   help="seconds a session waits for its first page or for one step before it counts as a session "
-                        "error, printed with what its page shows (default 300)")
-    p.add_argument("--view", choices=list(VOLUME_KINDS.values()), default=None,
-                   help="the Plotly 3D view to click before stepping, by its name on the page (default: the page's "
-                        "own)")
-    p.add_argument("--trace", type=Path, default=None, metavar="FILE",
-                   help="open the app on this trace file (tensor-memory app --trace FILE) instead of the default "
-                        "checkpoint")
-    p.add_argument("--page", default=None, metavar="NAME",
-                   help="step on this page, by its link's name (e.g. Text), instead of the page the app opens on")
+    p.add_argument(
+        "--launcher",
+        choices=list(LAUNCHERS),
+        default="prepared",
+        help="how the server starts: as make run does (python -m app, the opening page prepared while the "
+        "server starts; default) or plain streamlit run app/main.py",
+    )
+    p.add_argument(
+        "--open-after",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds between the server answering and the sessions opening the page (default 0: at once)",
+    )
+    p.add_argument(
+        "--patience",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds a session waits for its first page or for one step before it counts as a session "
+        "error, printed with what its page shows (default 300)",
+    )
+    p.add_argument(
+        "--view",
+        choices=list(VOLUME_KINDS.values()),
+        default=None,
+        help="the Plotly 3D view to click before stepping, by its name on the page (default: the page's own)",
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="open the app on this trace file (tensor-memory app --trace FILE) instead of the default checkpoint",
+    )
+    p.add_argument(
+        "--page",
+        default=None,
+        metavar="NAME",
+        help="step on this page, by its link's name (e.g. Text), instead of the page the app opens on",
+    )
     return p.parse_args()
 
 
@@ -93,17 +117,29 @@ def peak_memory_gb(pid: int) -> float:
 LAUNCHERS = {"prepared": ["-m", "app"], "plain": ["-m", "streamlit", "run", "app/main.py"]}
 
 
-def start_server(launcher: str = "prepared", trace: Optional[Path] = None) -> tuple[subprocess.Popen, str]:
+def start_server(launcher: str = "prepared", trace: Path | None = None) -> tuple[subprocess.Popen, str]:
     """The server as ``make run`` starts it (``python -m app``: the opening page prepared while it starts), or
     as plain ``streamlit run app/main.py``, opened on ``trace`` when given; returns once it answers its health
     check."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, *LAUNCHERS[launcher], "--server.port", str(port),
-                               "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, **({TRACE_ENV: str(trace.resolve())} if trace else {})})
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            *LAUNCHERS[launcher],
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **({TRACE_ENV: str(trace.resolve())} if trace else {})},
+    )
     url = f"http://127.0.0.1:{port}"
     while True:
         try:
@@ -128,8 +164,7 @@ async def settle(page) -> None:
 
 def stepper(page):
     """The page's stepper: its component frame, or None before it is there."""
-    return next((frame for frame in page.frames if frame is not page.main_frame and "chunk_stepper" in frame.url),
-                None)
+    return next((frame for frame in page.frames if frame is not page.main_frame and "chunk_stepper" in frame.url), None)
 
 
 async def counter(where) -> tuple[int, int]:
@@ -183,8 +218,10 @@ COUNT_RENDERS = """() => {
 async def one_step(page, where, direction: int) -> tuple[float, int]:
     """Seconds for one step, Next (``direction`` 1) or Previous (-1), turning back at either end; and the direction."""
     k, last = await counter(where)
-    if not 0 <= k + direction <= last or await where.get_by_role(
-            "button", name="Next" if direction > 0 else "Previous", exact=True).is_disabled():
+    if (
+        not 0 <= k + direction <= last
+        or await where.get_by_role("button", name="Next" if direction > 0 else "Previous", exact=True).is_disabled()
+    ):
         direction = -direction  # an end of the trace, or of the page of a long one
     reports, renders = await where.evaluate(COUNT_RENDERS)
     start = time.perf_counter()
@@ -204,7 +241,7 @@ async def step(page, steps: int, patience: float) -> tuple[list[float], str]:
     for s in range(steps):
         try:
             seconds, direction = await asyncio.wait_for(one_step(page, where, direction), patience)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return times, f"step {s + 1} not done in {patience:g} s; {await what_it_shows(page)}"
         times.append(seconds)
     return times, ""
@@ -218,7 +255,7 @@ async def open_session(browser, url: str, args: argparse.Namespace) -> tuple[obj
     page.set_default_timeout(TIMEOUT_MS)
     try:
         return page, await asyncio.wait_for(open_first_page(page, url, args.view), args.patience), ""
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return page, float("nan"), f"first page not drawn in {args.patience:g} s; {await what_it_shows(page)}"
 
 
@@ -233,15 +270,21 @@ async def go_to_page(page, name: str) -> None:
 async def what_it_shows(page) -> str:
     """What a stalled session's page shows: the app's status widget, and each frame's counter and Plotly canvases."""
     status = page.locator(BUSY)
-    shown = [f"status widget {(await status.first.inner_text()).strip()!r}" if await status.count() else
-             "no status widget"]
-    text = " ".join((await page.locator("section.main, [data-testid='stMain']").first.inner_text()).split()) \
-        if await page.locator("section.main, [data-testid='stMain']").count() else "(no main section)"
+    shown = [
+        f"status widget {(await status.first.inner_text()).strip()!r}" if await status.count() else "no status widget"
+    ]
+    text = (
+        " ".join((await page.locator("section.main, [data-testid='stMain']").first.inner_text()).split())
+        if await page.locator("section.main, [data-testid='stMain']").count()
+        else "(no main section)"
+    )
     shown.append(f"the page reads {text[:300]!r}")
     for frame in page.frames:
         try:
-            seen = await frame.evaluate("() => [(document.getElementById('counter') || {}).textContent || null, "
-                                        "document.querySelectorAll('.js-plotly-plot canvas').length]")
+            seen = await frame.evaluate(
+                "() => [(document.getElementById('counter') || {}).textContent || null, "
+                "document.querySelectorAll('.js-plotly-plot canvas').length]"
+            )
         except Exception as error:  # noqa: BLE001 (a frame detached while it was read)
             seen = f"unreadable ({type(error).__name__})"
         shown.append(f"frame {frame.url.rsplit('/', 1)[-1][:40] or '(page)'}: counter, canvases {seen}")
@@ -263,8 +306,9 @@ async def one_run(args: argparse.Namespace) -> dict[str, object]:
             if args.page:
                 await asyncio.gather(*(go_to_page(page, args.page) for page, _, error in opened if not error))
             cpu_before = cpu_seconds(server.pid)
-            stepped = await asyncio.gather(*(step(page, steps, args.patience) for page, _, error in opened
-                                             if not error))
+            stepped = await asyncio.gather(
+                *(step(page, steps, args.patience) for page, _, error in opened if not error)
+            )
             cpu = cpu_seconds(server.pid) - cpu_before
             memory = peak_memory_gb(server.pid)
             await browser.close()
@@ -273,30 +317,44 @@ async def one_run(args: argparse.Namespace) -> dict[str, object]:
         server.wait(timeout=30)
     errors = [error for _, _, error in opened if error] + [error for _, error in stepped if error]
     every = sorted(t for times, _ in stepped for t in times) or [float("nan")]
-    return {"up": up, "first": [d for _, d, error in opened if not error] or [float("nan")], "errors": errors,
-            "p50": statistics.median(every),
-            "p95": every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))],
-            "first5": statistics.mean([statistics.mean(t[:5]) for t, _ in stepped if t] or [float("nan")]),
-            "last5": statistics.mean([statistics.mean(t[-5:]) for t, _ in stepped if t] or [float("nan")]),
-            "cpu_per_step": cpu / max(1, sum(len(t) for t, _ in stepped)), "memory_gb": memory}
+    return {
+        "up": up,
+        "first": [d for _, d, error in opened if not error] or [float("nan")],
+        "errors": errors,
+        "p50": statistics.median(every),
+        "p95": every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))],
+        "first5": statistics.mean([statistics.mean(t[:5]) for t, _ in stepped if t] or [float("nan")]),
+        "last5": statistics.mean([statistics.mean(t[-5:]) for t, _ in stepped if t] or [float("nan")]),
+        "cpu_per_step": cpu / max(1, sum(len(t) for t, _ in stepped)),
+        "memory_gb": memory,
+    }
 
 
 def main() -> None:
     args = parse_args()
     if not CHROMIUM.exists():
         raise SystemExit("needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)")
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.sessions} session(s) × "
-          f"{args.steps} steps, view {args.view or 'as the page opens'}, server {args.launcher}, pages opened "
-          f"{args.open_after:g} s after it answers"
-          + (f"; trace {args.trace}" if args.trace else "") + (f"; stepping on {args.page}" if args.page else "") + "\n")
-    print("| run | server answers (s) | first page (s, median / max) | step p50 (s) | step p95 (s) "
-          "| first five / last five (s) | server CPU a step (s) | server peak memory (GB) | session errors |")
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.sessions} session(s) × "
+        f"{args.steps} steps, view {args.view or 'as the page opens'}, server {args.launcher}, pages opened "
+        f"{args.open_after:g} s after it answers"
+        + (f"; trace {args.trace}" if args.trace else "")
+        + (f"; stepping on {args.page}" if args.page else "")
+        + "\n"
+    )
+    print(
+        "| run | server answers (s) | first page (s, median / max) | step p50 (s) | step p95 (s) "
+        "| first five / last five (s) | server CPU a step (s) | server peak memory (GB) | session errors |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for run in range(1, args.runs + 1):
         r = asyncio.run(one_run(args))
-        print(f"| {run} | {r['up']:.1f} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | "
-              f"{r['p50']:.2f} | {r['p95']:.2f} | {r['first5']:.2f} / {r['last5']:.2f} | {r['cpu_per_step']:.3f} | "
-              f"{r['memory_gb']:.2f} | {len(r['errors'])} |", flush=True)
+        print(
+            f"| {run} | {r['up']:.1f} | {statistics.median(r['first']):.1f} / {max(r['first']):.1f} | "
+            f"{r['p50']:.2f} | {r['p95']:.2f} | {r['first5']:.2f} / {r['last5']:.2f} | {r['cpu_per_step']:.3f} | "
+            f"{r['memory_gb']:.2f} | {len(r['errors'])} |",
+            flush=True,
+        )
         for error in r["errors"]:
             print(f"  run {run}, a session: {error}", flush=True)
 

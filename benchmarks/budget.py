@@ -34,7 +34,7 @@ def write_corpus(folder: Path, types: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     words = [f"w{k}" for k in range(types - 2)]
     order = words + words[::-1]
-    lines = [" ".join(order[i:i + 16]) for i in range(0, len(order), 16)]
+    lines = [" ".join(order[i : i + 16]) for i in range(0, len(order), 16)]
     (folder / "wiki.train.tokens").write_text("\n".join(lines) + "\n")
     for split in ("valid", "test"):
         (folder / f"wiki.{split}.tokens").write_text("\n".join(lines[:400]) + "\n")
@@ -46,14 +46,25 @@ def estimate(run: Path) -> dict[str, int]:
     from tensor_memory.storage.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(run)
-    return estimated_parts(ckpt.model.backbone.config, ckpt.task.tokens, ckpt.config["training"]["batch_size"], True,
-                           ckpt.task.output_width, ckpt.task.input_vocabulary)
+    return estimated_parts(
+        ckpt.model.backbone.config,
+        ckpt.task.tokens,
+        ckpt.config["training"]["batch_size"],
+        True,
+        ckpt.task.output_width,
+        ckpt.task.input_vocabulary,
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--vocab", type=int, nargs="+", default=[2_000, 50_000, 100_000, 200_000],
-                   help="vocabulary sizes to run (default 2000 50000 100000 200000; the first is the baseline)")
+    p.add_argument(
+        "--vocab",
+        type=int,
+        nargs="+",
+        default=[2_000, 50_000, 100_000, 200_000],
+        help="vocabulary sizes to run (default 2000 50000 100000 200000; the first is the baseline)",
+    )
     p.add_argument("--steps", type=int, default=2, help="training steps a run (default 2)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     args = p.parse_args()
@@ -63,10 +74,29 @@ def main() -> None:
         for types in args.vocab:
             folder = Path(scratch) / f"wiki{types}"
             write_corpus(folder, types)
-            overrides = ["task.params.corpus=wikitext", f"task.params.path={folder}", f"task.params.vocab_size={types}",
-                         "training.eval_batches=1", f"training.eval_every={args.steps}", "training.warmup_steps=0"]
-            command = [sys.executable, "-c", PEAK, "train", "--task", "language_modelling", "--backbone", "tensor",
-                       "--steps", str(args.steps), "--out", str(Path(scratch) / f"run{types}"), "--no-progress"]
+            overrides = [
+                "task.params.corpus=wikitext",
+                f"task.params.path={folder}",
+                f"task.params.vocab_size={types}",
+                "training.eval_batches=1",
+                f"training.eval_every={args.steps}",
+                "training.warmup_steps=0",
+            ]
+            command = [
+                sys.executable,
+                "-c",
+                PEAK,
+                "train",
+                "--task",
+                "language_modelling",
+                "--backbone",
+                "tensor",
+                "--steps",
+                str(args.steps),
+                "--out",
+                str(Path(scratch) / f"run{types}"),
+                "--no-progress",
+            ]
             for setting in overrides:
                 command += ["--set", setting]
             env = {"OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
@@ -80,14 +110,34 @@ def main() -> None:
             baseline = peak if baseline is None else baseline
             parts = estimate(Path(scratch) / f"run{types}")
             total = sum(parts.values())
-            rows.append([f"{types:,}", f"{total / 2**30:.2f}", f"{parts['logits'] / 2**30:.2f}",
-                         f"{peak / 2**30:.2f}", f"{(peak - baseline) / 2**30:.2f}",
-                         f"{total / max(peak - baseline, 1):.2f}" if peak > baseline else ""])
+            rows.append(
+                [
+                    f"{types:,}",
+                    f"{total / 2**30:.2f}",
+                    f"{parts['logits'] / 2**30:.2f}",
+                    f"{peak / 2**30:.2f}",
+                    f"{(peak - baseline) / 2**30:.2f}",
+                    f"{total / max(peak - baseline, 1):.2f}" if peak > baseline else "",
+                ]
+            )
             print(json.dumps({"types": types, "estimate": total, "peak": peak}), flush=True)
-    print(f"\n{machine(args.threads)}; language_modelling, tensor backbone, the shipped config's batch and sequence, "
-          f"{args.steps} steps; peak = the process's maximum resident set\n")
-    print(table(["word types", "estimate (GiB)", "of it logits", "peak (GiB)", "peak above the smallest",
-                 "estimate / growth"], rows))
+    print(
+        f"\n{machine(args.threads)}; language_modelling, tensor backbone, the shipped config's batch and sequence, "
+        f"{args.steps} steps; peak = the process's maximum resident set\n"
+    )
+    print(
+        table(
+            [
+                "word types",
+                "estimate (GiB)",
+                "of it logits",
+                "peak (GiB)",
+                "peak above the smallest",
+                "estimate / growth",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Sequence
 
 import torch
 
@@ -37,8 +37,10 @@ def layer_arguments(description: str, repeats: int) -> argparse.ArgumentParser:
 def machine(threads: int) -> str:
     """One line naming what the figures were measured on."""
     cpu = platform.processor() or platform.machine()
-    return (f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs ({cpu}), {threads} torch threads, "
-            f"torch {torch.__version__}, Python {platform.python_version()}")
+    return (
+        f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs ({cpu}), {threads} torch threads, "
+        f"torch {torch.__version__}, Python {platform.python_version()}"
+    )
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +50,9 @@ def package_at(commit: str, folder: Path, package: str) -> ModuleType:
     """The memory layer as it was at ``commit``: the whole ``tensor_memory`` package of that commit, taken from git
     history into ``folder`` as package ``package`` (put on ``sys.path``, beside today's), and its ``memory`` imported
     (a module in the flat package of early commits, a subpackage since: both hold TensorMemory and MemoryConfig)."""
-    archive = subprocess.run(["git", "archive", commit, "tensor_memory"], cwd=ROOT, check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", commit, "tensor_memory"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     (folder / "tensor_memory").rename(folder / package)
@@ -73,9 +76,11 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int =
 
 def fwd_bwd(module: torch.nn.Module, run: Callable[[], torch.Tensor], weights) -> Callable[[], None]:
     """A training step to time: zero the gradients, run, back-propagate the weighted sum of the output."""
+
     def call() -> None:
         module.zero_grad(set_to_none=True)
         (run() * weights).sum().backward()
+
     return call
 
 
@@ -85,6 +90,7 @@ def median_ms(values: list[float]) -> float:
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
     """A Markdown table (pastes into docs/performance.md); floats with one decimal unless formatted."""
+
     def cell(v: object) -> str:
         return f"{v:.1f}" if isinstance(v, float) else str(v)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from common import ROOT, machine, median_ms, table
@@ -68,11 +68,13 @@ def forward(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def fwd_bwd(layer: torch.nn.Module, x: torch.Tensor, precision: str = "fp32") -> Callable[[], None]:
     """One forward+backward of ``layer`` on ``x`` (a fresh input gradient each time, as training has)."""
+
     def run() -> None:
         layer.zero_grad(set_to_none=True)
         with autocast(precision, x.device):
             y = forward(layer, x)
         y.float().square().mean().backward()
+
     return run
 
 
@@ -100,7 +102,7 @@ def check_agreement(layer: TensorMemory, reference: ReferenceMemory, x: torch.Te
             results.append((y.detach(), xi.grad))
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    worst = max(float((a - b).abs().max()) / max(1.0, float(a.abs().max())) for a, b in zip(*results))
+    worst = max(float((a - b).abs().max()) / max(1.0, float(a.abs().max())) for a, b in zip(*results, strict=True))
     if worst > 1e-5:
         raise SystemExit(f"the layer and the reference differ by {worst:.1e} of their scale: not timing them")
     return worst
@@ -122,10 +124,17 @@ def layer_rows(device: torch.device, sizes: dict, repeats: int, compile_referenc
             runs["compiled reference"] = fwd_bwd(compiled, x)
         ms = {k: median_ms(timed(run, device, repeats)) for k, run in runs.items()}
         compiled_ms = ms.get("compiled reference")
-        rows.append([name, f"{worst:.0e}", ms["layer"], ms["reference"],
-                     "—" if compiled_ms is None else f"{compiled_ms:.1f} (compiled in {compile_s:.0f} s)",
-                     f"{ms['reference'] / ms['layer']:.2f}x",
-                     "—" if compiled_ms is None else f"{compiled_ms / ms['layer']:.2f}x"])
+        rows.append(
+            [
+                name,
+                f"{worst:.0e}",
+                ms["layer"],
+                ms["reference"],
+                "—" if compiled_ms is None else f"{compiled_ms:.1f} (compiled in {compile_s:.0f} s)",
+                f"{ms['reference'] / ms['layer']:.2f}x",
+                "—" if compiled_ms is None else f"{compiled_ms / ms['layer']:.2f}x",
+            ]
+        )
     return rows
 
 
@@ -145,14 +154,17 @@ def language_step(kind: str, device: torch.device, precision: str, quick: bool) 
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+
     return run
 
 
 def language_rows(device: torch.device, repeats: int, quick: bool) -> list[list]:
     rows = []
     for precision in ("fp32", "bf16"):
-        ms = {kind: median_ms(timed(language_step(kind, device, precision, quick), device, repeats))
-              for kind in ("base", "tensor")}
+        ms = {
+            kind: median_ms(timed(language_step(kind, device, precision, quick), device, repeats))
+            for kind in ("base", "tensor")
+        }
         rows.append([precision, ms["base"], ms["tensor"], f"{ms['tensor'] / ms['base']:.2f}x"])
     return rows
 
@@ -180,15 +192,23 @@ def stream_rows(device: torch.device, tokens: int, segment: int = 512, rows_at_o
     start = time.perf_counter()
     with torch.no_grad():
         for at in range(0, per_row, segment):
-            _, state = model({"tokens": ids[:, at:at + segment]}, state)
+            _, state = model({"tokens": ids[:, at : at + segment]}, state)
             if at == 0 or at + segment >= per_row:
                 peaks.append(torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan"))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     done = per_row * rows_at_once
-    return [[f"{done:,}", f"{rows_at_once} × {per_row:,}", f"{seconds:.1f}", f"{done / seconds:,.0f}",
-             f"{peaks[0]:.0f}", f"{peaks[-1]:.0f}"]]
+    return [
+        [
+            f"{done:,}",
+            f"{rows_at_once} × {per_row:,}",
+            f"{seconds:.1f}",
+            f"{done / seconds:,.0f}",
+            f"{peaks[0]:.0f}",
+            f"{peaks[-1]:.0f}",
+        ]
+    ]
 
 
 def parity_rows(device: torch.device, quick: bool) -> list[list]:
@@ -217,21 +237,39 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
     sections = [f"Measured on {where} ({device}); {machine(torch.get_num_threads())}"]
     parts = [
-        ("Memory layer forward+backward (ms, median)", ["size", "agreement", "layer", "reference",
-                                                        "torch.compile(reference)", "reference / layer",
-                                                        "compiled / layer"],
-         lambda: layer_rows(device, sizes, repeats, not (args.quick or args.no_compile))),
-        ("Training step at the shipped language config (ms, median)", ["precision", "base", "tensor",
-                                                                       "tensor / base"],
-         lambda: language_rows(device, repeats, args.quick)),
-        ("The layer under bf16 autocast (ms, median)", ["B×N×d×C×grid×chunk", "fp32", "bf16", "speed-up",
-                                                        "max |Δ output| / max |output|"],
-         lambda: bf16_rows(device, list(sizes.values())[-1], repeats)),
-        ("Streamed through the shipped language model", ["tokens", "rows × tokens", "seconds", "tokens/s",
-                                                         "peak MiB after one segment", "peak MiB at the end"],
-         lambda: stream_rows(device, tokens)),
-        ("The occlusion checkpoint evaluated on both", ["metric", "cpu", str(device)],
-         lambda: parity_rows(device, args.quick)),
+        (
+            "Memory layer forward+backward (ms, median)",
+            [
+                "size",
+                "agreement",
+                "layer",
+                "reference",
+                "torch.compile(reference)",
+                "reference / layer",
+                "compiled / layer",
+            ],
+            lambda: layer_rows(device, sizes, repeats, not (args.quick or args.no_compile)),
+        ),
+        (
+            "Training step at the shipped language config (ms, median)",
+            ["precision", "base", "tensor", "tensor / base"],
+            lambda: language_rows(device, repeats, args.quick),
+        ),
+        (
+            "The layer under bf16 autocast (ms, median)",
+            ["B×N×d×C×grid×chunk", "fp32", "bf16", "speed-up", "max |Δ output| / max |output|"],
+            lambda: bf16_rows(device, list(sizes.values())[-1], repeats),
+        ),
+        (
+            "Streamed through the shipped language model",
+            ["tokens", "rows × tokens", "seconds", "tokens/s", "peak MiB after one segment", "peak MiB at the end"],
+            lambda: stream_rows(device, tokens),
+        ),
+        (
+            "The occlusion checkpoint evaluated on both",
+            ["metric", "cpu", str(device)],
+            lambda: parity_rows(device, args.quick),
+        ),
     ]
     for title, headers, rows in parts:
         start = time.perf_counter()

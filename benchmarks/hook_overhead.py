@@ -22,6 +22,8 @@ from common import alternate, fwd_bwd, layer_arguments, machine, median_ms, pack
 from tensor_memory import MemoryConfig, TensorMemory
 
 BEFORE = "caa3de7"  # the last commit before the hook points
+
+
 def parse_args() -> argparse.Namespace:
     return layer_arguments(__doc__.split("\n\n")[0], repeats=30).parse_args()
 
@@ -46,17 +48,25 @@ def main() -> None:
             def call():
                 with torch.no_grad():
                     layer(x)
+
             return call
 
-        runs = {"before forward": forward(before), "after forward": forward(after),
-                "before fwd+bwd": fwd_bwd(before, lambda: before(x)[0], weights),
-                "after fwd+bwd": fwd_bwd(after, lambda: after(x)[0], weights)}
+        runs = {
+            "before forward": forward(before),
+            "after forward": forward(after),
+            "before fwd+bwd": fwd_bwd(before, lambda: before(x)[0], weights),
+            "after fwd+bwd": fwd_bwd(after, lambda: after(x)[0], weights),
+        }
         ms = {name: median_ms(t) for name, t in alternate(runs, args.repeats, warmup=3).items()}
     print(machine(args.threads))
-    print(f"B={args.batch}, N={args.tokens}, d={args.dim}, C={args.channels}, {args.grid}³, chunk {args.chunk_size}; "
-          f"median of {args.repeats} alternating runs; outputs identical: {same}\n")
-    rows = [[what, ms[f"before {what}"], ms[f"after {what}"], f"{ms[f'after {what}'] / ms[f'before {what}']:.3f}"]
-            for what in ("forward", "fwd+bwd")]
+    print(
+        f"B={args.batch}, N={args.tokens}, d={args.dim}, C={args.channels}, {args.grid}³, chunk {args.chunk_size}; "
+        f"median of {args.repeats} alternating runs; outputs identical: {same}\n"
+    )
+    rows = [
+        [what, ms[f"before {what}"], ms[f"after {what}"], f"{ms[f'after {what}'] / ms[f'before {what}']:.3f}"]
+        for what in ("forward", "fwd+bwd")
+    ]
     print(table(["", "before ms", "after ms", "after / before"], rows))
 
 

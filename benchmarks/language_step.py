@@ -6,7 +6,8 @@ AdamW's update — in turn, on the same batch of the shipped corpus. Prints each
 ratio to ``base`` (target for ``tensor``: at most 1.3x).
 
     .venv/bin/python benchmarks/language_step.py
-    .venv/bin/python benchmarks/language_step.py --config configs/coordinate_binding.toml --kinds base tensor --threads 1
+    .venv/bin/python benchmarks/language_step.py --config configs/coordinate_binding.toml --kinds base tensor \
+        --threads 1
     .venv/bin/python benchmarks/language_step.py --config configs/moving_digits.toml --kinds base tensor --threads 1
 
 ``--config`` times another task's shipped config the same way (a step past its address scaffold, if any);
@@ -41,6 +42,7 @@ def step(kind: str, config: Path = CONFIG, overrides: tuple[str, ...] = ()):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+
     return call
 
 
@@ -50,15 +52,24 @@ def main() -> None:
     p.add_argument("--config", type=Path, default=CONFIG, help=f"run config (default {CONFIG.relative_to(ROOT)})")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--repeats", type=int, default=7, help="timed steps of each (default 7)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a config value for every backbone, as tensor-memory train --set does (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config value for every backbone, as tensor-memory train --set does (repeatable)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     times = alternate({kind: step(kind, args.config, tuple(args.set)) for kind in args.kinds}, args.repeats)
     base = median_ms(times["base"])
     print(f"{args.config}{''.join(f' --set {s}' for s in args.set)}: {machine(args.threads)}")
-    print(table(["backbone", "step (ms)", "vs base"],
-                [[kind, median_ms(t), f"{median_ms(t) / base:.2f}x"] for kind, t in times.items()]))
+    print(
+        table(
+            ["backbone", "step (ms)", "vs base"],
+            [[kind, median_ms(t), f"{median_ms(t) / base:.2f}x"] for kind, t in times.items()],
+        )
+    )
 
 
 if __name__ == "__main__":

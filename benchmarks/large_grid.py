@@ -35,8 +35,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--chunk-size", type=int, default=16, help="tokens per chunk (default 16)")
     p.add_argument("--grid", type=int, default=16, help="voxels per axis in part 1 (default 16)")
     p.add_argument("--grids", type=str, default="16,32", help="voxels per axis in part 2 (default 16,32)")
-    p.add_argument("--sigma-voxels", type=str, default="1,2",
-                   help="write spread σ in voxel spacings for part 2 (default 1,2)")
+    p.add_argument(
+        "--sigma-voxels", type=str, default="1,2", help="write spread σ in voxel spacings for part 2 (default 1,2)"
+    )
     p.add_argument("--window-k", type=float, default=3.0, help="box half-width in σ (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs of each (default 5)")
@@ -47,8 +48,15 @@ def parse_args() -> argparse.Namespace:
 def layer(args, grid: int, sigma: float, mode: str = "dense", seed: int = 0) -> TensorMemory:
     """A memory layer whose writes land all over the grid with spread ≈ sigma (normalised units)."""
     torch.manual_seed(seed)
-    cfg = MemoryConfig(token_dim=args.dim, channels=args.channels, grid=(grid,) * 3, chunk_size=args.chunk_size,
-                       sigma_init=sigma, sigma_min=sigma / 4, write={"mode": mode, "window_k": args.window_k})
+    cfg = MemoryConfig(
+        token_dim=args.dim,
+        channels=args.channels,
+        grid=(grid,) * 3,
+        chunk_size=args.chunk_size,
+        sigma_init=sigma,
+        sigma_min=sigma / 4,
+        write={"mode": mode, "window_k": args.window_k},
+    )
     memory = TensorMemory(cfg)
     with torch.no_grad():  # leave the identity initialisation so every weight matters
         memory.depthwise.add_(0.2 * torch.randn_like(memory.depthwise))
@@ -65,11 +73,18 @@ def part_plain(args) -> None:
     with torch.no_grad():
         diff = (memory(x, state)[0] - plain(x, state.h, state.c)[0]).abs().max().item()
     assert diff < 1e-4, f"outputs differ by {diff:.1e}"
-    times = alternate({"plain (grouped Conv3d, autograd)": fwd_bwd(plain, lambda: plain(x, state.h, state.c)[0], weights),
-                       "tensor_memory (dense)": fwd_bwd(memory, lambda: memory(x, state)[0], weights)}, args.repeats)
+    times = alternate(
+        {
+            "plain (grouped Conv3d, autograd)": fwd_bwd(plain, lambda: plain(x, state.h, state.c)[0], weights),
+            "tensor_memory (dense)": fwd_bwd(memory, lambda: memory(x, state)[0], weights),
+        },
+        args.repeats,
+    )
     medians = {name: median_ms(t) for name, t in times.items()}
-    print(f"\n## Part 1: forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
-          f"grid={args.grid}^3 chunk={args.chunk_size}\nmax |output difference| {diff:.1e}\n")
+    print(
+        f"\n## Part 1: forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
+        f"grid={args.grid}^3 chunk={args.chunk_size}\nmax |output difference| {diff:.1e}\n"
+    )
     print(table(["implementation", "median ms", "min ms"], [[n, medians[n], min(t) * 1e3] for n, t in times.items()]))
     plain_ms, fast_ms = medians.values()
     print(f"\nspeed-up (median plain / median tensor_memory): {plain_ms / fast_ms:.2f}x")
@@ -86,8 +101,10 @@ def write_error(sigma: float, grid: int, k: float) -> float:
 
 
 def part_modes(args) -> None:
-    print(f"\n## Part 2: write options, forward+backward, B={args.batch} N={args.tokens} d={args.dim} "
-          f"C={args.channels} chunk={args.chunk_size}, k={args.window_k}\n")
+    print(
+        f"\n## Part 2: write options, forward+backward, B={args.batch} N={args.tokens} d={args.dim} "
+        f"C={args.channels} chunk={args.chunk_size}, k={args.window_k}\n"
+    )
     rows = []
     for grid in (int(g) for g in args.grids.split(",")):
         for voxels in (float(s) for s in args.sigma_voxels.split(",")):
@@ -97,17 +114,41 @@ def part_modes(args) -> None:
             weights = torch.randn_like(x)
             with torch.no_grad():
                 outputs = {mode: m(x)[0] for mode, m in modes.items()}
-            times = alternate({mode: fwd_bwd(m, lambda m=m: m(x)[0], weights) for mode, m in modes.items()},
-                              args.repeats)
+            times = alternate(
+                {mode: fwd_bwd(m, lambda m=m, x=x: m(x)[0], weights) for mode, m in modes.items()}, args.repeats
+            )
             ms = {mode: median_ms(t) for mode, t in times.items()}
-            rows.append([f"{grid}^3", f"{voxels:g}", ms["dense"], ms["windowed"], ms["local"],
-                         f"{ms['dense'] / ms['windowed']:.2f}x", f"{ms['dense'] / ms['local']:.2f}x",
-                         f"{write_error(sigma, grid, args.window_k):.1e}",
-                         f"{(outputs['windowed'] - outputs['dense']).abs().max().item():.1e}",
-                         f"{(outputs['local'] - outputs['windowed']).abs().max().item():.1e}"])
-    print(table(["grid", "σ (voxels)", "dense ms", "windowed ms", "local ms", "windowed speed-up",
-                 "local speed-up", "write error (windowed)", "output Δ windowed−dense", "output Δ local−windowed"],
-                rows))
+            rows.append(
+                [
+                    f"{grid}^3",
+                    f"{voxels:g}",
+                    ms["dense"],
+                    ms["windowed"],
+                    ms["local"],
+                    f"{ms['dense'] / ms['windowed']:.2f}x",
+                    f"{ms['dense'] / ms['local']:.2f}x",
+                    f"{write_error(sigma, grid, args.window_k):.1e}",
+                    f"{(outputs['windowed'] - outputs['dense']).abs().max().item():.1e}",
+                    f"{(outputs['local'] - outputs['windowed']).abs().max().item():.1e}",
+                ]
+            )
+    print(
+        table(
+            [
+                "grid",
+                "σ (voxels)",
+                "dense ms",
+                "windowed ms",
+                "local ms",
+                "windowed speed-up",
+                "local speed-up",
+                "write error (windowed)",
+                "output Δ windowed−dense",
+                "output Δ local−windowed",
+            ],
+            rows,
+        )
+    )
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ from tensor_memory import MemoryConfig, TensorMemory
 from tensor_memory.memory.reference import ReferenceMemory
 
 
-
 def parse_args() -> argparse.Namespace:
     parser = layer_arguments(__doc__.split("\n\n")[0], repeats=7)
     parser.add_argument("--against", metavar="COMMIT", help="also time the layer of this commit (e.g. ede4c79)")
@@ -53,9 +52,16 @@ def main() -> None:
         layers["tensor_memory"] = fast
         diffs = {name: differences(fast, layer, x, weights) for name, layer in layers.items() if layer is not fast}
         state = fast.init_state(args.batch)
-        runs = {name: fwd_bwd(layer, (lambda layer=layer: layer(x, state.h, state.c)[0]) if name.startswith("plain")
-                              else (lambda layer=layer: layer(x, state)[0]), weights)
-                for name, layer in layers.items()}
+        runs = {
+            name: fwd_bwd(
+                layer,
+                (lambda layer=layer: layer(x, state.h, state.c)[0])
+                if name.startswith("plain")
+                else (lambda layer=layer: layer(x, state)[0]),
+                weights,
+            )
+            for name, layer in layers.items()
+        }
         times = alternate(runs, args.repeats)
     report(args, diffs, times)
 
@@ -75,8 +81,12 @@ def differences(fast: TensorMemory, other: torch.nn.Module, x: torch.Tensor, wei
         h_other = s_other.h
     (y_fast * weights).sum().backward()
     (y_other * weights).sum().backward()
-    pairs = {"output": (y_fast, y_other), "final h": (s_fast.h, h_other), "input gradient": (xf.grad, xo.grad),
-             "mix gradient": (fast.mix.weight.grad, other.mix.weight.grad.flatten(1))}
+    pairs = {
+        "output": (y_fast, y_other),
+        "final h": (s_fast.h, h_other),
+        "input gradient": (xf.grad, xo.grad),
+        "mix gradient": (fast.mix.weight.grad, other.mix.weight.grad.flatten(1)),
+    }
     diffs = {name: (a - b).abs().max().item() for name, (a, b) in pairs.items()}
     for name, (a, _) in pairs.items():
         assert diffs[name] < 1e-5 * max(1.0, a.abs().max().item()), f"{name} differs by {diffs[name]:.2e}"
@@ -86,14 +96,22 @@ def differences(fast: TensorMemory, other: torch.nn.Module, x: torch.Tensor, wei
 
 def report(args: argparse.Namespace, diffs: dict[str, dict[str, float]], times: dict[str, list[float]]) -> None:
     chunks = -(-args.tokens // args.chunk_size)
-    print(f"Memory layer forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
-          f"grid={args.grid}^3 chunk={args.chunk_size}; {machine(args.threads)}")
+    print(
+        f"Memory layer forward+backward, B={args.batch} N={args.tokens} d={args.dim} C={args.channels} "
+        f"grid={args.grid}^3 chunk={args.chunk_size}; {machine(args.threads)}"
+    )
     for name, found in diffs.items():
         print(f"max |difference| tensor_memory vs {name}: " + ", ".join(f"{k} {v:.1e}" for k, v in found.items()))
     medians = {name: median_ms(values) for name, values in times.items()}
-    print(table(["implementation", "median ms", "min ms", "ms/chunk"],
-                [[name, medians[name], min(values) * 1e3, f"{medians[name] / chunks:.2f}"]
-                 for name, values in times.items()]))
+    print(
+        table(
+            ["implementation", "median ms", "min ms", "ms/chunk"],
+            [
+                [name, medians[name], min(values) * 1e3, f"{medians[name] / chunks:.2f}"]
+                for name, values in times.items()
+            ],
+        )
+    )
     for name in diffs:
         print(f"speed-up (median {name} / median tensor_memory): {medians[name] / medians['tensor_memory']:.2f}x")
 

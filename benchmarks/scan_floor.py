@@ -33,9 +33,13 @@ SIZES = {"toy": (32, 24, 64, 16, 6, 1), "mid": (8, 64, 64, 16, 8, 4), "large": (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="toy,mid,large",
-                   help="comma-separated, of " + "; ".join(f"{name} (B, N, d, C, grid, chunk) = {size}"
-                                                           for name, size in SIZES.items()) + " (default all)")
+    p.add_argument(
+        "--sizes",
+        default="toy,mid,large",
+        help="comma-separated, of "
+        + "; ".join(f"{name} (B, N, d, C, grid, chunk) = {size}" for name, size in SIZES.items())
+        + " (default all)",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--repeats", type=int, default=7, help="timed runs of each (default 7)")
     p.add_argument("--no-plain", action="store_true", help="leave out the plain layer (slow at the large size)")
@@ -61,7 +65,7 @@ class PurePyTorch(torch.nn.Module):
 
 def floor(B: int, N: int, C: int, grid: int, chunk: int):
     """The floor's matrix products for every chunk, on tensors made once."""
-    M, chunks = B * grid ** 3, -(-N // chunk)
+    M, chunks = B * grid**3, -(-N // chunk)
     x, grad_pre = torch.randn(M, 2 * C + 1), torch.randn(M, 4 * C)
     weight = torch.randn(4 * C, 2 * C + 1)
     mix = weight[:, :-1].contiguous()
@@ -71,6 +75,7 @@ def floor(B: int, N: int, C: int, grid: int, chunk: int):
             x @ weight.t()
             grad_pre.t() @ x
             grad_pre @ mix
+
     return run
 
 
@@ -88,8 +93,16 @@ def one_size(name: str, args: argparse.Namespace) -> dict:
     diffs = {other: differences(layer, module, x, weights) for other, module in others.items()}
     state = layer.init_state(B)
     runs = {"fused scan": fwd_bwd(layer, lambda: layer(x, state)[0], weights)}
-    runs.update({other: fwd_bwd(module, (lambda m=module: m(x, state.h, state.c)[0]) if other == "plain"
-                                else (lambda m=module: m(x, state)[0]), weights) for other, module in others.items()})
+    runs.update(
+        {
+            other: fwd_bwd(
+                module,
+                (lambda m=module: m(x, state.h, state.c)[0]) if other == "plain" else (lambda m=module: m(x, state)[0]),
+                weights,
+            )
+            for other, module in others.items()
+        }
+    )
     runs["floor"] = floor(B, N, C, grid, chunk)
     return {"diffs": diffs, "times": {run: median_ms(values) for run, values in alternate(runs, args.repeats).items()}}
 
@@ -100,8 +113,10 @@ def main() -> None:
     if fused_scan.kernels() is None:
         raise SystemExit("the fused scan is not built: nothing to compare")
     results = {name: one_size(name, args) for name in args.sizes.split(",")}
-    print(f"Memory layer forward+backward against the GEMM floor; {machine(args.threads)}; "
-          f"medians of {args.repeats} alternating runs")
+    print(
+        f"Memory layer forward+backward against the GEMM floor; {machine(args.threads)}; "
+        f"medians of {args.repeats} alternating runs"
+    )
     for name, result in results.items():
         for other, found in result["diffs"].items():
             print(f"{name}: max |difference| fused vs {other}: " + ", ".join(f"{k} {v:.1e}" for k, v in found.items()))
@@ -109,11 +124,23 @@ def main() -> None:
     rows = []
     for name, result in results.items():
         t = result["times"]
-        rows.append([f"{name} {SIZES[name]}"] + [t[c] for c in columns]
-                    + [f"{t['fused scan'] / t['floor']:.2f}", f"{t['pure-PyTorch scan'] / t['floor']:.2f}",
-                       f"{t['pure-PyTorch scan'] / t['fused scan']:.2f}"])
-    print(table(["size (B, N, d, C, grid, chunk)"] + [f"{c} ms" for c in columns]
-                + ["floor ratio (fused / floor)", "pure-PyTorch / floor", "speed-up fused vs pure"], rows))
+        rows.append(
+            [f"{name} {SIZES[name]}"]
+            + [t[c] for c in columns]
+            + [
+                f"{t['fused scan'] / t['floor']:.2f}",
+                f"{t['pure-PyTorch scan'] / t['floor']:.2f}",
+                f"{t['pure-PyTorch scan'] / t['fused scan']:.2f}",
+            ]
+        )
+    print(
+        table(
+            ["size (B, N, d, C, grid, chunk)"]
+            + [f"{c} ms" for c in columns]
+            + ["floor ratio (fused / floor)", "pure-PyTorch / floor", "speed-up fused vs pure"],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,15 +24,16 @@ from pathlib import Path
 from common import machine, table
 
 KINDS = ("tensor", "base", "xl")
-MB = 2 ** 20
+MB = 2**20
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, default=1_000_000, help="stream length (default 1,000,000)")
     p.add_argument("--segment", type=int, default=1000, help="tokens per forward call (default 1000)")
-    p.add_argument("--time-limit", type=float, default=240.0,
-                   help="seconds each backbone may stream before it stops (default 240)")
+    p.add_argument(
+        "--time-limit", type=float, default=240.0, help="seconds each backbone may stream before it stops (default 240)"
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--plots", default="docs/img", help="folder for the PNG plots ('' for none; default docs/img)")
     return p.parse_args()
@@ -96,9 +97,11 @@ def plot(results: dict[str, list[tuple]], folder: Path) -> list[Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for column, ylabel, name in ((2, "model state (MB)", "streaming_memory.png"),
-                                 (1, "process resident memory (MB)", "streaming_resident.png"),
-                                 (3, "tokens per second", "streaming_throughput.png")):
+    for column, ylabel, name in (
+        (2, "model state (MB)", "streaming_memory.png"),
+        (1, "process resident memory (MB)", "streaming_resident.png"),
+        (3, "tokens per second", "streaming_throughput.png"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
         for kind, rows in results.items():
             ax.plot([r[0] for r in rows], [r[column] for r in rows], marker="o", label=kind)
@@ -121,8 +124,10 @@ def plot(results: dict[str, list[tuple]], folder: Path) -> list[Path]:
 def main() -> None:
     args = parse_args()
     print(f"Machine: {machine(args.threads)}")
-    print(f"Stream of {args.tokens:,} tokens in segments of {args.segment}, batch 1, no gradients; "
-          f"each backbone stops after {args.time_limit:.0f} s.\n")
+    print(
+        f"Stream of {args.tokens:,} tokens in segments of {args.segment}, batch 1, no gradients; "
+        f"each backbone stops after {args.time_limit:.0f} s.\n"
+    )
     ctx = mp.get_context("spawn")
     results: dict[str, list[tuple]] = {}
     for kind in KINDS:  # one process each, one after another: resident memory and speed are its own
@@ -135,8 +140,11 @@ def main() -> None:
             if row[1] is None:
                 break
             rows.append(row[1:])
-            print(f"  {kind:>6} {row[1]:>9,} tokens  resident {row[2]:7.1f} MB  state {row[3]:8.2f} MB  "
-                  f"{row[4]:9.0f} tokens/s", flush=True)
+            print(
+                f"  {kind:>6} {row[1]:>9,} tokens  resident {row[2]:7.1f} MB  state {row[3]:8.2f} MB  "
+                f"{row[4]:9.0f} tokens/s",
+                flush=True,
+            )
         worker.join()
         results[kind] = rows
 
@@ -155,14 +163,18 @@ def main() -> None:
 
     tensor = results["tensor"]
     growth = tensor[-1][1] - tensor[0][1]
-    print(f"\ntensor: resident memory grew {growth:+.1f} MB from {tensor[0][0]:,} to {tensor[-1][0]:,} tokens "
-          f"(target < 16 MB); state {tensor[0][2]:.2f} → {tensor[-1][2]:.2f} MB; "
-          f"throughput {tensor[0][3]:.0f} → {tensor[-1][3]:.0f} tokens/s")
+    print(
+        f"\ntensor: resident memory grew {growth:+.1f} MB from {tensor[0][0]:,} to {tensor[-1][0]:,} tokens "
+        f"(target < 16 MB); state {tensor[0][2]:.2f} → {tensor[-1][2]:.2f} MB; "
+        f"throughput {tensor[0][3]:.0f} → {tensor[-1][3]:.0f} tokens/s"
+    )
     common = max(set(by_kind["tensor"]) & set(by_kind["base"]))
     ratio = by_kind["base"][common][2] / by_kind["tensor"][common][2]
     speed = by_kind["tensor"][common][3] / by_kind["base"][common][3]
-    print(f"at {common:,} tokens, the longest length both reached: base's KV cache holds {ratio:.1f}x the bytes of "
-          f"tensor's state, and tensor streams {speed:.1f}x faster")
+    print(
+        f"at {common:,} tokens, the longest length both reached: base's KV cache holds {ratio:.1f}x the bytes of "
+        f"tensor's state, and tensor streams {speed:.1f}x faster"
+    )
     if args.plots:
         for path in plot(results, Path(args.plots)):
             print(f"plot: {path}")

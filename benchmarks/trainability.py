@@ -29,22 +29,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.measures.world import place_fit  # noqa: E402
+from tensor_memory.memory import (  # noqa: E402
+    TensorMemory,
+    memory_layers,
+    record,  # noqa: E402
+)
 from tensor_memory.memory.measures import layer_measures  # noqa: E402
-from tensor_memory.training.evaluation import evaluate  # noqa: E402
-from tensor_memory.memory import TensorMemory, memory_layers  # noqa: E402
 from tensor_memory.tasks import TaskModel  # noqa: E402
-from tensor_memory.memory import record  # noqa: E402
-from tensor_memory.training.scaffold import address_scaffold  # noqa: E402
 from tensor_memory.tasks.base import derive_seed  # noqa: E402
 from tensor_memory.training import apply_overrides, load_run_config, resolve  # noqa: E402
 from tensor_memory.training.curriculum import HorizonCurriculum  # noqa: E402
+from tensor_memory.training.evaluation import evaluate  # noqa: E402
 from tensor_memory.training.loop import freeze, make_optimizer, set_learning_rate, training_loss  # noqa: E402
+from tensor_memory.training.scaffold import address_scaffold  # noqa: E402
 
 PROBE_SEED, PROBE_BATCHES, PROBE_BATCH_SIZE = 0, 4, 64  # 256 fixed samples, stream "probe"
 
 
 # Differences between the project and the plain prototype (../shared/trainability/) that no config
 # setting expresses. Each takes the freshly built model and returns it changed.
+
 
 def embeddings_at_unit_scale(model: TaskModel, _task) -> TaskModel:
     """The encoders' embeddings at PyTorch's default init, N(0, 1): the project before the fix."""
@@ -119,7 +123,7 @@ def hold_residuals_before_memory(model: TaskModel, _task) -> TaskModel:
     and its own block's attention) start at zero and stay there for HOLD_STEPS training steps, so the memory
     first learns on the raw embeddings; then they train as usual."""
     first = next(i for i, block in enumerate(model.backbone.blocks) if isinstance(block.memory, TensorMemory))
-    outputs = [block.attn.out for block in model.backbone.blocks[:first + 1]]
+    outputs = [block.attn.out for block in model.backbone.blocks[: first + 1]]
     outputs += [block.mlp.down for block in model.backbone.blocks[:first]]
     steps = [0]
 
@@ -164,7 +168,7 @@ class FrameEmbedding(nn.Module):
 
     def forward(self, **inputs):
         x = self.inner(**inputs)  # (B, N, dim)
-        return x + self.frame.repeat_interleave(self.tokens_per_frame, dim=0)[:x.shape[1]]
+        return x + self.frame.repeat_interleave(self.tokens_per_frame, dim=0)[: x.shape[1]]
 
 
 def frame_embedding(model: TaskModel, task) -> TaskModel:
@@ -202,17 +206,36 @@ def input_dependent_sigma(model: TaskModel, _task) -> TaskModel:
     return model
 
 
-VARIANTS = {f.__name__: f for f in (embeddings_at_unit_scale, embeddings_at_linear_scale, smooth_map_places,
-                                    smooth_places_dominant, wide_coordinates, oracle_addresses, hold_residuals_before_memory,
-                                    map_places_dominant,
-                                    frame_embedding, no_final_norm, attention_init_as_mha,
-                                    input_dependent_sigma)}
+VARIANTS = {
+    f.__name__: f
+    for f in (
+        embeddings_at_unit_scale,
+        embeddings_at_linear_scale,
+        smooth_map_places,
+        smooth_places_dominant,
+        wide_coordinates,
+        oracle_addresses,
+        hold_residuals_before_memory,
+        map_places_dominant,
+        frame_embedding,
+        no_final_norm,
+        attention_init_as_mha,
+        input_dependent_sigma,
+    )
+}
 OPTIMISERS = ("project", "prototype")  # prototype: AdamW with weight decay on every parameter
 
 
 def probe(model: TaskModel, task) -> dict:
-    metrics = evaluate(model, task, seed=PROBE_SEED, batches=PROBE_BATCHES, batch_size=PROBE_BATCH_SIZE,
-                       purpose="probe", progress=False)
+    metrics = evaluate(
+        model,
+        task,
+        seed=PROBE_SEED,
+        batches=PROBE_BATCHES,
+        batch_size=PROBE_BATCH_SIZE,
+        purpose="probe",
+        progress=False,
+    )
     out = {k: v for k, v in metrics.items() if v is not None and (k.endswith("accuracy") or k == "gate_drift")}
     if memory_layers(model):
         batch = task.sample(PROBE_BATCH_SIZE, derive_seed("probe", PROBE_SEED, 0))
@@ -221,9 +244,10 @@ def probe(model: TaskModel, task) -> dict:
             model(batch.inputs)
         model.train()
         grids = {name: memory.config.grid for name, memory in memory_layers(model).items()}
-        out["addressing"] = {name: {k: round(v, 3) for k, v in layer_measures(r, grids[name]).items()
-                                    if v is not None}
-                             for name, r in rec.layers.items()}
+        out["addressing"] = {
+            name: {k: round(v, 3) for k, v in layer_measures(r, grids[name]).items() if v is not None}
+            for name, r in rec.layers.items()
+        }
         places, where = task.true_places(batch.inputs), None  # None for a task without places
         if places is None and "positions" in batch.meta:  # a moving object (y, x) per frame: do writes follow it?
             places, where = batch.meta["positions"].float(), ~batch.meta["occluded"]  # on the frames it is seen
@@ -264,17 +288,42 @@ def run(args: argparse.Namespace) -> dict:
         optimizer.step()
         done = step + 1
         if done % args.eval_every == 0 or done == cfg.steps:
-            entry = {"step": done, "loss": round(loss.item(), 4), **probe(model, task),
-                     "seconds": round(time.perf_counter() - start)}
+            entry = {
+                "step": done,
+                "loss": round(loss.item(), 4),
+                **probe(model, task),
+                "seconds": round(time.perf_counter() - start),
+            }
             history.append(entry)
             print(json.dumps(entry), flush=True)
-    command = " ".join(["benchmarks/trainability.py", "--task", args.task, "--backbone", args.backbone,
-                        "--steps", str(args.steps), "--seed", str(args.seed)]
-                       + [f"--set {s}" for s in args.set] + [f"--variant {v}" for v in args.variant]
-                       + ([f"--optimiser {args.optimiser}"] if args.optimiser != "project" else []))
-    return {"row": args.row, "task": args.task, "backbone": args.backbone, "seed": args.seed, "steps": args.steps,
-            "set": args.set, "variant": args.variant, "optimiser": args.optimiser, "command": command,
-            "history": history}
+    command = " ".join(
+        [
+            "benchmarks/trainability.py",
+            "--task",
+            args.task,
+            "--backbone",
+            args.backbone,
+            "--steps",
+            str(args.steps),
+            "--seed",
+            str(args.seed),
+        ]
+        + [f"--set {s}" for s in args.set]
+        + [f"--variant {v}" for v in args.variant]
+        + ([f"--optimiser {args.optimiser}"] if args.optimiser != "project" else [])
+    )
+    return {
+        "row": args.row,
+        "task": args.task,
+        "backbone": args.backbone,
+        "seed": args.seed,
+        "steps": args.steps,
+        "set": args.set,
+        "variant": args.variant,
+        "optimiser": args.optimiser,
+        "command": command,
+        "history": history,
+    }
 
 
 def _addressing_cell(results: list[dict]) -> str:
@@ -300,16 +349,19 @@ def table(path: Path) -> str:
             result = json.loads(line)
             rows.setdefault(result["row"], []).append(result)
     steps = [e["step"] for e in next(iter(rows.values()))[0]["history"]]
-    out = ["| row | seeds | " + " | ".join(f"step {s}" for s in steps) + " | spread / σ / at a face / place R² |",
-           "|---|---|" + "---:|" * len(steps) + "---|"]
+    out = [
+        "| row | seeds | " + " | ".join(f"step {s}" for s in steps) + " | spread / σ / at a face / place R² |",
+        "|---|---|" + "---:|" * len(steps) + "---|",
+    ]
     for label, results in rows.items():
         metric = "occluded_accuracy" if results[0]["task"] in ("occlusion", "moving_digits") else "accuracy"  # hidden
         cells = []
         at_step = [{e["step"]: e for e in r["history"]} for r in results]  # runs may evaluate at other steps
         for step in steps:
             values = [h[step][metric] for h in at_step if step in h]
-            cells.append(f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})"
-                         if values else "—")
+            cells.append(
+                f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})" if values else "—"
+            )
         seeds = ", ".join(str(r["seed"]) for r in sorted(results, key=lambda r: r["seed"]))
         out.append(f"| {label} | {seeds} | " + " | ".join(cells) + f" | {_addressing_cell(results)} |")
     return "\n".join(out)
@@ -326,19 +378,34 @@ def commands(path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", default="occlusion", help="a task with a config in configs/ (default occlusion)")
     parser.add_argument("--backbone", default="tensor", help="backbone kind (default tensor)")
     parser.add_argument("--steps", type=int, default=1000, help="training steps (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default 0)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a config value, as tensor-memory train --set does (repeatable)")
-    parser.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS),
-                        help="a change no config expresses (repeatable): " + "; ".join(
-                            f"{name}: {f.__doc__.splitlines()[0]}" for name, f in VARIANTS.items() if f.__doc__))
-    parser.add_argument("--optimiser", default="project", choices=OPTIMISERS,
-                        help="project: AdamW, weight decay on matrices only; prototype: on every parameter")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config value, as tensor-memory train --set does (repeatable)",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        choices=sorted(VARIANTS),
+        help="a change no config expresses (repeatable): "
+        + "; ".join(f"{name}: {f.__doc__.splitlines()[0]}" for name, f in VARIANTS.items() if f.__doc__),
+    )
+    parser.add_argument(
+        "--optimiser",
+        default="project",
+        choices=OPTIMISERS,
+        help="project: AdamW, weight decay on matrices only; prototype: on every parameter",
+    )
     parser.add_argument("--eval-every", type=int, default=250, help="steps between probes (default 250)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--row", default="", help="the row label stored with the result")

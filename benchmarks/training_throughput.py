@@ -47,8 +47,16 @@ def parse_args() -> argparse.Namespace:
 def backbone(args, kind: str, grid=None, memory_layers=None) -> Backbone:
     torch.manual_seed(0)
     memory = None if kind == "base" else MemoryConfig(token_dim=args.dim, channels=32, grid=grid, chunk_size=16)
-    return Backbone(BackboneConfig(kind=kind, dim=args.dim, layers=args.layers, heads=4, memory=memory,
-                                   memory_layers=memory_layers if kind == "tensor" else None))
+    return Backbone(
+        BackboneConfig(
+            kind=kind,
+            dim=args.dim,
+            layers=args.layers,
+            heads=4,
+            memory=memory,
+            memory_layers=memory_layers if kind == "tensor" else None,
+        )
+    )
 
 
 def profile(args, model: Backbone, x: torch.Tensor) -> list[list[object]]:
@@ -82,38 +90,57 @@ def profile(args, model: Backbone, x: torch.Tensor) -> list[list[object]]:
         return memory(x)[0]
 
     x.requires_grad_(True)
-    times = alternate({"attention": fwd_bwd(model, attention, weights), "MLP": fwd_bwd(model, mlp, weights),
-                       "memory: update (scan)": fwd_bwd(model, update, 1.0),
-                       "memory: read (trilinear samples)": fwd_bwd(model, read, 1.0),
-                       "memory layer": fwd_bwd(model, whole_memory, weights),
-                       "whole step": fwd_bwd(model, lambda: model(x)[0], weights)}, args.repeats)
+    times = alternate(
+        {
+            "attention": fwd_bwd(model, attention, weights),
+            "MLP": fwd_bwd(model, mlp, weights),
+            "memory: update (scan)": fwd_bwd(model, update, 1.0),
+            "memory: read (trilinear samples)": fwd_bwd(model, read, 1.0),
+            "memory layer": fwd_bwd(model, whole_memory, weights),
+            "whole step": fwd_bwd(model, lambda: model(x)[0], weights),
+        },
+        args.repeats,
+    )
     x.requires_grad_(False)
     ms = {k: median_ms(v) for k, v in times.items()}
     rest = ms["memory layer"] - ms["memory: update (scan)"] - ms["memory: read (trilinear samples)"]
-    parts = [("attention (all layers)", ms["attention"]), ("MLP (all layers)", ms["MLP"]),
-             ("memory: read", ms["memory: read (trilinear samples)"]), ("memory: update (scan)", ms["memory: update (scan)"]),
-             ("memory: write, addressing, summaries (layer − read − update)", rest)]
+    parts = [
+        ("attention (all layers)", ms["attention"]),
+        ("MLP (all layers)", ms["MLP"]),
+        ("memory: read", ms["memory: read (trilinear samples)"]),
+        ("memory: update (scan)", ms["memory: update (scan)"]),
+        ("memory: write, addressing, summaries (layer − read − update)", rest),
+    ]
     other = ms["whole step"] - sum(v for _, v in parts)
     parts.append(("other (norms, positions, residuals; step − parts)", other))
-    return [[name, value, f"{100 * value / ms['whole step']:.0f}%"] for name, value in parts] + \
-        [["whole step", ms["whole step"], "100%"]]
+    return [[name, value, f"{100 * value / ms['whole step']:.0f}%"] for name, value in parts] + [
+        ["whole step", ms["whole step"], "100%"]
+    ]
 
 
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     print(f"Machine: {machine(args.threads)}")
-    print(f"Training step (forward+backward), d={args.dim}, {args.layers} layers, sequence {args.tokens}, "
-          f"batch {args.batch}\n")
+    print(
+        f"Training step (forward+backward), d={args.dim}, {args.layers} layers, sequence {args.tokens}, "
+        f"batch {args.batch}\n"
+    )
     x = torch.randn(args.batch, args.tokens, args.dim)
     weights = torch.randn_like(x)
     base = backbone(args, "base")
-    models = {"base": base} | {name: backbone(args, "tensor", grid, layers) for name, (grid, layers) in VARIANTS.items()}
+    models = {"base": base} | {
+        name: backbone(args, "tensor", grid, layers) for name, (grid, layers) in VARIANTS.items()
+    }
     times = alternate({name: fwd_bwd(m, lambda m=m: m(x)[0], weights) for name, m in models.items()}, args.repeats)
     ms = {k: median_ms(v) for k, v in times.items()}
     tokens = args.batch * args.tokens
-    print(table(["backbone", "median ms / step", "tokens/s", "time vs base"],
-                [[name, ms[name], f"{tokens / ms[name] * 1e3:.0f}", f"{ms[name] / ms['base']:.2f}x"] for name in models]))
+    print(
+        table(
+            ["backbone", "median ms / step", "tokens/s", "time vs base"],
+            [[name, ms[name], f"{tokens / ms[name] * 1e3:.0f}", f"{ms[name] / ms['base']:.2f}x"] for name in models],
+        )
+    )
     print(f"\ntarget: tensor within 1.3x of base's time per step — {MAIN}: {ms[MAIN] / ms['base']:.2f}x")
     print(f"\nWhere a step of the tensor backbone ({MAIN}) goes, forward+backward:\n")
     print(table(["part", "median ms", "share"], profile(args, models[MAIN], x)))

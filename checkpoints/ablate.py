@@ -72,8 +72,21 @@ def shipped_run(task: str) -> dict:
 def train_and_evaluate(task: str, name: str, runs: Path, threads: int, reuse: bool) -> dict:
     lr, out = f"{shipped_run(task)['lr']:g}", runs / f"{task}-{name}"
     sets = [item for value in overrides(task, name) for item in ("--set", value)]
-    cmd = ["tensor-memory", "train", "--task", task, "--backbone", "tensor", *sets, "--set", f"training.lr={lr}",
-           "--out", str(out.relative_to(ROOT)), "--overwrite", "--no-progress"]
+    cmd = [
+        "tensor-memory",
+        "train",
+        "--task",
+        task,
+        "--backbone",
+        "tensor",
+        *sets,
+        "--set",
+        f"training.lr={lr}",
+        "--out",
+        str(out.relative_to(ROOT)),
+        "--overwrite",
+        "--no-progress",
+    ]
     result = execute(task, name, lr, lambda: cmd, out, threads, reuse)
     if "error" not in result:
         ckpt = load_checkpoint(out)
@@ -84,8 +97,11 @@ def train_and_evaluate(task: str, name: str, runs: Path, threads: int, reuse: bo
 
 
 def cell(mean: dict, std: dict, metric: str, verdicts: dict) -> str:
-    worst = "healthy" if all(v == "healthy" for v in verdicts.values()) else \
-        "; ".join(v for v in verdicts.values() if v != "healthy")
+    worst = (
+        "healthy"
+        if all(v == "healthy" for v in verdicts.values())
+        else "; ".join(v for v in verdicts.values() if v != "healthy")
+    )
     return f"{mean[metric]:.3f} ± {std[metric]:.3f} ({worst})"
 
 
@@ -94,10 +110,16 @@ def table(record: dict) -> list[str]:
     shipped = {t: json.loads((ROOT / "checkpoints" / f"{t}-tensor" / "metrics.json").read_text()) for t in tasks}
     verdicts = {t: shipped_run(t).get("addressing_verdicts", {}) for t in tasks}
     head = " | ".join(f"{t.replace('_', ' ')}: {METRIC_NAMES[KEY_METRIC[t]]}" for t in tasks)
-    lines = [BEGIN, "", f"Mean ± standard deviation over evaluation seeds {', '.join(map(str, SEEDS))} ({BATCHES} × "
-             f"{BATCH_SIZE}); in brackets the addressing report's verdict (the worst memory layer's, 16 samples of "
-             "seed 0). Each ablation is one training run (seed 0) at the shipped model's budget and learning rate.",
-             "", f"| model | {head} |", "|---|" + "---:|" * len(tasks)]
+    lines = [
+        BEGIN,
+        "",
+        f"Mean ± standard deviation over evaluation seeds {', '.join(map(str, SEEDS))} ({BATCHES} × "
+        f"{BATCH_SIZE}); in brackets the addressing report's verdict (the worst memory layer's, 16 samples of "
+        "seed 0). Each ablation is one training run (seed 0) at the shipped model's budget and learning rate.",
+        "",
+        f"| model | {head} |",
+        "|---|" + "---:|" * len(tasks),
+    ]
     trained = {t: shipped[t]["trained"] for t in tasks}
     shipped_cells = [cell(trained[t]["mean"], trained[t]["std"], KEY_METRIC[t], verdicts[t]) for t in tasks]
     lines.append("| shipped `tensor` | " + " | ".join(shipped_cells) + " |")
@@ -105,8 +127,12 @@ def table(record: dict) -> list[str]:
         found = {r["task"]: r for r in record["rows"] if r["backbone"] == name}
         if not found:
             continue
-        cells = [cell(found[t]["eval"]["mean"], found[t]["eval"]["std"], KEY_METRIC[t], found[t]["addressing_verdicts"])
-                 if "eval" in found.get(t, {}) else ("failed" if t in found else "—") for t in tasks]
+        cells = [
+            cell(found[t]["eval"]["mean"], found[t]["eval"]["std"], KEY_METRIC[t], found[t]["addressing_verdicts"])
+            if "eval" in found.get(t, {})
+            else ("failed" if t in found else "—")
+            for t in tasks
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Commands (each run's wall time in `checkpoints/ablations.json`):", ""]
     lines += [f"- `{r['command']}`" for r in record["rows"]]
@@ -128,8 +154,9 @@ def write_table(record: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--tasks", nargs="+", default=list(KEY_METRIC), choices=list(KEY_METRIC))
     parser.add_argument("--rows", nargs="+", default=list(ABLATIONS), choices=list(ABLATIONS))
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
@@ -141,8 +168,9 @@ def main() -> None:
     if not args.table:
         jobs = [(t, name) for name in args.rows for t in args.tasks]
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda job: train_and_evaluate(*job, ROOT / args.runs, args.threads, args.reuse),
-                                    jobs))
+            results = list(
+                pool.map(lambda job: train_and_evaluate(*job, ROOT / args.runs, args.threads, args.reuse), jobs)
+            )
         redone = {(r["task"], r["backbone"]) for r in results}
         record = read_record()  # read once the runs are done: another call may have added its rows meanwhile
         record["rows"] = [r for r in record["rows"] if (r["task"], r["backbone"]) not in redone] + results

@@ -28,12 +28,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from train_all import addressing_verdicts  # noqa: E402  (this folder: the addressing report of every memory layer)
+
 from tensor_memory import load_checkpoint  # noqa: E402
 from tensor_memory.backbone import BackboneConfig, state_budget  # noqa: E402
 from tensor_memory.storage.checkpoint import store_half_precision  # noqa: E402
@@ -54,8 +54,11 @@ OPTIONAL_FILES = ("tokenizer.json",)  # a language model's
 WALL_FILE = "wall_seconds.json"  # written beside a run this script trained
 # The long settings the shipped short-trained checkpoints are evaluated on (shapes unchanged: map_building keeps its
 # 8 × 8 map, so its cells are seen again more often than on the trained-long 16 × 16 one).
-STRETCH = {"occlusion": {"frames": 24, "occlusion_length": 16}, "map_building": {"observations": 128},
-           "coordinate_binding": {"distractors": 60}}
+STRETCH = {
+    "occlusion": {"frames": 24, "occlusion_length": 16},
+    "map_building": {"observations": 128},
+    "coordinate_binding": {"distractors": 60},
+}
 CHECK = {"seed": 1, "batches": 2, "batch_size": 32, "rows": 2, "tokens": 4096}  # what the tests recompute, quickly
 
 
@@ -66,8 +69,21 @@ def train(name: str, threads: int) -> None:
     if (out / "model.safetensors").exists():
         print(f"{name}: finished earlier in {out.relative_to(ROOT)}", flush=True)
         return
-    command = [sys.executable, "-m", "tensor_memory_cli", "train", "--task", task, "--backbone", backbone,
-               "--config", f"configs/long_range/{task}.toml", "--out", str(out.relative_to(ROOT)), "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "tensor_memory_cli",
+        "train",
+        "--task",
+        task,
+        "--backbone",
+        backbone,
+        "--config",
+        f"configs/long_range/{task}.toml",
+        "--out",
+        str(out.relative_to(ROOT)),
+        "--no-progress",
+    ]
     command += ["--resume"] if (out / "config.json").exists() else []  # a killed run continues where it stopped
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
@@ -85,26 +101,34 @@ def measure(name: str, folder: Path) -> dict:
     validation = [entry for entry in log if any(key.startswith("val_") for key in entry)][-1]
     wall_file = RUN_ROOT / name / WALL_FILE
     task, backbone = name.rsplit("-", 1)
-    record = {"run": name, "checkpoint": str(folder.relative_to(ROOT)),
-              "command": f"tensor-memory train --task {task} --backbone {backbone} --config "
-                         f"configs/long_range/{task}.toml --out runs/long/{name}",
-              "steps": ckpt.config["training"]["steps"],
-              "wall": json.loads(wall_file.read_text()) if wall_file.exists() else None,
-              "state_budget": ckpt.config["state_budget"], "state_numbers": state_numbers(ckpt.config["model"]),
-              "validation": {k[4:]: v for k, v in validation.items() if k.startswith("val_")},
-              "addressing_verdicts": addressing_verdicts(folder)}
+    record = {
+        "run": name,
+        "checkpoint": str(folder.relative_to(ROOT)),
+        "command": f"tensor-memory train --task {task} --backbone {backbone} --config "
+        f"configs/long_range/{task}.toml --out runs/long/{name}",
+        "steps": ckpt.config["training"]["steps"],
+        "wall": json.loads(wall_file.read_text()) if wall_file.exists() else None,
+        "state_budget": ckpt.config["state_budget"],
+        "state_numbers": state_numbers(ckpt.config["model"]),
+        "validation": {k[4:]: v for k, v in validation.items() if k.startswith("val_")},
+        "addressing_verdicts": addressing_verdicts(folder),
+    }
     if name in STREAMED:
         record["stream"] = stream_evaluation(ckpt, progress=False)
         record["check"] = stream_evaluation(ckpt, rows=CHECK["rows"], tokens=CHECK["tokens"], progress=False)
         return record
     record["check"] = distance_evaluation(ckpt, CHECK["seed"], CHECK["batches"], CHECK["batch_size"], progress=False)
-    record["per_seed"] = {str(seed): {
-        "metrics": evaluate_checkpoint(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)["metrics"],
-        "distance": distance_evaluation(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)} for seed in SEEDS}
+    record["per_seed"] = {
+        str(seed): {
+            "metrics": evaluate_checkpoint(ckpt, seed, BATCHES, BATCH_SIZE, progress=False)["metrics"],
+            "distance": distance_evaluation(ckpt, seed, BATCHES, BATCH_SIZE, progress=False),
+        }
+        for seed in SEEDS
+    }
     return record
 
 
-def state_numbers(model: dict) -> Optional[int]:
+def state_numbers(model: dict) -> int | None:
     """Numbers a sequence's state holds: the memory's volumes and the window's keys and values, or XL's cached
     segment (its keys and values in every layer); None for full attention, whose cache grows."""
     if model["kind"] == "xl":
@@ -129,7 +153,7 @@ def ship(name: str) -> Path:
 def pooled(runs: list[dict]) -> list[dict]:
     """The distance rows of a run's evaluation seeds pooled: per row, the accuracies weighted by what was scored."""
     rows = []
-    for parts in zip(*(run["distance"]["rows"] for run in runs)):
+    for parts in zip(*(run["distance"]["rows"] for run in runs), strict=True):
         scored = sum(part["scored"] for part in parts)
         row = {"from": parts[0]["from"], "to": parts[0]["to"], "scored": scored}
         for key in ("accuracy", "reads_off"):
@@ -143,12 +167,18 @@ def distance_table(task: str, runs: dict[str, dict], title: str) -> list[str]:
     """Markdown lines: ``runs`` (a backbone → its record) by distance, seeds pooled, the reads-off columns last."""
     pooled_rows = {kind: pooled(list(run["per_seed"].values())) for kind, run in runs.items()}
     unit = next(iter(runs.values()))["per_seed"]["1"]["distance"]["unit"]
-    columns = [(kind, "accuracy") for kind in runs] + [(kind, "reads_off") for kind in runs
-                                                       if "reads_off" in pooled_rows[kind][0]]
-    out = [f"**{task}** — {title}: accuracy by distance ({unit} since the answer was shown), seeds "
-           f"{', '.join(map(str, SEEDS))} pooled", "",
-           "| distance | scored | " + " | ".join(k if what == "accuracy" else f"{k}, reads off" for k, what in columns)
-           + " |", "|---|---|" + "---|" * len(columns)]
+    columns = [(kind, "accuracy") for kind in runs] + [
+        (kind, "reads_off") for kind in runs if "reads_off" in pooled_rows[kind][0]
+    ]
+    out = [
+        f"**{task}** — {title}: accuracy by distance ({unit} since the answer was shown), seeds "
+        f"{', '.join(map(str, SEEDS))} pooled",
+        "",
+        "| distance | scored | "
+        + " | ".join(k if what == "accuracy" else f"{k}, reads off" for k, what in columns)
+        + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
     for i, row in enumerate(next(iter(pooled_rows.values()))):
         span = str(row["from"]) if row["from"] == row["to"] else f"{row['from']}–{row['to']}"
         cells = [f"{100 * pooled_rows[k][i][what]:.1f}" for k, what in columns]
@@ -156,14 +186,16 @@ def distance_table(task: str, runs: dict[str, dict], title: str) -> list[str]:
     return out + [""]
 
 
-def carried(run: dict) -> list[Optional[float]]:
+def carried(run: dict) -> list[float | None]:
     """[accuracy, accuracy with the reads off (None without memory)] over the answers at distance ≥ 1, pooled."""
     away = [row for row in pooled(list(run["per_seed"].values())) if row["from"] >= 1]  # what had to be carried
-    return [sum(row[key] * row["scored"] for row in away) / sum(row["scored"] for row in away)
-            if key in away[0] else None for key in ("accuracy", "reads_off")]
+    return [
+        sum(row[key] * row["scored"] for row in away) / sum(row["scored"] for row in away) if key in away[0] else None
+        for key in ("accuracy", "reads_off")
+    ]
 
 
-def percent(value: Optional[float]) -> str:
+def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
@@ -176,18 +208,26 @@ def tables(record: dict) -> str:
         if not runs:
             continue
         out += distance_table(task, runs, "trained long")
-        metrics = [m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"]
-                   if m not in ("chance", "gate_drift")]
-        out += ["| backbone | steps | wall (min, 1 thread) | state (numbers) | " + " | ".join(metrics)
-                + " | at distance ≥ 1 | the same, reads off |", "|---|---|---|---|" + "---|" * (len(metrics) + 2)]
+        metrics = [
+            m for m in next(iter(runs.values()))["per_seed"]["1"]["metrics"] if m not in ("chance", "gate_drift")
+        ]
+        out += [
+            "| backbone | steps | wall (min, 1 thread) | state (numbers) | "
+            + " | ".join(metrics)
+            + " | at distance ≥ 1 | the same, reads off |",
+            "|---|---|---|---|" + "---|" * (len(metrics) + 2),
+        ]
         for kind, run in runs.items():
             seeds = list(run["per_seed"].values())
             wall = (run.get("wall") or {}).get("wall_seconds")
             state = run["state_numbers"]
             means = [sum(s["metrics"][m] for s in seeds) / len(seeds) for m in metrics]
-            out.append(f"| {kind} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
-                       f"{'grows' if state is None else f'{state:,}'} | "
-                       + " | ".join(percent(v) for v in means + carried(run)) + " |")
+            out.append(
+                f"| {kind} | {run['steps']:,} | {'—' if wall is None else f'{wall / 60:.1f}'} | "
+                f"{'grows' if state is None else f'{state:,}'} | "
+                + " | ".join(percent(v) for v in means + carried(run))
+                + " |"
+            )
         out.append("")
     for task, runs in record.get("stretched", {}).items():
         params = ", ".join(f"{k}={v}" for k, v in STRETCH[task].items())
@@ -205,9 +245,17 @@ def stretched() -> dict[str, dict]:
     for task, params in STRETCH.items():
         for kind in ("tensor", "local", "base"):
             ckpt = load_checkpoint(ROOT / "checkpoints" / f"{task}-{kind}")
-            out.setdefault(task, {})[kind] = {"params": params, "per_seed": {str(seed): {
-                "distance": distance_evaluation(ckpt, seed, BATCHES, BATCH_SIZE, progress=False, task_params=params)}
-                for seed in SEEDS}}
+            out.setdefault(task, {})[kind] = {
+                "params": params,
+                "per_seed": {
+                    str(seed): {
+                        "distance": distance_evaluation(
+                            ckpt, seed, BATCHES, BATCH_SIZE, progress=False, task_params=params
+                        )
+                    }
+                    for seed in SEEDS
+                },
+            }
         print(f"{task}: the shipped checkpoints stretched", flush=True)
     return out
 
@@ -221,8 +269,13 @@ def figures(record: dict) -> dict[str, bytes]:
     from analysis.figures.export import figure_pngs
 
     drawn = {}
-    sets = {task: ({kind: record["runs"][f"{task}-{kind}"] for kind in BACKBONES if f"{task}-{kind}" in record["runs"]},
-                   "trained long, at equal state") for task in TASKS}
+    sets = {
+        task: (
+            {kind: record["runs"][f"{task}-{kind}"] for kind in BACKBONES if f"{task}-{kind}" in record["runs"]},
+            "trained long, at equal state",
+        )
+        for task in TASKS
+    }
     for task, runs in record.get("stretched", {}).items():
         params = ", ".join(f"{k}={v}" for k, v in STRETCH[task].items())
         sets[f"{task}_shipped"] = (runs, f"the shipped checkpoints with {params}")
@@ -245,8 +298,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads a run (default 1)")
     parser.add_argument("--measure-only", action="store_true", help="train nothing; measure the finished runs")
     parser.add_argument("--ship", action="store_true", help="copy the measured runs into checkpoints/long_range/")
-    parser.add_argument("--stretched", action="store_true",
-                        help="also evaluate the shipped short-trained checkpoints on the long settings")
+    parser.add_argument(
+        "--stretched",
+        action="store_true",
+        help="also evaluate the shipped short-trained checkpoints on the long settings",
+    )
     parser.add_argument("--tables", action="store_true", help="print the record's tables (markdown) and stop")
     parser.add_argument("--figures", action="store_true", help="write the record's curves to docs/img and stop")
     args = parser.parse_args()

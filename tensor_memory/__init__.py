@@ -8,11 +8,41 @@ on what a config or file may ask for · ``errors.py`` failures said in one line.
 """
 
 from .backbone import Backbone, BackboneConfig, BackboneState, attach_memory, detach_memory
+from .memory import (
+    MemoryConfig,
+    MemoryRecord,
+    MemoryState,
+    Recording,
+    TensorMemory,
+    gaussian_write,
+    hook_points,
+    hooks,
+    memory_layers,
+    record,
+    streaming,
+    trilinear_read,
+)
 from .storage.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .memory import (MemoryConfig, MemoryRecord, MemoryState, Recording, TensorMemory, gaussian_write, hook_points,
-                     hooks, memory_layers, record, streaming, trilinear_read)
 
-__all__ = ["MemoryConfig", "MemoryState", "TensorMemory", "gaussian_write", "trilinear_read", "memory_layers",
-           "Backbone", "BackboneConfig", "BackboneState", "attach_memory", "detach_memory",
-           "MemoryRecord", "Recording", "record", "hooks", "hook_points", "load_checkpoint", "save_checkpoint",
-           "CheckpointError", "streaming"]
+__all__ = [
+    "MemoryConfig",
+    "MemoryState",
+    "TensorMemory",
+    "gaussian_write",
+    "trilinear_read",
+    "memory_layers",
+    "Backbone",
+    "BackboneConfig",
+    "BackboneState",
+    "attach_memory",
+    "detach_memory",
+    "MemoryRecord",
+    "Recording",
+    "record",
+    "hooks",
+    "hook_points",
+    "load_checkpoint",
+    "save_checkpoint",
+    "CheckpointError",
+    "streaming",
+]

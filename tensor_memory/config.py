@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T", bound="ConfigBase")
 
@@ -52,17 +52,19 @@ class ConfigBase:
         return cls(**data)
 
 
-def require_int(owner: str, name: str, value: Any, minimum: int, maximum: Optional[int] = None) -> None:
+def require_int(owner: str, name: str, value: Any, minimum: int, maximum: int | None = None) -> None:
     """Raise ``ValueError`` naming ``owner.name`` unless ``value`` is an int in [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{owner}.{name} must be at most {maximum:,} (the ceiling in tensor_memory/limits.py), "
-                         f"got {value:,}")
+        raise ValueError(
+            f"{owner}.{name} must be at most {maximum:,} (the ceiling in tensor_memory/limits.py), got {value:,}"
+        )
 
 
-def require_float(owner: str, name: str, value: Any, low: float = -math.inf, high: float = math.inf,
-                  low_open: bool = False) -> None:
+def require_float(
+    owner: str, name: str, value: Any, low: float = -math.inf, high: float = math.inf, low_open: bool = False
+) -> None:
     """Raise ``ValueError`` unless ``value`` is a finite number in the range [low, high] (or (low, high])."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok:

@@ -18,8 +18,10 @@ def describe(error: BaseException) -> str:
     if isinstance(error, OSError):
         where = f"{error.filename}: " if error.filename else ""
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return (f"{where}no space left on the disk it is on; free some space or write to another disk (a killed "
-                    f"or stopped training run continues with --resume, losing nothing)")
+            return (
+                f"{where}no space left on the disk it is on; free some space or write to another disk (a killed "
+                f"or stopped training run continues with --resume, losing nothing)"
+            )
         return f"{where}{error.strerror or error}"
     if isinstance(error, MemoryError) or "can't allocate" in str(error) or "out of memory" in str(error).lower():
         return "out of memory; use a smaller batch, sequence or model"

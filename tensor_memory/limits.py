@@ -12,7 +12,7 @@ MAX_DIM = 4096  # token width d
 MAX_HEADS = 256
 MAX_MLP_RATIO = 16
 MAX_GRID_SIDE = 256  # voxels along one axis of a memory grid
-MAX_GRID_CELLS = 64 ** 3  # voxels in one memory grid (262,144)
+MAX_GRID_CELLS = 64**3  # voxels in one memory grid (262,144)
 MAX_CHANNELS = 1024  # features per voxel C
 MAX_STATE_NUMBERS = 1 << 26  # numbers in one memory layer's state per sequence (2·C·D·H·W), 256 MB in float32
 MAX_SLOTS = 4096  # slots, registers
@@ -24,6 +24,21 @@ MAX_STEPS = 10_000_000  # training steps, evaluation batches
 MAX_SEED = 2**63 - 1  # a seed is a signed 64-bit number (what torch.manual_seed takes)
 MEMORY_BUDGET_BYTES = 16 << 30  # 16 GiB: what one model may need for a batch on this 24 GiB machine
 
-__all__ = ["MAX_LAYERS", "MAX_DIM", "MAX_HEADS", "MAX_MLP_RATIO", "MAX_GRID_SIDE", "MAX_GRID_CELLS", "MAX_CHANNELS",
-           "MAX_STATE_NUMBERS", "MAX_SLOTS", "MAX_SEQUENCE", "MAX_TASK_ITEMS", "MAX_VOCAB", "MAX_BATCH", "MAX_STEPS", "MAX_SEED",
-           "MEMORY_BUDGET_BYTES"]
+__all__ = [
+    "MAX_LAYERS",
+    "MAX_DIM",
+    "MAX_HEADS",
+    "MAX_MLP_RATIO",
+    "MAX_GRID_SIDE",
+    "MAX_GRID_CELLS",
+    "MAX_CHANNELS",
+    "MAX_STATE_NUMBERS",
+    "MAX_SLOTS",
+    "MAX_SEQUENCE",
+    "MAX_TASK_ITEMS",
+    "MAX_VOCAB",
+    "MAX_BATCH",
+    "MAX_STEPS",
+    "MAX_SEED",
+    "MEMORY_BUDGET_BYTES",
+]

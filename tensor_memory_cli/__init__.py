@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from tensor_memory.errors import describe
 
@@ -28,10 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     from tensor_memory.cli import add_model_parsers
 
     parser = OneLineParser(
-        prog="tensor-memory",
-        description="Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers.")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the full traceback of an error instead of its one-line summary")
+        prog="tensor-memory", description="Tensor Memory: a fixed-size recurrent 3D voxel memory for Transformers."
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the full traceback of an error instead of its one-line summary"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_model_parsers(commands)
     add_trace_parsers(commands)
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, before or after the command
     args = build_parser().parse_args([a for a in argv if a != "--debug"])

@@ -7,7 +7,6 @@ import io
 import json
 import zipfile
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
@@ -31,7 +30,7 @@ def ok(at: AppTest) -> AppTest:
     return at
 
 
-def payload(at: AppTest) -> Optional[dict]:
+def payload(at: AppTest) -> dict | None:
     """What the page sent its browser stepper (StepperPayload.to_json), or None on a page without one."""
     for element in at.get("component_instance"):
         return json.loads(element.proto.json_args)["payload"]
@@ -52,7 +51,7 @@ def report(at: AppTest, page: str, chunk: int, **changed) -> AppTest:
     return ok(at.run())
 
 
-def chart(at: AppTest, title: str, chunk: Optional[int] = None) -> dict:
+def chart(at: AppTest, title: str, chunk: int | None = None) -> dict:
     """The spec of the Plotly chart whose title contains ``title``: drawn by the server, or sent to the
     in-browser stepper for ``chunk`` (default: the chunk it opens on)."""
     specs = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]

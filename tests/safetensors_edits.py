@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 
 def _split(data: bytes) -> tuple[int, dict]:
     (n,) = struct.unpack("<Q", data[:8])
-    return n, json.loads(data[8:8 + n])
+    return n, json.loads(data[8 : 8 + n])
 
 
 def rewrite_header(saved: Path, out: Path, edit: Callable[[dict], None]) -> Path:
@@ -21,7 +21,7 @@ def rewrite_header(saved: Path, out: Path, edit: Callable[[dict], None]) -> Path
     n, header = _split(data)
     edit(header)
     text = json.dumps(header).encode()
-    out.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+    out.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n :])
     return out
 
 
@@ -32,6 +32,6 @@ def rewrite_array(saved: Path, out: Path, name: str, values: np.ndarray) -> Path
     start, end = header[name]["data_offsets"]
     raw = values.tobytes()
     assert len(raw) == end - start
-    data[8 + n + start:8 + n + end] = raw
+    data[8 + n + start : 8 + n + end] = raw
     out.write_bytes(bytes(data))
     return out

@@ -24,11 +24,13 @@ def configs(task: str, name: str):
 
 @pytest.mark.parametrize("task", list(ablate.KEY_METRIC))
 def test_each_row_changes_exactly_its_one_setting(task):
-    expected = {"hard_writes": {"write": {"profile": "nearest", "mode": "dense", "window_k": 3.0}},
-                "separate_heads": {"addressing": {"coordinates": "tanh", "separate_heads": True, "write_path": "free"}},
-                "update_1x1x1": {"update": {"taps": 1}},
-                "grid_smaller": {"grid": (2, 6, 6) if task == "map_building" else (4, 4, 4)},
-                "grid_larger": {"grid": (2, 10, 10) if task == "map_building" else (8, 8, 8)}}
+    expected = {
+        "hard_writes": {"write": {"profile": "nearest", "mode": "dense", "window_k": 3.0}},
+        "separate_heads": {"addressing": {"coordinates": "tanh", "separate_heads": True, "write_path": "free"}},
+        "update_1x1x1": {"update": {"taps": 1}},
+        "grid_smaller": {"grid": (2, 6, 6) if task == "map_building" else (4, 4, 4)},
+        "grid_larger": {"grid": (2, 10, 10) if task == "map_building" else (8, 8, 8)},
+    }
     for name in ablate.ABLATIONS:
         (_, before, train_before), (task_obj, after, train_after) = configs(task, name)
         memory_changes = {k: v for k, v in after.memory.to_dict().items() if before.memory.to_dict()[k] != v}
@@ -43,9 +45,13 @@ def test_each_row_changes_exactly_its_one_setting(task):
 
 def test_the_table_puts_each_run_beside_the_shipped_model():
     shipped = ablate.json.loads((ROOT / "checkpoints" / "coordinate_binding-tensor" / "metrics.json").read_text())
-    row = {"task": "coordinate_binding", "backbone": "update_1x1x1", "command": "tensor-memory train …",
-           "addressing_verdicts": {"a": "healthy", "b": "sigma explosion"},
-           "eval": {"mean": {"accuracy": 0.5}, "std": {"accuracy": 0.01}}}
+    row = {
+        "task": "coordinate_binding",
+        "backbone": "update_1x1x1",
+        "command": "tensor-memory train …",
+        "addressing_verdicts": {"a": "healthy", "b": "sigma explosion"},
+        "eval": {"mean": {"accuracy": 0.5}, "std": {"accuracy": 0.01}},
+    }
     lines = ablate.table({"rows": [row]})
     assert lines[0] == ablate.BEGIN and lines[-1] == ablate.END
     mean = shipped["trained"]["mean"]["accuracy"]

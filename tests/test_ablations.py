@@ -24,7 +24,9 @@ def test_every_ablation_is_off_by_default_and_adds_no_parameter():
     assert (config.write.profile, config.addressing.separate_heads, config.update.taps) == ("gaussian", False, 3)
     assert set(layer().state_dict()) == set(layer(write={"profile": "nearest"}, update={"taps": 1}).state_dict())
     assert set(layer(addressing={"separate_heads": True}).state_dict()) - set(layer().state_dict()) == {
-        "addressing.read_head.weight", "addressing.read_head.bias"}
+        "addressing.read_head.weight",
+        "addressing.read_head.bias",
+    }
 
 
 def test_settings_are_checked_and_the_reference_refuses_them():
@@ -36,16 +38,24 @@ def test_settings_are_checked_and_the_reference_refuses_them():
         MemoryConfig(write={"profile": "nearest", "mode": "local"})
     with pytest.raises(ValueError, match="separate_heads must be True or False"):
         MemoryConfig(addressing={"separate_heads": 1})
-    for group, setting in (("write", {"profile": "nearest"}), ("addressing", {"separate_heads": True}),
-                           ("update", {"taps": 1})):
+    for group, setting in (
+        ("write", {"profile": "nearest"}),
+        ("addressing", {"separate_heads": True}),
+        ("update", {"taps": 1}),
+    ):
         with pytest.raises(ValueError, match=f"MemoryConfig.{group}.* asks for a variant it does not have"):
             ReferenceMemory(layer(**{group: setting}))
 
 
 def test_separate_heads_equal_to_the_shared_one_change_nothing_and_apart_move_only_the_reads():
     shared, apart = layer(), layer(addressing={"separate_heads": True})
-    apart.load_state_dict({**shared.state_dict(), "addressing.read_head.weight": shared.coord_head.weight,
-                           "addressing.read_head.bias": shared.coord_head.bias})
+    apart.load_state_dict(
+        {
+            **shared.state_dict(),
+            "addressing.read_head.weight": shared.coord_head.weight,
+            "addressing.read_head.bias": shared.coord_head.bias,
+        }
+    )
     x = torch.randn(2, 6, 8)
     with record(shared) as a, record(apart) as b:
         y_shared, _ = shared(x)
@@ -65,7 +75,7 @@ def test_a_hard_write_puts_everything_on_the_nearest_voxel_and_passes_no_gradien
     summaries = torch.randn(2, 4, 8)
     mu = torch.rand(2, 4, 3) * 2 - 1
     write = memory._write(summaries, mu)
-    for profile, axis, n in zip(write.profiles, (2, 1, 0), GRID):  # profiles (K, B, n) along D, H, W
+    for profile, axis, n in zip(write.profiles, (2, 1, 0), GRID, strict=True):  # profiles (K, B, n) along D, H, W
         nearest = torch.round((mu[..., axis] + 1) / 2 * (n - 1)).long().t()  # (K, B) index of the nearest centre
         assert torch.equal(profile, torch.nn.functional.one_hot(nearest, n).float())
     for hard in (False, True):  # with every read held at one point, μ_write and σ learn through the write only

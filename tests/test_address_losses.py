@@ -8,13 +8,12 @@ import dataclasses
 
 import pytest
 import torch
+from test_remedies import GRID
+from test_training import tiny_config
 
 from tensor_memory import record
 from tensor_memory.tasks import TaskModel
 from tensor_memory.training import TrainConfig, resolve
-
-from test_remedies import GRID
-from test_training import tiny_config
 
 
 def test_recall_shortfall_is_the_infonce_of_finding_each_write_again_lag_chunks_later():
@@ -28,8 +27,10 @@ def test_recall_shortfall_is_the_infonce_of_finding_each_write_again_lag_chunks_
     mu = torch.rand(B, K, 3, dtype=torch.float64) * 2 - 1
     expected = []
     for b in range(B):  # an independent computation: grid_sample of each state, one chunk at a time
-        def read(state: int, chunk: int) -> torch.Tensor:
+
+        def read(state: int, chunk: int, b: int = b) -> torch.Tensor:
             return F.grid_sample(h[b, state][None], mu[b, chunk].view(1, 1, 1, 1, 3), align_corners=True).view(C)
+
         for k in range(K - lag):
             later = read(k + lag, k)
             scores = torch.stack([F.cosine_similarity(later, read(j, j), dim=0) for j in range(K)])
@@ -51,7 +52,7 @@ def test_recall_rewards_writes_kept_apart_where_they_were_written_over_writes_pi
 
     def states(places: list) -> torch.Tensor:  # each chunk adds its content at its voxel; nothing fades
         volume, out = torch.zeros(C, D, H, W), []
-        for content, (d, y, x) in zip(contents, places):
+        for content, (d, y, x) in zip(contents, places, strict=True):
             volume = volume.clone()
             volume[:, d, y, x] += content
             out.append(volume)
@@ -90,7 +91,9 @@ def test_the_recall_loss_adds_its_weight_times_the_shortfall_and_trains_the_addr
         resolve(tiny_config(recall_weight=0.5, recall_lag=8))  # the term would never be computed
     resolve(tiny_config(recall_lag=8))  # while the loss is off, the lag is not checked against the task
     padded = tiny_config(recall_weight=0.5, recall_lag=2)
-    padded["model"]["memory"].update(chunk_size=3, public_code={"partial_chunk": "pad"})  # 8 tokens: 3 chunks, the last one short
+    padded["model"]["memory"].update(
+        chunk_size=3, public_code={"partial_chunk": "pad"}
+    )  # 8 tokens: 3 chunks, the last one short
     resolve(padded)
     padded["model"]["memory"]["public_code"]["partial_chunk"] = "pending"  # 2 chunks written, 2 tokens left pending
     with pytest.raises(ValueError, match="has 2 memory chunks"):
@@ -105,8 +108,11 @@ def test_reach_shortfall_is_the_squared_distance_from_each_read_to_the_nearest_e
     torch.manual_seed(0)
     mu_read = (torch.rand(2, 5, 3, dtype=torch.float64) * 2 - 1).requires_grad_()  # 5 reads: 4 complete chunks + 1
     mu_write = (torch.rand(2, 4, 3, dtype=torch.float64) * 2 - 1).requires_grad_()
-    by_hand = [min(((mu_read[b, k] - mu_write[b, j]) ** 2).sum().item() for j in range(k))
-               for b in range(2) for k in range(1, 5)]  # an independent computation, one read at a time
+    by_hand = [
+        min(((mu_read[b, k] - mu_write[b, j]) ** 2).sum().item() for j in range(k))
+        for b in range(2)
+        for k in range(1, 5)
+    ]  # an independent computation, one read at a time
     found = reach_shortfall(mu_read, mu_write)
     assert found.item() == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
     found.backward()

@@ -11,8 +11,14 @@ import pytest
 import torch
 
 from analysis import addressing_report
-from analysis.measures.addressing import (COLLAPSE_SPREAD_VOXELS, REMEDIES, UNREAD_FRACTION, VERDICTS, measure,
-                                         write_mass)
+from analysis.measures.addressing import (
+    COLLAPSE_SPREAD_VOXELS,
+    REMEDIES,
+    UNREAD_FRACTION,
+    VERDICTS,
+    measure,
+    write_mass,
+)
 from analysis.traces.capture import capture_many
 from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import load_checkpoint
@@ -52,8 +58,10 @@ def test_constant_coordinate_head_is_coordinate_collapse(binding):
     assert "within 0.00 voxels" in report["reasons"][0]
 
 
-@pytest.mark.parametrize("bias, verdict, reason", [(-40.0, "sigma collapse", "0.050 = 0.13 voxel spacings"),
-                                                    (40.0, "sigma explosion", "of the grid's extent")])
+@pytest.mark.parametrize(
+    "bias, verdict, reason",
+    [(-40.0, "sigma collapse", "0.050 = 0.13 voxel spacings"), (40.0, "sigma explosion", "of the grid's extent")],
+)
 def test_forced_sigma_is_reported(binding, bias, verdict, reason):
     spread = binding.model.backbone.blocks[1].memory.spread
     with torch.no_grad():
@@ -94,15 +102,26 @@ def test_saturated_gates_are_gate_saturation(binding):
 def _layer(mu_write, sigma, mu_read, grid=(5, 5, 5), C=2):
     K = len(mu_write)
     zeros = np.zeros((K, C, *grid), np.float16)
-    return LayerTrace(mu_read=np.asarray(mu_read, np.float32), read=np.arange(K * C, dtype=np.float32).reshape(K, C),
-                      mu_write=np.asarray(mu_write, np.float32), sigma=np.asarray(sigma, np.float32),
-                      content=np.ones((K, C), np.float32), h=zeros + np.float16(0.5), c=zeros, gate_scale=0.12)
+    return LayerTrace(
+        mu_read=np.asarray(mu_read, np.float32),
+        read=np.arange(K * C, dtype=np.float32).reshape(K, C),
+        mu_write=np.asarray(mu_write, np.float32),
+        sigma=np.asarray(sigma, np.float32),
+        content=np.ones((K, C), np.float32),
+        h=zeros + np.float16(0.5),
+        c=zeros,
+        gate_scale=0.12,
+    )
 
 
 def _trace(layer):
     K = len(layer.sigma)
-    chunks = {"prediction": np.zeros(K, np.int64), "target": np.zeros(K, np.int64), "scored": np.ones(K, bool),
-              "probs": np.ones((K, 2), np.float32) / 2}
+    chunks = {
+        "prediction": np.zeros(K, np.int64),
+        "target": np.zeros(K, np.int64),
+        "scored": np.ones(K, bool),
+        "probs": np.ones((K, 2), np.float32) / 2,
+    }
     return Trace(info={"task": "no_harm"}, layers={"m": layer}, chunks=chunks, meta={})
 
 
@@ -144,7 +163,7 @@ def test_measures_against_hand_computations():
     mass = write_mass(_layer(mu_write=[[0, 0.5, -0.5]], sigma=[0.7], mu_read=[[0, 0, 0]]))
     centres = np.linspace(-1, 1, 5)
     z, y, x = np.meshgrid(centres, centres, centres, indexing="ij")
-    expected = np.exp(-((x - 0) ** 2 + (y - 0.5) ** 2 + (z + 0.5) ** 2) / (2 * 0.7 ** 2))
+    expected = np.exp(-((x - 0) ** 2 + (y - 0.5) ** 2 + (z + 0.5) ** 2) / (2 * 0.7**2))
     assert np.allclose(mass[0], expected)
 
 
@@ -224,8 +243,10 @@ SHIPPED_VERDICTS = {
     # exploded) and its block 3 a narrow collapse (spread 0.35 voxels; it had saturated at the faces). Pinned as
     # measured, so a change shows.
     "language_modelling-tensor": "healthy",
-    "language_modelling-tensor_shared_state": {"backbone.blocks.1.memory": "healthy",
-                                               "backbone.blocks.3.memory": "coordinate collapse"},
+    "language_modelling-tensor_shared_state": {
+        "backbone.blocks.1.memory": "healthy",
+        "backbone.blocks.3.memory": "coordinate collapse",
+    },
     # Masked patches: the patch places steered the writes for 1,000 of 4,000 steps; the layout stayed.
     "masked_patches-tensor": "healthy",
     "masked_patches-tensor_windowed": "healthy",
@@ -236,8 +257,11 @@ SHIPPED_VERDICTS = {
 
 
 def test_every_shipped_memory_checkpoint_has_a_pinned_verdict():
-    shipped = {d.name for d in (ROOT / "checkpoints").glob("*-tensor*")
-               if (d / "config.json").exists() and not is_pretrained_memory(d)}  # minilm-tensor: test_minilm.py
+    shipped = {
+        d.name
+        for d in (ROOT / "checkpoints").glob("*-tensor*")
+        if (d / "config.json").exists() and not is_pretrained_memory(d)
+    }  # minilm-tensor: test_minilm.py
     assert shipped == set(SHIPPED_VERDICTS)
 
 

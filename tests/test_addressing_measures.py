@@ -8,11 +8,16 @@ import torch
 
 from analysis.figures.training import addressing_history_figure
 from analysis.traces.training_log import addressing_history
-from tensor_memory.training.log import read_training_log
 from tensor_memory import MemoryConfig, TensorMemory, record
-from tensor_memory.memory.measures import (boundary_fraction, layer_measures, read_write_distances, median_sigma_voxels,
-                                             write_spread_voxels)
+from tensor_memory.memory.measures import (
+    boundary_fraction,
+    layer_measures,
+    median_sigma_voxels,
+    read_write_distances,
+    write_spread_voxels,
+)
 from tensor_memory.training import train
+from tensor_memory.training.log import read_training_log
 from tensor_memory.training.loop import addressing_during_training
 
 GRID = (3, 5, 4)  # (D, H, W): spacings 2/3, 1/2, 1 along x, y, z
@@ -20,7 +25,9 @@ GRID = (3, 5, 4)  # (D, H, W): spacings 2/3, 1/2, 1 along x, y, z
 
 def voxels(mu):  # (x, y, z) in [-1, 1] → voxel indices, written out per axis
     mu = np.asarray(mu, dtype=np.float64)
-    return np.stack([(mu[..., 0] + 1) * (4 - 1) / 2, (mu[..., 1] + 1) * (5 - 1) / 2, (mu[..., 2] + 1) * (3 - 1) / 2], -1)
+    return np.stack(
+        [(mu[..., 0] + 1) * (4 - 1) / 2, (mu[..., 1] + 1) * (5 - 1) / 2, (mu[..., 2] + 1) * (3 - 1) / 2], -1
+    )
 
 
 def test_measures_match_a_direct_computation():
@@ -38,7 +45,9 @@ def test_measures_match_a_direct_computation():
             distances.append(min(np.linalg.norm(r[k] - ws[j]) for j in range(k)))
     got = read_write_distances(torch.tensor(mu_read), torch.tensor(mu_write), GRID).numpy()
     assert np.allclose(np.sort(got), np.sort(distances))
-    pinned = np.concatenate([(np.abs(mu_read.reshape(-1, 3)) > 0.98).any(-1), (np.abs(mu_write.reshape(-1, 3)) > 0.98).any(-1)])
+    pinned = np.concatenate(
+        [(np.abs(mu_read.reshape(-1, 3)) > 0.98).any(-1), (np.abs(mu_write.reshape(-1, 3)) > 0.98).any(-1)]
+    )
     assert boundary_fraction(torch.tensor(mu_read), torch.tensor(mu_write), grid=GRID) == pytest.approx(pinned.mean())
     assert pinned.mean() > 0
     mean_spacing = np.mean([2 / 3, 2 / 4, 2 / 2])
@@ -76,9 +85,18 @@ def config(kind="tensor", steps=4):
     model = {"kind": kind, "dim": 16, "layers": 1, "heads": 2, "positions": "none"}
     if kind == "tensor":
         model["memory"] = {"channels": 2, "grid": [2, 3, 3]}
-    return {"task": {"name": "coordinate_binding", "params": {"writes": 3, "queries": 2}}, "model": model,
-            "training": {"steps": steps, "batch_size": 4, "eval_every": 2, "eval_batches": 1, "log_every": 1,
-                         "warmup_steps": 1}}
+    return {
+        "task": {"name": "coordinate_binding", "params": {"writes": 3, "queries": 2}},
+        "model": model,
+        "training": {
+            "steps": steps,
+            "batch_size": 4,
+            "eval_every": 2,
+            "eval_batches": 1,
+            "log_every": 1,
+            "warmup_steps": 1,
+        },
+    }
 
 
 def test_training_logs_addressing_at_every_evaluation_and_the_history_reads_it_back(tmp_path):
@@ -88,12 +106,21 @@ def test_training_logs_addressing_at_every_evaluation_and_the_history_reads_it_b
     assert [e["step"] for e in evaluations] == [2, 4]
     for entry in evaluations:
         measures = entry["addressing"]["backbone.blocks.0.memory"]
-        assert {"write_spread_voxels", "sigma_voxels", "read_write_distance_voxels", "boundary_fraction",
-                "gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"} <= set(measures)
+        assert {
+            "write_spread_voxels",
+            "sigma_voxels",
+            "read_write_distance_voxels",
+            "boundary_fraction",
+            "gate_scale",
+            "gate_i_mean",
+            "gate_f_mean",
+            "gate_o_mean",
+        } <= set(measures)
     history = addressing_history(entries)
     steps, values = history["layers"]["backbone.blocks.0.memory"]["gate_scale"]
-    assert steps.tolist() == [2, 4] and values.tolist() == [e["addressing"]["backbone.blocks.0.memory"]["gate_scale"]
-                                                            for e in evaluations]
+    assert steps.tolist() == [2, 4] and values.tolist() == [
+        e["addressing"]["backbone.blocks.0.memory"]["gate_scale"] for e in evaluations
+    ]
     fig = addressing_history_figure(history)
     assert len(fig.data) >= 6 and "blocks.0.memory" in fig.layout.title.text
     assert not fig.layout.shapes
@@ -108,6 +135,7 @@ def test_the_logged_measures_are_those_of_the_recorded_validation_samples(tmp_pa
     from tensor_memory.tasks.base import derive_seed
     from tensor_memory.training import resolve
     from tensor_memory.training.loop import ADDRESSING_SAMPLES
+
     task, backbone, _ = resolve(config())
     torch.manual_seed(0)
     model = TaskModel(task, backbone)
@@ -127,9 +155,15 @@ def test_a_model_without_memory_logs_no_addressing(tmp_path):
         addressing_history_figure(history)
 
 
-@pytest.mark.parametrize("text, phrase", [('{"step": 1}\n{"step": 2', "line 2: not JSON"),
-                                          ('{"loss": 1}\n', "line 1: expected an object with an integer 'step'"),
-                                          ('[1, 2]\n', "line 1: expected"), (b'\xff\xfe\n', "line 1: not JSON")])
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ('{"step": 1}\n{"step": 2', "line 2: not JSON"),
+        ('{"loss": 1}\n', "line 1: expected an object with an integer 'step'"),
+        ("[1, 2]\n", "line 1: expected"),
+        (b"\xff\xfe\n", "line 1: not JSON"),
+    ],
+)
 def test_a_damaged_log_is_refused_with_the_line(tmp_path, text, phrase):
     path = tmp_path / "train_log.jsonl"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -140,8 +174,10 @@ def test_a_damaged_log_is_refused_with_the_line(tmp_path, text, phrase):
 def test_a_missing_log_and_measures_logged_as_null(tmp_path):
     with pytest.raises(FileNotFoundError, match="no training log"):
         read_training_log(tmp_path)
-    lines = [{"step": 5, "val_accuracy": 0.5, "addressing": {"m": {"sigma_voxels": None, "gate_scale": 0.2}}},
-             {"step": 3, "addressing": {"m": {"sigma_voxels": 1.5, "gate_scale": 0.1}}}]
+    lines = [
+        {"step": 5, "val_accuracy": 0.5, "addressing": {"m": {"sigma_voxels": None, "gate_scale": 0.2}}},
+        {"step": 3, "addressing": {"m": {"sigma_voxels": 1.5, "gate_scale": 0.1}}},
+    ]
     (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     history = addressing_history(read_training_log(tmp_path))
     assert history["layers"]["m"]["sigma_voxels"][0].tolist() == [3]  # the null is left out, not drawn as 0

@@ -15,27 +15,40 @@ import dataclasses
 
 import numpy as np
 import pytest
+from app_helpers import (
+    CHECKPOINTS,
+    DEFAULT,
+    DEFAULT_PARAMS,
+    ROOT,
+    chart,
+    counter,
+    drawn_volume,
+    ok,
+    payload,
+    report,
+    start,
+    upload,
+    values,
+    zipped,
+)
 from streamlit.testing.v1 import AppTest
 
 from analysis import capture
 from analysis.figures.annotations import key_chunk
 from analysis.figures.chunk_input import chunk_outcome, prediction_card
 from analysis.figures.state import POINT_FLOOR
+from analysis.figures.views import slice_index
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
-from analysis.traces.predictions import prediction_trace
 from analysis.measures.occlusion import belief, frames_around, memory_energy
-from analysis.figures.views import slice_index
-from analysis.traces.training_log import addressing_history
-from tensor_memory.training.log import read_training_log
 from analysis.measures.volumes import state_series
 from analysis.measures.world import apply_linear, decoded_map, map_probe, write_position_fit
+from analysis.traces.predictions import prediction_trace
+from analysis.traces.training_log import addressing_history
 from app import cache, layout
 from app.views.occlusion import BELIEF_FRAMES
 from tensor_memory import load_checkpoint
-
-from app_helpers import (CHECKPOINTS, DEFAULT, DEFAULT_PARAMS, ROOT, chart, counter, drawn_volume, ok, payload, report,
-                         start, upload, values, zipped)
+from tensor_memory.training.log import read_training_log
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +63,7 @@ def app() -> AppTest:
 
 
 # -- the opening screen and stepping ------------------------------------------------------------------
+
 
 def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     K = default_trace.num_chunks
@@ -66,8 +80,12 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     np.testing.assert_allclose(shown[held], expected[held], rtol=1e-5)
     sent = payload(app)
     assert "render" not in sent["views"]  # PyVista waits until asked for
-    titles = [fig["layout"].get("title", {}).get("text", "") for name, shown in sent["views"].items()
-              if sent["kinds"][name] == "figure" for fig in shown[k:k + 1]]
+    titles = [
+        fig["layout"].get("title", {}).get("text", "")
+        for name, shown in sent["views"].items()
+        if sent["kinds"][name] == "figure"
+        for fig in shown[k : k + 1]
+    ]
     assert any("read and write coordinates" in t for t in titles) and "gates" in titles and "write spread σ" in titles
     assert not app.error
 
@@ -153,8 +171,9 @@ def test_sample_controls_recapture_and_restart_the_stepper():
     assert counter(at) == "Chunk 3 / 15"  # the first hidden frame of the new sample
     assert payload(at)["events"][3] == "frame 3, occluded"
     np.testing.assert_array_equal(at.session_state["context"].trace.chunks["prediction"], trace.chunks["prediction"])
-    assert at.session_state["context"].sample == cache.Sample(5, (("frames", 16), ("occlusion_length", 6),
-                                                                   ("occlusion_start", 3)))
+    assert at.session_state["context"].sample == cache.Sample(
+        5, (("frames", 16), ("occlusion_length", 6), ("occlusion_start", 3))
+    )
     ok(at.slider(key="occlusion.occlusion_length").set_value(0).run())
     assert counter(at) == "Chunk 15 / 15"  # nothing hidden: the last frame
 
@@ -163,7 +182,8 @@ def test_a_sample_is_one_hashable_order_free_value():
     """Seed and task parameters travel together as a Sample: the caches' key, and the functions' arguments."""
     sample = cache.Sample.of(3, {"occlusion_start": 2, "frames": 12})
     assert sample == cache.Sample.of(3, {"frames": 12, "occlusion_start": 2}) and hash(sample) == hash(
-        cache.Sample.of(3, {"frames": 12, "occlusion_start": 2}))
+        cache.Sample.of(3, {"frames": 12, "occlusion_start": 2})
+    )
     assert sample.params == {"frames": 12, "occlusion_start": 2} and sample.seed == 3
     assert sample.with_task_defaults() == cache.Sample(3) and cache.Sample(3).params == {}
 
@@ -189,6 +209,7 @@ def test_a_sample_is_one_hashable_order_free_value():
 
 # -- pages ---------------------------------------------------------------------------------------------
 
+
 def test_every_page_renders_its_content(default_trace):
     at = start(**{"keep.diagnose.samples": 8})
     ok(at.switch_page("views/occlusion.py").run())
@@ -208,11 +229,19 @@ def test_every_page_renders_its_content(default_trace):
     assert labels["Right on hidden frames"] == f"{right[hidden].mean():.0%}"
     ok(at.switch_page("views/teach.py").run())
     assert [m.value for m in at.markdown if m.value.startswith("**Step")] == [
-        "**Step 1 · Chunk summaries**", "**Step 2 · Addressing**", "**Step 3 · Read**", "**Step 4 · Soft write**",
-        "**Step 5 · Recurrent update**"]
+        "**Step 1 · Chunk summaries**",
+        "**Step 2 · Addressing**",
+        "**Step 3 · Read**",
+        "**Step 4 · Soft write**",
+        "**Step 5 · Recurrent update**",
+    ]
     ok(at.switch_page("views/export.py").run())
-    assert {b.label for b in at.get("download_button")} >= {"Trace (.safetensors)", "Figures (HTML)",
-                                                            "Figures (PNG, zip)", "Report (HTML)"}
+    assert {b.label for b in at.get("download_button")} >= {
+        "Trace (.safetensors)",
+        "Figures (HTML)",
+        "Figures (PNG, zip)",
+        "Report (HTML)",
+    }
     ok(at.switch_page("views/diagnose.py").run())
     expected = checkpoint_summary(load_checkpoint(DEFAULT), 0, 8, None, **DEFAULT_PARAMS)["addressing"]
     boxes = [e.value for e in (*at.error, *at.success)]
@@ -224,7 +253,10 @@ def test_every_page_renders_its_content(default_trace):
     if history["layers"]:  # the addressing its training logged, against the step
         spec = chart(at, "Addressing during training")
         steps, spread = history["layers"][expected["layer"]]["write_spread_voxels"]
-        assert values(spec["data"][0]["y"]).tolist() == spread.tolist() and values(spec["data"][0]["x"]).tolist() == steps.tolist()
+        assert (
+            values(spec["data"][0]["y"]).tolist() == spread.tolist()
+            and values(spec["data"][0]["x"]).tolist() == steps.tolist()
+        )
     else:
         assert any("No addressing history" in i.value for i in at.info)
     fit = write_position_fit(load_checkpoint(DEFAULT))
@@ -241,8 +273,10 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
     base = prediction_trace(load_checkpoint(CHECKPOINTS / "occlusion-base"), seed=0, index=0, **DEFAULT_PARAMS)
     assert sent["count"] == K and sent["labels"]["a_input"] == "occlusion-tensor"
     assert sent["labels"]["b_input"] == "occlusion-base"
-    assert sent["rows"][0]["columns"] == [["a_input", "a_card", "a_volume", "a_timeline"],
-                                        ["b_input", "b_card", "b_timeline"]]  # base: no memory to draw
+    assert sent["rows"][0]["columns"] == [
+        ["a_input", "a_card", "a_volume", "a_timeline"],
+        ["b_input", "b_card", "b_timeline"],
+    ]  # base: no memory to draw
     series = state_series(default_trace.layer(), "h", "norm")
     for k in range(K):
         assert sent["views"]["a_card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
@@ -343,6 +377,7 @@ def test_teach_sandbox_is_computed_by_the_module():
 
 # -- checkpoints: switching and uploads ----------------------------------------------------------------
 
+
 def test_base_checkpoint_shows_predictions_and_says_why_no_memory():
     at = start(**{"keep.diagnose.samples": 8})
     ok(at.selectbox(key="checkpoint_choice").set_value("occlusion-base").run())
@@ -402,6 +437,7 @@ def test_nan_in_a_trace_turns_the_memory_views_off_with_the_reason(monkeypatch):
 
 # -- sessions and helpers ------------------------------------------------------------------------------
 
+
 def test_sessions_do_not_see_each_other():
     first, second = start(), start()
     before = counter(second)
@@ -425,7 +461,7 @@ def test_app_command_runs_streamlit_on_the_chosen_checkpoint(monkeypatch):
     monkeypatch.setattr(cli, "serve", lambda command, env: calls.append((command, env)) or 0)
     args = parser.parse_args(["app", "--checkpoint", str(CHECKPOINTS / "map_building-tensor"), "--port", "8765"])
     assert args.func(args) == 0
-    (command, env), = calls
+    ((command, env),) = calls
     assert command[1:3] == ["-m", "app"]  # app/__main__.py: streamlit run app/main.py, the opening page prepared
     assert command[3:5] == ["--server.port", "8765"]
     assert env[cli.CHECKPOINT_ENV] == str(CHECKPOINTS / "map_building-tensor")
@@ -441,14 +477,21 @@ def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
     from app.__main__ import opening_page_work
 
     asked = {"ahead": [], "page": []}
+    who = ["ahead"]  # who is asking: the server's head start, then the page
+
+    def spy(name: str):
+        real = getattr(cache, name)
+
+        def call(*args):
+            asked[who[0]].append((name, args))
+            return real(*args)
+
+        return call
+
     for name in ("sample_trace", "stepper_payload"):
-        def spy(*args, _real=getattr(cache, name), _name=name):
-            asked[who].append((_name, args))
-            return _real(*args)
-        monkeypatch.setattr(cache, name, spy)
-    who = "ahead"
+        monkeypatch.setattr(cache, name, spy(name))
     opening_page_work()
-    who = "page"
+    who[0] = "page"
     start()  # a new session on the opening page
     for name in ("sample_trace", "stepper_payload"):  # the page's first call of each is the one prepared
         ahead, page = ([args for n, args in asked[when] if n == name] for when in ("ahead", "page"))

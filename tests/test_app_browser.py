@@ -20,18 +20,20 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pytest
+from app_helpers import minilm_trace
 
 from app.cli import TRACE_ENV
-from app_helpers import minilm_trace
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
-    pytest.skip("browser tests need Debian's chromium at /usr/bin/chromium; install it with "
-                "`sudo apt-get install -y chromium` (make test does when run as root)", allow_module_level=True)
+    pytest.skip(
+        "browser tests need Debian's chromium at /usr/bin/chromium; install it with "
+        "`sudo apt-get install -y chromium` (make test does when run as root)",
+        allow_module_level=True,
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright for Python")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,17 +62,32 @@ def trace_server(tmp_path_factory):
     yield from serve({TRACE_ENV: str(path)}, "streamlit-trace-server.log")
 
 
-def serve(env: Optional[dict] = None, log_name: str = "streamlit-server.log", command: Optional[list[str]] = None):
+def serve(env: dict | None = None, log_name: str = "streamlit-server.log", command: list[str] | None = None):
     """Run the app on a free port until the generator is closed (``streamlit run app/main.py``, or ``command`` and
     ``--port PORT``); yields its URL on 127.0.0.1."""
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / log_name, "w")
-    command = [*command, "--port", str(port)] if command else [
-        sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", str(port),
-        "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, **(env or {})})
+    command = (
+        [*command, "--port", str(port)]
+        if command
+        else [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app/main.py",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ]
+    )
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -222,7 +239,8 @@ def test_broken_upload_shows_an_error_and_the_app_goes_on(browser, server):
     page = open_app(browser, server)
     before = chunk(page)
     page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(  # the checkpoint box
-        files=[{"name": "broken.zip", "mimeType": "application/zip", "buffer": b"PK\x03\x04 not really a zip"}])
+        files=[{"name": "broken.zip", "mimeType": "application/zip", "buffer": b"PK\x03\x04 not really a zip"}]
+    )
     page.get_by_text("Could not use broken.zip").wait_for()
     settle(page)
     assert "not a zip archive" in page.locator('[data-testid="stAlertContentError"]').first.inner_text()
@@ -394,7 +412,8 @@ def long_trace_server(tmp_path_factory):
     from analysis import capture
 
     path = capture(ROOT / "checkpoints" / "occlusion-tensor", seed=2, frames=150, progress=False).save(
-        tmp_path_factory.mktemp("traces") / "long.trace.safetensors")
+        tmp_path_factory.mktemp("traces") / "long.trace.safetensors"
+    )
     yield from serve({TRACE_ENV: str(path)}, "streamlit-long-trace-server.log")
 
 
@@ -440,7 +459,7 @@ def listening_addresses(port: int) -> set[str]:
             if state != "0A" or int(hex_port, 16) != port:  # 0A: TCP_LISTEN
                 continue
             # The kernel prints each 32-bit word of the address in host byte order.
-            packed = b"".join(int(address[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8))
+            packed = b"".join(int(address[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8))
             addresses.add(socket.inet_ntop(family, packed))
     return addresses
 
@@ -454,8 +473,10 @@ def test_tensor_memory_app_answers_on_this_machine_only_unless_told(browser):
     cli = [sys.executable, "-m", "tensor_memory_cli", "app"]
     page = browser.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    for log_name, flags, expected in (("streamlit-local.log", [], {"127.0.0.1"}),
-                                      ("streamlit-network.log", ["--host", "0.0.0.0"], {"0.0.0.0"})):
+    for log_name, flags, expected in (
+        ("streamlit-local.log", [], {"127.0.0.1"}),
+        ("streamlit-network.log", ["--host", "0.0.0.0"], {"0.0.0.0"}),
+    ):
         served = serve(None, log_name, [*cli, *flags])
         url = next(served)
         try:

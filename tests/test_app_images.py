@@ -7,17 +7,22 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from app_helpers import CHECKPOINTS, ok, report, start
 
 from analysis.figures import timeline_figure
 from analysis.figures.annotations import chunk_events
 from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome
 from analysis.figures.images import memory_overlay_figure, reconstruction_figure, write_places_figure
-from analysis.measures.images import (chunk_errors, grid_aligned, memory_on_image, reconstruct, write_alignment,
-                                      write_places)
+from analysis.measures.images import (
+    chunk_errors,
+    grid_aligned,
+    memory_on_image,
+    reconstruct,
+    write_alignment,
+    write_places,
+)
 from analysis.traces.capture import capture, sample_batch
 from tensor_memory import load_checkpoint
-
-from app_helpers import CHECKPOINTS, ok, report, start
 
 IMAGES = "masked_patches-tensor"
 
@@ -50,7 +55,7 @@ def test_reconstruction_scores_the_sample_as_eval_does(ckpt):
 def test_memory_on_image_is_the_norm_over_channels_averaged_over_depth(trace):
     assert grid_aligned(trace)
     h = trace.layer().h[7].astype(np.float32)  # (C, D, H, W)
-    expected = np.sqrt((h ** 2).sum(axis=0)).mean(axis=0)
+    expected = np.sqrt((h**2).sum(axis=0)).mean(axis=0)
     assert np.allclose(memory_on_image(trace, 7), expected)
     layer = trace.layer()
     other = dataclasses.replace(layer, h=np.asarray(layer.h)[:, :, :, :3, :3])  # a 3 × 3 plane over a 6 × 6 image

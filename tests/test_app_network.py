@@ -22,7 +22,8 @@ WARNING = "anyone who can reach this port can upload checkpoints and run them on
 def test_data_paths_name_the_folders_a_task_would_read():
     assert data_paths("masked_patches", {"source": "skimage", "path": ""}) == {}
     assert data_paths("masked_patches", {"source": "cub", "path": "/data/CUB_200_2011"}) == {
-        "path": "/data/CUB_200_2011"}
+        "path": "/data/CUB_200_2011"
+    }
     assert data_paths("language_modelling", {"corpus": "wikitext", "path": "wt103"}) == {"path": "wt103"}
     assert data_paths("action_recognition", {"path": "/v", "lists": "/l"}) == {"path": "/v", "lists": "/l"}
     assert data_paths("occlusion", {"path": "/etc"}) == {}  # not a field that task reads
@@ -32,8 +33,9 @@ def test_data_paths_name_the_folders_a_task_would_read():
 def checkpoint_naming(folder: Path, **params) -> Path:
     """A folder whose config.json's task reads ``params`` (nothing else of a checkpoint is needed for the check)."""
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"schema_version": 2, "task": {"name": "masked_patches",
-                                                                                  "params": params}, "model": {}}))
+    (folder / "config.json").write_text(
+        json.dumps({"schema_version": 2, "task": {"name": "masked_patches", "params": params}, "model": {}})
+    )
     return folder
 
 
@@ -71,10 +73,18 @@ def test_a_config_that_cannot_be_read_is_left_to_loading(tmp_path):
     check_data_paths(tmp_path, None)  # load_checkpoint refuses it with its own line
 
 
-@pytest.mark.parametrize("argv, where", [
-    ([], None), (["--server.address", "127.0.0.1"], None), (["--server.address=localhost"], None),
-    (["--server.address", "::1"], None), (["--server.address", "0.0.0.0", "--server.port", "9000"], "0.0.0.0:9000"),
-    (["--server.address=192.168.1.5"], "192.168.1.5:8501"), (["--server.address", "lab.local"], "lab.local:8501")])
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        ([], None),
+        (["--server.address", "127.0.0.1"], None),
+        (["--server.address=localhost"], None),
+        (["--server.address", "::1"], None),
+        (["--server.address", "0.0.0.0", "--server.port", "9000"], "0.0.0.0:9000"),
+        (["--server.address=192.168.1.5"], "192.168.1.5:8501"),
+        (["--server.address", "lab.local"], "lab.local:8501"),
+    ],
+)
 def test_serving_beyond_this_machine_is_said_in_one_line(argv, where):
     line = exposure_warning(argv)
     if where is None:
@@ -142,8 +152,12 @@ def test_stopping_tensor_memory_app_stops_its_server(tmp_path):
             return False
 
     log = open(tmp_path / "app.log", "w")
-    command = subprocess.Popen([sys.executable, "-m", "tensor_memory_cli", "app", "--port", str(port)],
-                               cwd=cli.ROOT, stdout=log, stderr=subprocess.STDOUT)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tensor_memory_cli", "app", "--port", str(port)],
+        cwd=cli.ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not answers():

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from app_helpers import CHECKPOINTS, chart, ok, payload, report, start, values
 
+from analysis.figures.language import audit_heatmap_figure, contribution_figure, token_loss_figure
 from analysis.measures.causality import audit_checkpoint
 from analysis.measures.language import loss_rows, read_overlap, read_source, token_losses
-from analysis.figures.language import audit_heatmap_figure, contribution_figure, token_loss_figure
 from tensor_memory import load_checkpoint
-
-from app_helpers import CHECKPOINTS, chart, ok, payload, report, start, values
 
 LM = "language_modelling-tensor"
 
@@ -29,17 +28,20 @@ def test_text_page_shows_each_tokens_losses_and_top_five(lm):
     size = losses.chunk_size
     table = at.dataframe[0].value
     assert list(table["position"]) == list(range(chunk * size, (chunk + 1) * size))
-    np.testing.assert_allclose(table["loss"], np.round(losses.loss[chunk * size:(chunk + 1) * size], 3))
+    np.testing.assert_allclose(table["loss"], np.round(losses.loss[chunk * size : (chunk + 1) * size], 3))
     assert table["top 1"].iloc[0].startswith(repr(losses.top_tokens[chunk * size][0]))
     spec = chart(at, "loss of each next token")
-    np.testing.assert_allclose(values(spec["data"][1]["y"]), losses.loss_without_memory[chunk * size:(chunk + 1) * size],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        values(spec["data"][1]["y"]), losses.loss_without_memory[chunk * size : (chunk + 1) * size], rtol=1e-6
+    )
     assert chart(at, "what each read draws on")
     assert chunk == 7  # a text opens on its last chunk, the one with the most memory behind it
     assert payload(at)["reports"]  # the browser's stepper tells the server the chunk it shows
     report(at, "text", chunk - 1)
     assert int(at.dataframe[0].value["position"].iloc[0]) == (chunk - 1) * size
-    assert any(m.value == f"##### Chunk {chunk - 1}: tokens {(chunk - 1) * size}–{chunk * size - 1}" for m in at.markdown)
+    assert any(
+        m.value == f"##### Chunk {chunk - 1}: tokens {(chunk - 1) * size}–{chunk * size - 1}" for m in at.markdown
+    )
 
 
 def test_text_page_explains_itself_on_other_tasks():
@@ -107,7 +109,13 @@ def test_read_overlap_is_each_earlier_writes_footprint_at_the_read():
 
 
 def test_audit_heatmap_marks_exact_zeros_at_the_floor():
-    result = {"heatmap": {"name": "logits", "perturbed": [0, 1], "output": [0, 1, 2], "change": [[1.0, 0.5, 0.0],
-                                                                                                  [0.0, 0.1, 0.2]]}}
+    result = {
+        "heatmap": {
+            "name": "logits",
+            "perturbed": [0, 1],
+            "output": [0, 1, 2],
+            "change": [[1.0, 0.5, 0.0], [0.0, 0.1, 0.2]],
+        }
+    }
     fig = audit_heatmap_figure(result)
     assert np.asarray(fig.data[0].z)[1, 0] == -12 and np.asarray(fig.data[0].z)[0, 0] == 0

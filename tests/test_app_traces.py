@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from app_helpers import DEFAULT, DEFAULT_PARAMS, chart, counter, ok, payload, start
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.utils import logging
 
@@ -15,8 +16,6 @@ from app.cli import TRACE_ENV
 from app.upload import MAX_UPLOAD_BYTES, UPLOAD_ROOT, UploadError, save_trace_upload
 from tensor_memory import MemoryConfig, attach_memory
 
-from app_helpers import DEFAULT, DEFAULT_PARAMS, chart, counter, ok, payload, start
-
 logging.set_verbosity_error()
 N = 40
 
@@ -24,12 +23,14 @@ N = 40
 def gpt2_trace(path, targets: bool = True, tokens: bool = True):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=61, bos_token_id=0, eos_token_id=0))
-    attach_memory(model.eval(), MemoryConfig(token_dim=32, channels=4, grid=(5, 5, 5), chunk_size=4, gate_init=0.0),
-                  layers=[1])
+    attach_memory(
+        model.eval(), MemoryConfig(token_dim=32, channels=4, grid=(5, 5, 5), chunk_size=4, gate_init=0.0), layers=[1]
+    )
     ids = torch.randint(0, 61, (1, N), generator=torch.Generator().manual_seed(1))
     words = [f" w{int(i)}" for i in ids[0]] if tokens else None
-    return trace_model(model, {"input_ids": ids}, tokens=words, targets=ids[0, 1:] if targets else None,
-                       name="tiny-gpt2").save(path)
+    return trace_model(
+        model, {"input_ids": ids}, tokens=words, targets=ids[0, 1:] if targets else None, name="tiny-gpt2"
+    ).save(path)
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +99,15 @@ def test_truncated_oversized_and_empty_trace_uploads_are_refused_in_one_line(tra
         save_trace_upload(b"", root=tmp_path)
     at = start()
     data = traced.read_bytes()
-    at.file_uploader(key="trace_upload").upload("cut.safetensors", data[:len(data) // 2], "application/octet-stream")
+    at.file_uploader(key="trace_upload").upload("cut.safetensors", data[: len(data) // 2], "application/octet-stream")
     ok(at.run())
     refused = [e.value for e in at.error if "Could not use cut.safetensors" in e.value]
-    assert refused and "\n" not in refused[0] and ("truncated" in refused[0] or "shorter" in refused[0]
-                                                   or "corrupt" in refused[0])
-    kept = UPLOAD_ROOT / "traces" / f"{hashlib.sha256(data[:len(data) // 2]).hexdigest()[:24]}.safetensors"
+    assert (
+        refused
+        and "\n" not in refused[0]
+        and ("truncated" in refused[0] or "shorter" in refused[0] or "corrupt" in refused[0])
+    )
+    kept = UPLOAD_ROOT / "traces" / f"{hashlib.sha256(data[: len(data) // 2]).hexdigest()[:24]}.safetensors"
     assert not kept.exists()  # a refused upload leaves nothing on disk
 
 

@@ -11,14 +11,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from app_helpers import CHECKPOINTS, counter, ok, start, upload, zipped
 
 from app.upload import MAX_UPLOAD_BYTES, UPLOAD_ROOT, UploadError, unpack_checkpoint
-from app_helpers import CHECKPOINTS, counter, ok, start, upload, zipped
 from tensor_memory import load_checkpoint
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.storage.checkpoint import save_checkpoint
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import make_task
+from tensor_memory.tasks import TaskModel, make_task
 
 
 def test_good_upload_is_validated_and_shown():
@@ -61,17 +60,23 @@ def bad_uploads(tmp: Path) -> dict[str, tuple[bytes, str]]:
     slip = io.BytesIO()
     with zipfile.ZipFile(slip, "w") as archive:
         archive.writestr("../config.json", "{}")
-    return {"not-a-zip.zip": (b"this is not a zip file", "not a zip"),
-            "empty.zip": (zipped(tmp / "nothing"), "no config.json"),
-            "pickled.zip": (zipped(pickled), "pickle"),
-            "truncated.zip": (zipped(truncated), "truncated"),
-            "other-task.zip": (zipped(other_task), "unknown task"),
-            "slip.zip": (slip.getvalue(), "unsafe path"),
-            "hostile.zip": (zipped(hostile), "BackboneConfig.layers must be at most 64"),
-            "server-path.zip": (zipped(server_path), "reads data from a folder on this server (task.params.path), "
-                                                     "and uploads may not name server paths"),
-            "minilm.zip": (zipped(CHECKPOINTS / "minilm-tensor"), "it is a memory on a pretrained MiniLM; uploads "
-                                                                  "take task checkpoints")}
+    return {
+        "not-a-zip.zip": (b"this is not a zip file", "not a zip"),
+        "empty.zip": (zipped(tmp / "nothing"), "no config.json"),
+        "pickled.zip": (zipped(pickled), "pickle"),
+        "truncated.zip": (zipped(truncated), "truncated"),
+        "other-task.zip": (zipped(other_task), "unknown task"),
+        "slip.zip": (slip.getvalue(), "unsafe path"),
+        "hostile.zip": (zipped(hostile), "BackboneConfig.layers must be at most 64"),
+        "server-path.zip": (
+            zipped(server_path),
+            "reads data from a folder on this server (task.params.path), and uploads may not name server paths",
+        ),
+        "minilm.zip": (
+            zipped(CHECKPOINTS / "minilm-tensor"),
+            "it is a memory on a pretrained MiniLM; uploads take task checkpoints",
+        ),
+    }
 
 
 def test_bad_uploads_say_what_is_wrong_and_keep_the_checkpoint(tmp_path):
@@ -104,13 +109,15 @@ def test_upload_limits_and_zip_bombs(tmp_path):
     link = io.BytesIO()
     with zipfile.ZipFile(link, "w") as archive:
         entry = zipfile.ZipInfo("config.json")
-        entry.external_attr = (0o120777 << 16)  # a symbolic link
+        entry.external_attr = 0o120777 << 16  # a symbolic link
         archive.writestr(entry, "/etc/passwd")
     with pytest.raises(UploadError, match="link"):
         unpack_checkpoint(link.getvalue(), tmp_path)
     folder = unpack_checkpoint(zipped(CHECKPOINTS / "no_harm-tensor", "deep/"), tmp_path)
     assert load_checkpoint(folder).task.name == "no_harm"
-    assert unpack_checkpoint(zipped(CHECKPOINTS / "no_harm-tensor", "deep/"), tmp_path) == folder  # same file, same folder
+    assert (
+        unpack_checkpoint(zipped(CHECKPOINTS / "no_harm-tensor", "deep/"), tmp_path) == folder
+    )  # same file, same folder
 
 
 def entry(name: str, **fields) -> zipfile.ZipInfo:
@@ -133,10 +140,12 @@ def encrypted_flag(raw: bytes) -> bytes:
 
 def test_encrypted_entries_other_compressions_and_deep_nesting_are_refused(tmp_path):
     good = (CHECKPOINTS / "no_harm-tensor" / "config.json").read_text()
-    cases = {"encrypted": ([entry("config.json")], "is encrypted"),
-             "bzip2": ([entry("config.json", compress_type=zipfile.ZIP_BZIP2)], "compression method 12"),
-             "lzma": ([entry("config.json", compress_type=zipfile.ZIP_LZMA)], "compression method 14"),
-             "nested": ([entry("a/b/config.json")], "2 folders down")}
+    cases = {
+        "encrypted": ([entry("config.json")], "is encrypted"),
+        "bzip2": ([entry("config.json", compress_type=zipfile.ZIP_BZIP2)], "compression method 12"),
+        "lzma": ([entry("config.json", compress_type=zipfile.ZIP_LZMA)], "compression method 14"),
+        "nested": ([entry("a/b/config.json")], "2 folders down"),
+    }
     for name, (entries, words) in cases.items():
         data = io.BytesIO()
         with zipfile.ZipFile(data, "w") as archive:
@@ -168,7 +177,9 @@ def test_the_upload_folder_is_capped_in_total_size(tmp_path, monkeypatch):
 def test_a_sample_shorter_than_one_chunk_says_so_and_a_longer_one_works(tmp_path):
     config = json.loads((CHECKPOINTS / "no_harm-tensor" / "config.json").read_text())
     config["model"]["memory"]["chunk_size"] = 64  # longer than the task's 32 tokens
-    model = TaskModel(make_task(config["task"]["name"], config["task"]["params"]), BackboneConfig.from_dict(config["model"]))
+    model = TaskModel(
+        make_task(config["task"]["name"], config["task"]["params"]), BackboneConfig.from_dict(config["model"])
+    )
     save_checkpoint(tmp_path / "long-chunks", model, config)
     at = upload(start(**{"keep.diagnose.samples": 8}), "long-chunks.zip", zipped(tmp_path / "long-chunks"))
     assert any("fewer than one memory chunk" in e.value for e in at.error)

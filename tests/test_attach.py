@@ -6,13 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from tensor_memory.backbone.attach import AttachedBlock, AttachedEncoderLayer, attach_memory, detach_memory
 from tensor_memory.backbone import Backbone, BackboneConfig
+from tensor_memory.backbone.attach import AttachedBlock, AttachedEncoderLayer, attach_memory, detach_memory
 from tensor_memory.memory import MemoryConfig, MemoryState, TensorMemory
 
 DIM = 16
-pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),  # norm_first=True encoders
-              pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")]  # torch's own fast path
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),  # norm_first=True encoders
+    pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors"),
+]  # torch's own fast path
 
 
 def memory_config(**kw) -> MemoryConfig:
@@ -34,6 +36,7 @@ def close_gates(model: nn.Module) -> None:
 # ---------------------------------------------------------------------------------------
 # Our own Backbone
 # ---------------------------------------------------------------------------------------
+
 
 def backbone(**kw) -> Backbone:
     torch.manual_seed(0)
@@ -57,7 +60,7 @@ def test_attach_and_detach_on_backbone_blocks():
     assert isinstance(state.layers[0].memory, MemoryState) and state.layers[1].memory is None
     assert state.layers[0].memory is not state.layers[2].memory
     assert detach_memory(bb) is bb
-    assert all(a is b for a, b in zip(bb.blocks, originals))
+    assert all(a is b for a, b in zip(bb.blocks, originals, strict=True))
     assert [name for name, _ in bb.named_parameters()] == names
     with torch.no_grad():
         assert torch.equal(bb(x)[0], before)
@@ -71,7 +74,7 @@ def test_attached_backbone_stays_causal_and_streams_exactly():
         whole, _ = bb(x)
         outs, state, i = [], None, 0
         for n in (5, 1, 3, 7):
-            y, state = bb(x[:, i:i + n], state)
+            y, state = bb(x[:, i : i + n], state)
             outs.append(y)
             i += n
         torch.testing.assert_close(torch.cat(outs, dim=1), whole, atol=1e-5, rtol=0)
@@ -95,8 +98,9 @@ def test_attach_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="already"):
         attach_memory(bb, memory_config(), layers=[1])
     torch.manual_seed(0)
-    tensor = Backbone(BackboneConfig(kind="tensor", dim=DIM, layers=2, heads=2, memory=memory_config(),
-                                     memory_layers=[0]))
+    tensor = Backbone(
+        BackboneConfig(kind="tensor", dim=DIM, layers=2, heads=2, memory=memory_config(), memory_layers=[0])
+    )
     with pytest.raises(ValueError, match="already"):
         attach_memory(tensor, memory_config(), layers=[0])
     attach_memory(tensor, memory_config(), layers=[1])  # the block without one is fine
@@ -106,10 +110,12 @@ def test_attach_refuses_what_it_cannot_do():
 # torch.nn.TransformerEncoder with "pretrained" weights
 # ---------------------------------------------------------------------------------------
 
+
 def pretrained_encoder(norm_first: bool, batch_first: bool) -> nn.TransformerEncoder:
     torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(d_model=DIM, nhead=2, dim_feedforward=32, dropout=0.0,
-                                       norm_first=norm_first, batch_first=batch_first)
+    layer = nn.TransformerEncoderLayer(
+        d_model=DIM, nhead=2, dim_feedforward=32, dropout=0.0, norm_first=norm_first, batch_first=batch_first
+    )
     encoder = nn.TransformerEncoder(layer, num_layers=3)  # enable_nested_tensor defaults to True
     with torch.no_grad():  # arbitrary weights, far from the default initialisation (LayerNorm gains too)
         for p in encoder.parameters():
@@ -152,7 +158,7 @@ def test_attach_and_detach_on_a_pretrained_transformer_encoder(norm_first, batch
     assert torch.equal(encoder(x, src_key_padding_mask=padding), slow_padded)
 
     assert detach_memory(encoder) is encoder
-    assert all(a is b for a, b in zip(encoder.layers, originals))
+    assert all(a is b for a, b in zip(encoder.layers, originals, strict=True))
     with torch.no_grad():  # detached: bit-identical on the same path as before attaching
         assert torch.equal(encoder(x, mask=mask), fast)
         assert torch.equal(encoder(x, src_key_padding_mask=padding), fast_padded)

@@ -6,8 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (
+    BertConfig,
+    BertModel,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 from transformers.utils import logging
 
 from tensor_memory import MemoryConfig, attach_memory, detach_memory, memory_layers, streaming
@@ -15,14 +25,39 @@ from tensor_memory.backbone.attach import AttachedAfter
 
 logging.set_verbosity_error()
 WIDTH, VOCAB = 32, 61
-LLAMA_LIKE = dict(hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=128)
+LLAMA_LIKE = dict(
+    hidden_size=WIDTH,
+    intermediate_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    max_position_embeddings=128,
+)
 FAMILIES = {
-    "gpt2": (lambda: GPT2LMHeadModel(GPT2Config(n_embd=WIDTH, n_layer=3, n_head=4, vocab_size=VOCAB, n_positions=128,
-                                                bos_token_id=0, eos_token_id=0)), "transformer.h", True),
-    "bert": (lambda: BertModel(BertConfig(hidden_size=WIDTH, num_hidden_layers=3, num_attention_heads=4,
-                                          intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=128)),
-             "encoder.layer", False),
+    "gpt2": (
+        lambda: GPT2LMHeadModel(
+            GPT2Config(
+                n_embd=WIDTH, n_layer=3, n_head=4, vocab_size=VOCAB, n_positions=128, bos_token_id=0, eos_token_id=0
+            )
+        ),
+        "transformer.h",
+        True,
+    ),
+    "bert": (
+        lambda: BertModel(
+            BertConfig(
+                hidden_size=WIDTH,
+                num_hidden_layers=3,
+                num_attention_heads=4,
+                intermediate_size=64,
+                vocab_size=VOCAB,
+                max_position_embeddings=128,
+            )
+        ),
+        "encoder.layer",
+        False,
+    ),
     "llama": (lambda: LlamaForCausalLM(LlamaConfig(**LLAMA_LIKE)), "model.layers", True),
     "mistral": (lambda: MistralForCausalLM(MistralConfig(**LLAMA_LIKE)), "model.layers", True),
     "qwen2": (lambda: Qwen2ForCausalLM(Qwen2Config(**LLAMA_LIKE)), "model.layers", True),
@@ -64,7 +99,7 @@ def test_layers_found_gate_closed_barely_moves_and_detached_is_bit_identical(fam
         after = output(model, IDS)
     assert 0 < (closed - before).norm() / before.norm() < 1e-3
     assert (opened - before).norm() / before.norm() > 1e-2
-    assert all(a is b for a, b in zip(stack, originals))
+    assert all(a is b for a, b in zip(stack, originals, strict=True))
     assert torch.equal(after, before)
 
 
@@ -143,7 +178,7 @@ def test_any_layer_named_by_path_gets_the_memory_after_it():
     with pytest.raises(ValueError, match="no module 'layers.7'"):
         attach_memory(model, memory(gate=0.0), layers=["layers.7"])
     detach_memory(model)
-    assert all(torch.equal(a, b) for a, b in zip(model(x), before))
+    assert all(torch.equal(a, b) for a, b in zip(model(x), before, strict=True))
 
 
 def test_width_and_streaming_misuse_are_refused_clearly():

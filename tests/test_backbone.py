@@ -10,8 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tensor_memory.backbone import KINDS, Backbone, BackboneConfig, BackboneState, LinearAttention, SlotState
-from tensor_memory.memory import MemoryConfig, MemoryState
-from tensor_memory.memory import record
+from tensor_memory.memory import MemoryConfig, MemoryState, record
 
 DIM = 16
 SEGMENT = 5  # xl segment: the streaming cuts below fall inside and across segments
@@ -25,8 +24,17 @@ def make(kind: str, window=None, chunk: int = 1, causal: bool = True, layers: in
     if kind == "slots":
         extra.update(slot_chunk=chunk, num_slots=4)
     extra.update(kw)
-    cfg = BackboneConfig(kind=kind, dim=DIM, layers=layers, heads=2, causal=causal, window=window,
-                         xl_segment=SEGMENT, num_registers=2, **extra)
+    cfg = BackboneConfig(
+        kind=kind,
+        dim=DIM,
+        layers=layers,
+        heads=2,
+        causal=causal,
+        window=window,
+        xl_segment=SEGMENT,
+        num_registers=2,
+        **extra,
+    )
     return Backbone(cfg).eval()
 
 
@@ -36,16 +44,19 @@ def inputs(n: int, batch: int = 2, seed: int = 1) -> torch.Tensor:
 
 # Every causal variant: each kind with and without a window (local always has one), memory
 # kinds with one-token and three-token chunks.
-CASES = [(kind, window, chunk)
-         for kind in KINDS
-         for window in ((4,) if kind == "local" else (None, 4))
-         for chunk in ((1, 3) if kind in ("tensor", "slots") else (1,))]
+CASES = [
+    (kind, window, chunk)
+    for kind in KINDS
+    for window in ((4,) if kind == "local" else (None, 4))
+    for chunk in ((1, 3) if kind in ("tensor", "slots") else (1,))
+]
 IDS = [f"{k}-w{w}-c{c}" for k, w, c in CASES]
 
 
 # ---------------------------------------------------------------------------------------
 # Causality
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind,window,chunk", CASES, ids=IDS)
 def test_causal_outputs_ignore_the_future_but_not_the_past(kind, window, chunk):
@@ -55,11 +66,11 @@ def test_causal_outputs_ignore_the_future_but_not_the_past(kind, window, chunk):
         y, _ = bb(x)
         for t in (0, 4, 7, 10):
             future = x.clone()
-            future[:, t + 1:] += torch.randn_like(future[:, t + 1:])
-            torch.testing.assert_close(bb(future)[0][:, :t + 1], y[:, :t + 1], atol=1e-6, rtol=0)
+            future[:, t + 1 :] += torch.randn_like(future[:, t + 1 :])
+            torch.testing.assert_close(bb(future)[0][:, : t + 1], y[:, : t + 1], atol=1e-6, rtol=0)
             past = x.clone()
             past[:, t] += torch.randn(DIM)  # random, not constant: a LayerNorm would remove a constant shift
-            assert (bb(past)[0][:, t + 1:] - y[:, t + 1:]).abs().max() > 1e-4, "the past must reach later tokens"
+            assert (bb(past)[0][:, t + 1 :] - y[:, t + 1 :]).abs().max() > 1e-4, "the past must reach later tokens"
 
 
 @pytest.mark.parametrize("kind,window,chunk", CASES, ids=IDS)
@@ -69,7 +80,7 @@ def test_causal_gradients_of_an_output_vanish_on_later_inputs(kind, window, chun
     t = 6
     y, _ = bb(x)
     y[:, t].pow(2).sum().backward()
-    assert x.grad[:, t + 1:].abs().max() == 0
+    assert x.grad[:, t + 1 :].abs().max() == 0
     assert x.grad[:, t].abs().max() > 0
 
 
@@ -129,8 +140,8 @@ def test_linear_attention_matches_the_formula():
     q, k = F.elu(q) + 1, F.elu(k) + 1
     rows = []
     for t in range(7):
-        w = torch.einsum("bhd,bhjd->bhj", q[:, :, t], k[:, :, :t + 1])  # (B, heads, t+1)
-        rows.append(torch.einsum("bhj,bhjd->bhd", w, v[:, :, :t + 1]) / w.sum(-1, keepdim=True))
+        w = torch.einsum("bhd,bhjd->bhj", q[:, :, t], k[:, :, : t + 1])  # (B, heads, t+1)
+        rows.append(torch.einsum("bhj,bhjd->bhd", w, v[:, :, : t + 1]) / w.sum(-1, keepdim=True))
     torch.testing.assert_close(out, attn.merge(torch.stack(rows, dim=2)), atol=1e-5, rtol=1e-5)
 
 
@@ -138,10 +149,11 @@ def test_linear_attention_matches_the_formula():
 # Streaming
 # ---------------------------------------------------------------------------------------
 
+
 def stream(bb: Backbone, x: torch.Tensor, cuts=(5, 0, 1, 7, 11)):
     outs, state, i = [], None, 0
     for n in cuts:
-        y, state = bb(x[:, i:i + n], state)
+        y, state = bb(x[:, i : i + n], state)
         outs.append(y)
         i += n
     assert i == x.shape[1]
@@ -177,18 +189,20 @@ def test_detached_state_continues_the_stream_with_the_same_values():
 # State size
 # ---------------------------------------------------------------------------------------
 
+
 def sizes(bb: Backbone, n: int = 30) -> list[int]:
     x, state, out = inputs(n), None, []
     with torch.no_grad():
         for t in range(n):
-            _, state = bb(x[:, t:t + 1], state)
+            _, state = bb(x[:, t : t + 1], state)
             out.append(state.numel())
     return out
 
 
 # tensor and slots keep softmax attention beside their memory: fixed-size with a window.
-@pytest.mark.parametrize("kind,window,chunk", [("tensor", 4, 1), ("local", 4, 1), ("linear", None, 1),
-                                               ("linear", 4, 1), ("slots", 4, 1)])
+@pytest.mark.parametrize(
+    "kind,window,chunk", [("tensor", 4, 1), ("local", 4, 1), ("linear", None, 1), ("linear", 4, 1), ("slots", 4, 1)]
+)
 def test_fixed_size_state_does_not_grow_while_streaming(kind, window, chunk):
     numels = sizes(make(kind, window, chunk))
     assert len(set(numels[4:])) == 1, numels
@@ -218,7 +232,7 @@ def test_xl_state_is_bounded_by_two_segments():
 @pytest.mark.parametrize("kind", ["base", "registers", "tensor", "slots"])
 def test_unbounded_kv_cache_grows(kind):
     numels = sizes(make(kind))  # no window: the KV cache keeps every token
-    assert all(b > a for a, b in zip(numels, numels[1:]))
+    assert all(b > a for a, b in zip(numels, numels[1:], strict=False))
 
 
 def test_each_memory_layer_owns_its_state():
@@ -255,6 +269,7 @@ def test_memory_layers_selects_the_blocks_with_memory():
 # Bidirectional mode
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_bidirectional_models_process_whole_sequences(kind):
     bb = make(kind, window=4 if kind == "local" else None, causal=False)
@@ -284,33 +299,43 @@ def test_bidirectional_outputs_depend_on_later_inputs():
 # Configuration and input checks
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(kind="rnn"), "BackboneConfig.kind"),
-    (dict(dim=0), "BackboneConfig.dim"),
-    (dict(layers=0), "BackboneConfig.layers"),
-    (dict(dim=16, heads=3), "BackboneConfig.heads"),
-    (dict(mlp_ratio=0), "BackboneConfig.mlp_ratio"),
-    (dict(causal="yes"), "BackboneConfig.causal"),
-    (dict(window=0), "BackboneConfig.window"),
-    (dict(kind="local"), "BackboneConfig.window"),
-    (dict(kind="xl", xl_segment=0), "BackboneConfig.xl_segment"),
-    (dict(kind="slots", num_slots=0), "BackboneConfig.num_slots"),
-    (dict(kind="slots", slot_chunk=0), "BackboneConfig.slot_chunk"),
-    (dict(kind="registers", num_registers=0), "BackboneConfig.num_registers"),
-    (dict(dim=16, memory=MemoryConfig(token_dim=32)), "token_dim"),
-    (dict(kind="base", memory=MemoryConfig(token_dim=64)), "BackboneConfig.memory"),
-    (dict(layers=2, memory_layers=[2]), "BackboneConfig.memory_layers"),
-    (dict(layers=2, memory_layers=[0, 0]), "BackboneConfig.memory_layers"),
-    (dict(kind="base", memory_layers=[0]), "BackboneConfig.memory_layers"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(kind="rnn"), "BackboneConfig.kind"),
+        (dict(dim=0), "BackboneConfig.dim"),
+        (dict(layers=0), "BackboneConfig.layers"),
+        (dict(dim=16, heads=3), "BackboneConfig.heads"),
+        (dict(mlp_ratio=0), "BackboneConfig.mlp_ratio"),
+        (dict(causal="yes"), "BackboneConfig.causal"),
+        (dict(window=0), "BackboneConfig.window"),
+        (dict(kind="local"), "BackboneConfig.window"),
+        (dict(kind="xl", xl_segment=0), "BackboneConfig.xl_segment"),
+        (dict(kind="slots", num_slots=0), "BackboneConfig.num_slots"),
+        (dict(kind="slots", slot_chunk=0), "BackboneConfig.slot_chunk"),
+        (dict(kind="registers", num_registers=0), "BackboneConfig.num_registers"),
+        (dict(dim=16, memory=MemoryConfig(token_dim=32)), "token_dim"),
+        (dict(kind="base", memory=MemoryConfig(token_dim=64)), "BackboneConfig.memory"),
+        (dict(layers=2, memory_layers=[2]), "BackboneConfig.memory_layers"),
+        (dict(layers=2, memory_layers=[0, 0]), "BackboneConfig.memory_layers"),
+        (dict(kind="base", memory_layers=[0]), "BackboneConfig.memory_layers"),
+    ],
+)
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         BackboneConfig(**kwargs)
 
 
 def test_config_round_trips_through_json_with_nested_memory():
-    cfg = BackboneConfig(kind="tensor", dim=16, heads=2, window=8, memory_layers=[1],
-                         memory=MemoryConfig(token_dim=16, channels=4, grid=(3, 4, 5), chunk_size=2))
+    cfg = BackboneConfig(
+        kind="tensor",
+        dim=16,
+        heads=2,
+        window=8,
+        memory_layers=[1],
+        memory=MemoryConfig(token_dim=16, channels=4, grid=(3, 4, 5), chunk_size=2),
+    )
     data = json.loads(json.dumps(cfg.to_dict()))
     assert data["memory"]["grid"] == [3, 4, 5]
     again = BackboneConfig.from_dict(data)
@@ -339,6 +364,7 @@ def test_input_checks():
 # Every kind learns
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_learns_to_copy_the_token_two_back(kind):
     torch.manual_seed(0)
@@ -364,6 +390,7 @@ def test_every_kind_learns_to_copy_the_token_two_back(kind):
 
 def test_positions_none_adds_nothing_and_sinusoidal_adds_the_table():
     from tensor_memory.backbone import sinusoidal_positions
+
     torch.manual_seed(0)
     plain = Backbone(BackboneConfig(kind="base", dim=16, layers=1, heads=2, positions="none")).eval()
     with_pe = Backbone(BackboneConfig(kind="base", dim=16, layers=1, heads=2, positions="sinusoidal")).eval()

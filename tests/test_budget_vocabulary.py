@@ -37,9 +37,11 @@ def test_a_vocabulary_too_large_to_train_is_refused_naming_the_field():
 
 
 def test_train_refuses_it_before_anything_is_built(tmp_path):
-    config = {"task": {"name": "language_modelling", "params": {"vocab_size": 1_000_000}},
-              "model": {"kind": "base", "dim": 128, "layers": 4, "heads": 4, "causal": True},
-              "training": {"steps": 10, "batch_size": 16}}
+    config = {
+        "task": {"name": "language_modelling", "params": {"vocab_size": 1_000_000}},
+        "model": {"kind": "base", "dim": 128, "layers": 4, "heads": 4, "causal": True},
+        "training": {"steps": 10, "batch_size": 16},
+    }
     start = time.perf_counter()
     with pytest.raises(ValueError, match="lower task.params.vocab_size"):
         train(config, tmp_path / "run", progress=False)
@@ -73,8 +75,9 @@ def test_a_large_corpus_is_encoded_in_about_8_bytes_a_token(tmp_path):
     (tmp_path / "wiki.train.tokens").write_text("\n".join(lines) + "\n")
     for split in ("valid", "test"):
         (tmp_path / f"wiki.{split}.tokens").write_text(lines[0] + "\n")
-    done = subprocess.run([sys.executable, "-c", ENCODE_PEAK, str(tmp_path)], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", ENCODE_PEAK, str(tmp_path)], capture_output=True, text=True, check=True
+    )
     count, growth = map(int, done.stdout.split())
     assert count == 2_100_000  # the words and an <eos> a line
     assert growth < 40 * count, f"{growth / count:.0f} bytes a token"  # the ids twice (8 + 8), with room to spare
@@ -83,4 +86,4 @@ def test_a_large_corpus_is_encoded_in_about_8_bytes_a_token(tmp_path):
     eos = tokenizer.token_to_id(C.EOS)
     for line in (0, 9_999, 10_000, 99_999):  # across a batch boundary: the same ids as encoding the line alone
         start = line * 21
-        assert ids[start:start + 21].tolist() == tokenizer.encode(lines[line]).ids + [eos]
+        assert ids[start : start + 21].tolist() == tokenizer.encode(lines[line]).ids + [eos]

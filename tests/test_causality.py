@@ -15,8 +15,19 @@ MEMORY = {"token_dim": 16, "channels": 4, "grid": [3, 3, 3], "chunk_size": 4}
 
 def backbone(kind="tensor", **extra):
     torch.manual_seed(0)
-    return Backbone(BackboneConfig(kind=kind, dim=16, layers=3, heads=2, memory=MEMORY if kind == "tensor" else None,
-                                   window=8 if kind == "local" else None, xl_segment=4, slot_chunk=4, **extra))
+    return Backbone(
+        BackboneConfig(
+            kind=kind,
+            dim=16,
+            layers=3,
+            heads=2,
+            memory=MEMORY if kind == "tensor" else None,
+            window=8 if kind == "local" else None,
+            xl_segment=4,
+            slot_chunk=4,
+            **extra,
+        )
+    )
 
 
 def x(n=24):
@@ -28,7 +39,7 @@ def test_every_causal_backbone_passes_exactly(kind):
     result = causality_audit(backbone(kind), x())
     assert result["verdict"] == "causal" and result["max_change"] == 0.0
     heat = torch.tensor(result["heatmap"]["change"])
-    for row, p in zip(heat, result["heatmap"]["perturbed"]):
+    for row, p in zip(heat, result["heatmap"]["perturbed"], strict=True):
         assert (row[:p] == 0).all() and row[p] > 0  # nothing before p moves; p itself does
 
 

@@ -13,14 +13,19 @@ import torch
 from safetensors.torch import save as st_save
 
 import tensor_memory
-from tensor_memory.storage import files
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.storage.checkpoint import (RECORD_KEY, SCHEMA_VERSION, CheckpointError, load_checkpoint, save_checkpoint,
-                                      trained_record)
-from tensor_memory.storage.files import atomic_write_text
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import make_task
+from tensor_memory.storage import files
+from tensor_memory.storage.checkpoint import (
+    RECORD_KEY,
+    SCHEMA_VERSION,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    trained_record,
+)
+from tensor_memory.storage.files import atomic_write_text
+from tensor_memory.tasks import TaskModel, make_task
 
 TASK_PARAMS = {"length": 6, "modulus": 16}
 
@@ -31,8 +36,12 @@ def backbone_config(kind: str = "tensor", dim: int = 8) -> BackboneConfig:
 
 
 def full_config(kind: str = "tensor", dim: int = 8) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "task": {"name": "no_harm", "params": dict(TASK_PARAMS)},
-            "model": backbone_config(kind, dim).to_dict(), "training": {"steps": 3, "lr": 1e-3, "seed": 0}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "task": {"name": "no_harm", "params": dict(TASK_PARAMS)},
+        "model": backbone_config(kind, dim).to_dict(),
+        "training": {"steps": 3, "lr": 1e-3, "seed": 0},
+    }
 
 
 def make_model(kind: str = "tensor", dim: int = 8, seed: int = 0) -> TaskModel:
@@ -63,6 +72,7 @@ def error_of(path) -> str:
 # ---------------------------------------------------------------------------------------
 # Round trip
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["tensor", "base"])
 def test_round_trip(tmp_path: Path, kind: str) -> None:
@@ -116,6 +126,7 @@ def test_extra_files_ignored(saved: Path) -> None:
 # Atomicity
 # ---------------------------------------------------------------------------------------
 
+
 def test_crash_during_save_keeps_previous_checkpoint(saved: Path, monkeypatch) -> None:
     before = {p.name: p.read_bytes() for p in saved.iterdir()}
     real_replace = os.replace
@@ -166,10 +177,11 @@ def test_new_weights_with_old_config_are_refused_not_misread(saved: Path, monkey
 # Malformed inputs
 # ---------------------------------------------------------------------------------------
 
+
 def header_and_data(path: Path) -> tuple[dict, bytes]:
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + n]), raw[8 + n:]
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
 
 
 def write_safetensors(path: Path, header: dict, data: bytes) -> None:
@@ -256,7 +268,7 @@ def test_truncated_and_corrupt_safetensors(saved: Path) -> None:
     bad = dict(header, **{name: dict(header[name], dtype="Q99")})
     write_safetensors(path, bad, data)
     assert "unknown dtype" in error_of(saved)
-    bad = dict(header, **{name: dict(header[name], shape=[10 ** 6])})
+    bad = dict(header, **{name: dict(header[name], shape=[10**6])})
     write_safetensors(path, bad, data)
     assert "needs" in error_of(saved)
 
@@ -274,15 +286,18 @@ def test_oversized_files(saved: Path) -> None:
     assert "config.json" in message and "over the 1 MB limit" in message
 
 
-@pytest.mark.parametrize("text, phrase", [
-    ("{", "invalid JSON"),
-    ("", "is empty"),
-    ('{"a": NaN}', "invalid JSON"),
-    ('{"a": 1, "a": 2}', "duplicate key"),
-    ("[1, 2]", "must hold a JSON object"),
-    ('"config"', "must hold a JSON object"),
-    ("[" * 100_000 + "]" * 100_000, "invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ("{", "invalid JSON"),
+        ("", "is empty"),
+        ('{"a": NaN}', "invalid JSON"),
+        ('{"a": 1, "a": 2}', "duplicate key"),
+        ("[1, 2]", "must hold a JSON object"),
+        ('"config"', "must hold a JSON object"),
+        ("[" * 100_000 + "]" * 100_000, "invalid JSON"),
+    ],
+)
 def test_bad_config_json(saved: Path, text: str, phrase: str) -> None:
     (saved / "config.json").write_text(text)
     message = error_of(saved)
@@ -295,18 +310,21 @@ def test_bad_metrics_json(saved: Path) -> None:
     assert "metrics.json" in message and "invalid JSON" in message
 
 
-@pytest.mark.parametrize("edit, phrase", [
-    (lambda c: c.pop("schema_version"), "missing 'schema_version'"),
-    (lambda c: c.update(schema_version=3), "unknown schema_version 3"),
-    (lambda c: c.update(schema_version="1"), "unknown schema_version"),
-    (lambda c: c.pop("model"), "missing the 'model' section"),
-    (lambda c: c.update(task=[]), "'task' must be an object"),
-    (lambda c: c["task"].update(name="telepathy"), "unknown task 'telepathy'"),
-    (lambda c: c["task"].update(params={"length": 0}), "invalid task.params"),
-    (lambda c: c["task"].update(params={"colour": 3}), "invalid task.params"),
-    (lambda c: c["model"].update(heads=3), "invalid model config"),
-    (lambda c: c["model"]["memory"].update(grid=[2, 2]), "invalid model config"),
-])
+@pytest.mark.parametrize(
+    "edit, phrase",
+    [
+        (lambda c: c.pop("schema_version"), "missing 'schema_version'"),
+        (lambda c: c.update(schema_version=3), "unknown schema_version 3"),
+        (lambda c: c.update(schema_version="1"), "unknown schema_version"),
+        (lambda c: c.pop("model"), "missing the 'model' section"),
+        (lambda c: c.update(task=[]), "'task' must be an object"),
+        (lambda c: c["task"].update(name="telepathy"), "unknown task 'telepathy'"),
+        (lambda c: c["task"].update(params={"length": 0}), "invalid task.params"),
+        (lambda c: c["task"].update(params={"colour": 3}), "invalid task.params"),
+        (lambda c: c["model"].update(heads=3), "invalid model config"),
+        (lambda c: c["model"]["memory"].update(grid=[2, 2]), "invalid model config"),
+    ],
+)
 def test_bad_config_contents(saved: Path, edit, phrase: str) -> None:
     rewrite_config(saved, edit)
     message = error_of(saved)
@@ -316,11 +334,18 @@ def test_bad_config_contents(saved: Path, edit, phrase: str) -> None:
 def test_schema_1_checkpoints_load_as_the_models_they_were(tmp_path: Path) -> None:
     """A schema-1 config omits settings whose defaults changed in schema 2; it must load the model it
     was saved from (sinusoidal positions, no summary norm, the joint occlusion head), not today's defaults."""
-    task = make_task("occlusion", {"frames": 3, "size": 4, "ball": 1, "patch": 2, "occlusion_length": 1,
-                                   "head": "joint"})
-    backbone = BackboneConfig(kind="tensor", dim=8, layers=1, heads=2, mlp_ratio=1, positions="sinusoidal",
-                              memory=MemoryConfig(token_dim=8, channels=2, grid=(2, 2, 2), chunk_size=4,
-                                                  summary_norm=False))
+    task = make_task(
+        "occlusion", {"frames": 3, "size": 4, "ball": 1, "patch": 2, "occlusion_length": 1, "head": "joint"}
+    )
+    backbone = BackboneConfig(
+        kind="tensor",
+        dim=8,
+        layers=1,
+        heads=2,
+        mlp_ratio=1,
+        positions="sinusoidal",
+        memory=MemoryConfig(token_dim=8, channels=2, grid=(2, 2, 2), chunk_size=4, summary_norm=False),
+    )
     torch.manual_seed(0)
     model = TaskModel(task, backbone).eval()
     config = {"task": {"name": "occlusion", "params": task.config.to_dict()}, "model": backbone.to_dict()}
@@ -375,5 +400,6 @@ def test_weights_that_disagree_with_the_config(saved: Path) -> None:
 def test_config_claiming_a_huge_model_is_refused_without_allocating(saved: Path) -> None:
     def huge(c):
         c["model"].update(dim=1 << 16, heads=1, memory=None)
+
     rewrite_config(saved, huge)
     assert "BackboneConfig.dim must be at most 4,096" in error_of(saved)  # the ceiling, before anything is built

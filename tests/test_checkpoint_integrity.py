@@ -17,9 +17,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from tensor_memory import load_checkpoint
-from tensor_memory.storage.checkpoint import SIDE_FILES_KEY, CheckpointError, migrate_checkpoint
 from tensor_memory.pretrained import checkpoint as P
 from tensor_memory.pretrained.recall import RecallConfig
+from tensor_memory.storage.checkpoint import SIDE_FILES_KEY, CheckpointError, migrate_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 
@@ -53,8 +53,11 @@ def add_a_normalizer(text: str) -> str:
     return json.dumps(tokenizer)
 
 
-@pytest.mark.parametrize("edit", [swap_two_ids, add_a_normalizer, lambda text: text + "\n"],
-                         ids=["ids swapped", "normalizer added", "a newline added"])
+@pytest.mark.parametrize(
+    "edit",
+    [swap_two_ids, add_a_normalizer, lambda text: text + "\n"],
+    ids=["ids swapped", "normalizer added", "a newline added"],
+)
 def test_a_language_checkpoint_with_another_tokenizer_is_refused_naming_it(tmp_path, edit):
     folder = copied("language_modelling-tensor", tmp_path)
     tokenizer = folder / "tokenizer.json"
@@ -80,8 +83,10 @@ def test_an_older_checkpoint_is_refused_until_migrated_and_migrating_keeps_its_t
     assert "tensor-memory migrate --checkpoint" in refused_quickly(load_checkpoint, folder)
     migrate_checkpoint(folder)
     with safe_open(str(weights), framework="pt") as handle:
-        assert all(torch.equal(handle.get_tensor(name), value) and handle.get_tensor(name).dtype == value.dtype
-                   for name, value in tensors.items())  # byte for byte, in the precision stored (float16 here)
+        assert all(
+            torch.equal(handle.get_tensor(name), value) and handle.get_tensor(name).dtype == value.dtype
+            for name, value in tensors.items()
+        )  # byte for byte, in the precision stored (float16 here)
     load_checkpoint(folder)
     (folder / "tokenizer.json").write_text(swap_two_ids((folder / "tokenizer.json").read_text()))
     refused_quickly(load_checkpoint, folder)  # and what it recorded now guards it
@@ -91,9 +96,11 @@ def test_an_edited_minilm_config_is_refused_naming_the_field_before_minilm_loads
     folder = copied("minilm-tensor", tmp_path)
     monkeypatch.setattr(P, "RecallModel", lambda *a, **k: pytest.fail("MiniLM was loaded"))
     config = json.loads((folder / "config.json").read_text())
-    for section, key, value, shown in (("recall", "grid", [12, 12, 12], "recall.grid is [12, 12, 12]"),
-                                       ("recall", "layers", "5", "recall.layers is '5'"),
-                                       ("recall", "gate_init", -2.0, "recall.gate_init is -2.0")):
+    for section, key, value, shown in (
+        ("recall", "grid", [12, 12, 12], "recall.grid is [12, 12, 12]"),
+        ("recall", "layers", "5", "recall.layers is '5'"),
+        ("recall", "gate_init", -2.0, "recall.gate_init is -2.0"),
+    ):
         edited = json.loads(json.dumps(config))
         edited[section][key] = value
         (folder / "config.json").write_text(json.dumps(edited))
@@ -101,25 +108,37 @@ def test_an_edited_minilm_config_is_refused_naming_the_field_before_minilm_loads
         assert said.startswith(f"{folder / 'config.json'}: {shown}, but the weights were trained with"), said
     edited = {**config, "memory": False}
     (folder / "config.json").write_text(json.dumps(edited))
-    assert "memory is False, but the weights were trained with True" in refused_quickly(P.load_minilm_checkpoint,
-                                                                                        folder)
+    assert "memory is False, but the weights were trained with True" in refused_quickly(
+        P.load_minilm_checkpoint, folder
+    )
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    ("layers", "5", "layers must be a non-empty list of distinct MiniLM layers (0 to 5), got '5'"),
-    ("layers", [6], "layers must be a non-empty list"), ("layers", [], "layers must be a non-empty list"),
-    ("grid", [6, 6], "grid must be a list of three sides"), ("grid", [6, 6, 1], "grid[] must be an integer >= 2"),
-    ("channels", 2.5, "channels must be an integer"), ("gate_init", "closed", "gate_init must be a finite number"),
-    ("window", "32", "window must be an integer")])
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("layers", "5", "layers must be a non-empty list of distinct MiniLM layers (0 to 5), got '5'"),
+        ("layers", [6], "layers must be a non-empty list"),
+        ("layers", [], "layers must be a non-empty list"),
+        ("grid", [6, 6], "grid must be a list of three sides"),
+        ("grid", [6, 6, 1], "grid[] must be an integer >= 2"),
+        ("channels", 2.5, "channels must be an integer"),
+        ("gate_init", "closed", "gate_init must be a finite number"),
+        ("window", "32", "window must be an integer"),
+    ],
+)
 def test_every_minilm_config_field_is_type_checked(field, value, problem):
     with pytest.raises(ValueError) as refused:
         RecallConfig.from_dict({field: value})
     assert str(refused.value).startswith(f"RecallConfig.{problem}"), str(refused.value)
 
 
-@pytest.mark.parametrize("name, edit, shown", [
-    ("occlusion-tensor", lambda c: c["model"]["memory"].update(gate_init=3.0), "model.memory.gate_init is 3.0"),
-    ("minilm-tensor", lambda c: c["recall"].update(gate_init=-2.0), "recall.gate_init is -2.0")])
+@pytest.mark.parametrize(
+    "name, edit, shown",
+    [
+        ("occlusion-tensor", lambda c: c["model"]["memory"].update(gate_init=3.0), "model.memory.gate_init is 3.0"),
+        ("minilm-tensor", lambda c: c["recall"].update(gate_init=-2.0), "recall.gate_init is -2.0"),
+    ],
+)
 def test_migrating_never_launders_an_edited_checkpoint(tmp_path, name, edit, shown):
     folder = copied(name, tmp_path)
     config = json.loads((folder / "config.json").read_text())
@@ -131,8 +150,10 @@ def test_migrating_never_launders_an_edited_checkpoint(tmp_path, name, edit, sho
         migrate(folder)
     assert (folder / "model.safetensors").read_bytes() == weights  # its record untouched: loading still refuses
     said = refused_quickly(P.load_minilm_checkpoint if name.startswith("minilm") else load_checkpoint, folder)
-    assert "the two files do not belong together; restore the checkpoint's own config.json, or its own " \
-           "model.safetensors" in said
+    assert (
+        "the two files do not belong together; restore the checkpoint's own config.json, or its own "
+        "model.safetensors" in said
+    )
 
 
 def test_migrating_does_not_launder_an_edited_tokenizer(tmp_path):

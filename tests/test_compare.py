@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.measures.addressing import addressing_report
-from analysis.traces.capture import capture_many, sample_batch
 from analysis.figures.compare import comparison_figure
+from analysis.measures.addressing import addressing_report
 from analysis.measures.compare import checkpoint_summary, comparison_note, comparison_rows, sample_metrics
+from analysis.traces.capture import capture_many, sample_batch
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -45,7 +45,8 @@ def test_summaries_and_comparison(tensor, base):
     expected = addressing_report(capture_many(tensor, 1, list(range(SAMPLES)), cell_state=False, progress=False))
     assert mine["addressing"]["verdict"] == expected["verdict"]
     assert mine["addressing"]["measures"]["write_spread_voxels"] == pytest.approx(
-        expected["measures"]["write_spread_voxels"], rel=1e-5)
+        expected["measures"]["write_spread_voxels"], rel=1e-5
+    )
     assert theirs["addressing"] is None and theirs["memory_layers"] == []
     assert comparison_note(mine, theirs) is None
     rows = {row["measure"]: row for row in comparison_rows(mine, theirs)}

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_training import tiny_config
 
 from tensor_memory import MemoryConfig, TensorMemory, load_checkpoint
 from tensor_memory.training import evaluate, train
 
-from test_training import tiny_config
-
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (torch.cuda.is_available() is False on this machine)")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False on this machine)"
+)
 
 
 def test_metrics_on_the_gpu_are_the_cpus():
@@ -41,8 +41,12 @@ def test_a_trace_captured_on_the_gpu_is_the_cpus():
     assert a.num_chunks == b.num_chunks and a.layer_names == b.layer_names
     for name in a.layer_names:
         for field in ("mu_read", "mu_write", "sigma", "read"):
-            torch.testing.assert_close(torch.as_tensor(getattr(b.layers[name], field)),
-                                       torch.as_tensor(getattr(a.layers[name], field)), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(
+                torch.as_tensor(getattr(b.layers[name], field)),
+                torch.as_tensor(getattr(a.layers[name], field)),
+                atol=1e-4,
+                rtol=1e-4,
+            )
         h_gpu, h_cpu = (torch.as_tensor(t.layers[name].h.astype("float32")) for t in (b, a))
         torch.testing.assert_close(h_gpu, h_cpu, atol=2e-3, rtol=0)  # float16 storage: a step of rounding
 
@@ -81,16 +85,48 @@ def test_fp32_training_on_the_gpu_follows_the_cpu_run(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
-                    reason="torchrun not installed beside this Python")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+    reason="torchrun not installed beside this Python",
+)
 def test_torchrun_puts_each_rank_on_its_own_gpu_over_nccl(tmp_path):
     config = ROOT / "configs" / "occlusion.toml"
-    args = ["train", "--task", "occlusion", "--backbone", "tensor", "--config", str(config), "--steps", "3",
-            "--set", "training.batch_size=8", "--device", "cuda", "--no-progress"]
+    args = [
+        "train",
+        "--task",
+        "occlusion",
+        "--backbone",
+        "tensor",
+        "--config",
+        str(config),
+        "--steps",
+        "3",
+        "--set",
+        "training.batch_size=8",
+        "--device",
+        "cuda",
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    done = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "tensor_memory_cli",
-                           *args, "--out", str(tmp_path / "ddp")], env=env, cwd=ROOT, timeout=300, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29519",
+            "-m",
+            "tensor_memory_cli",
+            *args,
+            "--out",
+            str(tmp_path / "ddp"),
+        ],
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "ddp" / "model.safetensors").exists()

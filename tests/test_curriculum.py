@@ -9,18 +9,34 @@ import torch
 from safetensors.torch import load_file
 
 from tensor_memory.tasks import make_task
-from tensor_memory.training import TrainConfig, train
-from tensor_memory.training import loop
+from tensor_memory.training import TrainConfig, loop, train
 from tensor_memory.training.curriculum import HorizonCurriculum, horizon_at
 
 
 def map_config(steps: int = 6, **training_fields) -> dict:
     """A tiny map-building run with the address scaffold on (its true places depend on the sample's length)."""
-    return {"task": {"name": "map_building", "params": {"observations": 8, "queries": 4}},
-            "model": {"kind": "tensor", "dim": 16, "layers": 1, "heads": 2, "window": 4,
-                      "memory": {"channels": 2, "grid": [2, 4, 4]}},
-            "training": {"steps": steps, "batch_size": 4, "lr": 3e-3, "warmup_steps": 1, "eval_every": steps,
-                         "eval_batches": 1, "log_every": 1, "address_scaffold_steps": 3, **training_fields}}
+    return {
+        "task": {"name": "map_building", "params": {"observations": 8, "queries": 4}},
+        "model": {
+            "kind": "tensor",
+            "dim": 16,
+            "layers": 1,
+            "heads": 2,
+            "window": 4,
+            "memory": {"channels": 2, "grid": [2, 4, 4]},
+        },
+        "training": {
+            "steps": steps,
+            "batch_size": 4,
+            "lr": 3e-3,
+            "warmup_steps": 1,
+            "eval_every": steps,
+            "eval_batches": 1,
+            "log_every": 1,
+            "address_scaffold_steps": 3,
+            **training_fields,
+        },
+    }
 
 
 def test_the_schedule_rises_linearly_from_the_start_to_the_tasks_own_length():

@@ -20,13 +20,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tensor_memory.backbone import BackboneConfig
+from tensor_memory.storage.files import FileFormatError
+from tensor_memory.tasks import Batch, TaskModel, make_task
 from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.data import video as V
-from tensor_memory.backbone import BackboneConfig
 from tensor_memory.training.evaluation import evaluate
-from tensor_memory.storage.files import FileFormatError
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import Batch, make_task
 
 # ---------------------------------------------------------------------------------------
 # UCF-101 fixture
@@ -51,9 +50,9 @@ def ucf_frame(t: int, label: int, group: int) -> np.ndarray:
     colour, 220 in channel ``label`` and 20 + 8·group in the other two; white bars left and right of the
     centred square."""
     frame = np.full((HEIGHT, WIDTH, 3), 20 + 8 * group, dtype=np.uint8)
-    frame[:HEIGHT // 2] = code(t)
-    frame[HEIGHT // 2:, :, label] = 220
-    frame[:, :MARGIN] = frame[:, WIDTH - MARGIN:] = 255  # white bars outside the centred square: cropped away
+    frame[: HEIGHT // 2] = code(t)
+    frame[HEIGHT // 2 :, :, label] = 220
+    frame[:, :MARGIN] = frame[:, WIDTH - MARGIN :] = 255  # white bars outside the centred square: cropped away
     return frame
 
 
@@ -125,8 +124,10 @@ def ucf(tmp_path_factory) -> dict[str, Path]:
 
 
 def ucf_task(path: Path, **params):
-    return make_task("action_recognition", {"path": str(path), "classes": 3, "frames": 4, "stride": 3,
-                                            "size": SIZE, "patch": PATCH, **params})
+    return make_task(
+        "action_recognition",
+        {"path": str(path), "classes": 3, "frames": 4, "stride": 3, "size": SIZE, "patch": PATCH, **params},
+    )
 
 
 def read_codes(frames: torch.Tensor) -> torch.Tensor:
@@ -157,7 +158,7 @@ def patches_by_loop(frames: torch.Tensor, patch: int) -> torch.Tensor:
     for t in range(T):
         for r in range(n):
             for c in range(n):
-                out.append(frames[:, t, r * patch:(r + 1) * patch, c * patch:(c + 1) * patch, :].reshape(B, -1))
+                out.append(frames[:, t, r * patch : (r + 1) * patch, c * patch : (c + 1) * patch, :].reshape(B, -1))
     return torch.stack(out, dim=1)
 
 
@@ -168,6 +169,7 @@ def test_frame_patches_are_in_raster_order_with_channels_last():
     assert torch.equal(frame_patches(frames, 4), patches_by_loop(frames, 4))
     grey = torch.rand(2, 3, 12, 12, 1)  # grey frames: occlusion's to_patches of the same frames
     from tensor_memory.tasks.occlusion import to_patches
+
     assert torch.equal(frame_patches(grey, 4), to_patches(grey[..., 0], 4))
 
 
@@ -175,14 +177,19 @@ def test_frame_patches_are_in_raster_order_with_channels_last():
 # UCF-101: splits and labels
 # ---------------------------------------------------------------------------------------
 
+
 def test_ucf_splits_hold_out_whole_groups_of_the_trainlist_and_test_is_the_testlist(ucf):
     task = ucf_task(ucf["avi"])
     splits = task.splits
     assert splits.classes == UCF_CLASSES and splits.lists == ucf["avi"].parent / "ucfTrainTestlist"
     assert splits.valid_groups == (8, 9, 10)
     trainlist = [entry(*c) for c in TRAIN_CLIPS]
-    assert [c.entry for c in task.clips("valid")] == [e for e, c in zip(trainlist, TRAIN_CLIPS) if c[1] <= 10]
-    assert [c.entry for c in task.clips("train")] == [e for e, c in zip(trainlist, TRAIN_CLIPS) if c[1] > 10]
+    assert [c.entry for c in task.clips("valid")] == [
+        e for e, c in zip(trainlist, TRAIN_CLIPS, strict=True) if c[1] <= 10
+    ]
+    assert [c.entry for c in task.clips("train")] == [
+        e for e, c in zip(trainlist, TRAIN_CLIPS, strict=True) if c[1] > 10
+    ]
     assert [c.entry for c in task.clips("test")] == [entry(*c) for c in TEST_CLIPS]  # the testlist, in order
     assert {c.group for c in task.clips("valid")} == {8, 9, 10} and {c.group for c in task.clips("train")} == {11, 12}
     held = {c.entry for c in task.clips("valid")}
@@ -201,16 +208,17 @@ def test_ucf_lists_are_found_beside_or_inside_the_folder_or_named(ucf, tmp_path)
     assert ucf_task(root).splits.lists == root / "ucfTrainTestlist"
     (root / "ucfTrainTestlist").rename(tmp_path / "elsewhere")
     with pytest.raises(FileFormatError, match="found no folder holding classInd.txt.*ucfTrainTestlist"):
-        ucf_task(root).splits
+        _ = ucf_task(root).splits
     task = ucf_task(root, lists=str(tmp_path / "elsewhere"))
     assert [c.entry for c in task.clips("test")] == [entry(*c) for c in TEST_CLIPS]
     with pytest.raises(FileFormatError, match="trainlist02.txt: no such file"):
-        ucf_task(root, lists=str(tmp_path / "elsewhere"), fold=2).splits
+        _ = ucf_task(root, lists=str(tmp_path / "elsewhere"), fold=2).splits
 
 
 # ---------------------------------------------------------------------------------------
 # UCF-101: frames
 # ---------------------------------------------------------------------------------------
+
 
 def test_ucf_decoded_frames_match_what_was_written(ucf):
     clip = ucf_task(ucf["avi"]).clips("test")[4]  # class 1, group 2
@@ -255,8 +263,10 @@ def test_ucf_training_clips_take_strided_frames_from_a_seeded_start(ucf):
     valid = task.draw("val", 8, seed=5, index=0)
     assert set(valid.meta["video_index"].tolist()) <= set(range(len(task.clips("valid"))))
     assert set(read_groups(valid.meta["frames"]).tolist()) <= {8, 9, 10}
-    assert torch.equal(read_labels(valid.meta["frames"]),
-                       torch.tensor([task.clips("valid")[i].label for i in valid.meta["video_index"]]))
+    assert torch.equal(
+        read_labels(valid.meta["frames"]),
+        torch.tensor([task.clips("valid")[i].label for i in valid.meta["video_index"]]),
+    )
 
 
 def test_ucf_short_videos_repeat_their_last_frame(ucf):
@@ -306,8 +316,9 @@ def test_ucf_evaluation_walks_every_test_video_once_with_evenly_spread_frames(uc
     # Traces show random test clips.
     trace = draw("trace", 4, seed=0, index=0)
     assert set(trace.meta["video_index"].tolist()) <= set(range(len(tests)))
-    assert torch.equal(read_labels(trace.meta["frames"]),
-                       torch.tensor([tests[i].label for i in trace.meta["video_index"]]))
+    assert torch.equal(
+        read_labels(trace.meta["frames"]), torch.tensor([tests[i].label for i in trace.meta["video_index"]])
+    )
     assert set(read_groups(trace.meta["frames"]).tolist()) <= {1, 2}
 
 
@@ -334,6 +345,7 @@ def test_ucf_frame_folders_give_the_same_clips_as_the_videos(ucf):
 # ---------------------------------------------------------------------------------------
 # UCF-101: metrics
 # ---------------------------------------------------------------------------------------
+
 
 def test_ucf_top1_and_top5_against_an_independent_count(tmp_path):
     task = make_task("action_recognition", {"path": str(tmp_path), "classes": 9, "frames": 2, "size": 8, "patch": 4})
@@ -370,13 +382,24 @@ def test_ucf_top1_and_top5_against_an_independent_count(tmp_path):
 # UCF-101: training and checkpoints
 # ---------------------------------------------------------------------------------------
 
+
 def tiny_run(task: dict, kind: str) -> dict:
     model = {"kind": kind, "dim": 16, "layers": 1, "heads": 2}
     if kind == "tensor":
         model["memory"] = {"channels": 2, "grid": [2, 2, 2]}
-    return {"task": task, "model": model,
-            "training": {"steps": 3, "batch_size": 4, "lr": 3e-3, "warmup_steps": 1, "eval_every": 3,
-                         "eval_batches": 1, "log_every": 1}}
+    return {
+        "task": task,
+        "model": model,
+        "training": {
+            "steps": 3,
+            "batch_size": 4,
+            "lr": 3e-3,
+            "warmup_steps": 1,
+            "eval_every": 3,
+            "eval_batches": 1,
+            "log_every": 1,
+        },
+    }
 
 
 @pytest.mark.parametrize("kind", ["tensor", "base"])
@@ -399,6 +422,7 @@ def test_ucf_trains_and_its_checkpoint_reloads(ucf, tmp_path, kind):
 # UCF-101: refusals
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def ucf_copy(ucf, tmp_path) -> Path:
     """A writable copy of the .avi data set (its lists in <copy>/ucfTrainTestlist)."""
@@ -417,7 +441,7 @@ def edit_list(root: Path, name: str, change) -> Path:
 def test_ucf_refuses_a_missing_video_naming_the_entry_and_layouts(ucf_copy):
     (ucf_copy / entry(2, 1, 1)).unlink()
     with pytest.raises(FileFormatError) as error:
-        ucf_task(ucf_copy).splits
+        _ = ucf_task(ucf_copy).splits
     message = str(error.value)
     assert f"list entry '{entry(2, 1, 1)}'" in message
     assert str(ucf_copy / "CleanAndJerk" / "v_CleanAndJerk_g01_c01") in message  # the frame folders looked for
@@ -448,46 +472,62 @@ def test_ucf_refuses_entries_outside_the_folder(ucf_copy, tmp_path):
     path = edit_list(ucf_copy, "testlist01.txt", lambda text: text + "../secret/v_X_g01_c01.avi\r\n")
     problem = "line 7: entry '../secret/v_X_g01_c01.avi' points outside"
     with pytest.raises(FileFormatError, match=f"{re.escape(str(path))}, {problem}"):
-        ucf_task(ucf_copy).splits
+        _ = ucf_task(ucf_copy).splits
 
 
-@pytest.mark.parametrize("name, change, problem", [
-    ("trainlist01.txt", lambda t: t.replace(" 2\r\n", " 2 extra\r\n", 1), r"line 2: expected '<ClassName>/<video>.avi"),
-    ("trainlist01.txt", lambda t: t.replace(" 2\r\n", " 3\r\n", 1), "line 2: label 3 disagrees with classInd.txt"),
-    ("trainlist01.txt", lambda t: t + "Unknown/v_Unknown_g08_c01.avi\r\n", "class folder 'Unknown' is not in"),
-    ("testlist01.txt", lambda t: t + "ApplyEyeMakeup/v_ApplyEyeMakeup.avi\r\n", "lacks the _gXX_cYY"),
-    ("testlist01.txt", lambda t: t + t.splitlines()[0] + "\r\n", "line 7: entry .* is listed twice"),
-    ("classInd.txt", lambda t: t.replace("2 ApplyEyeMakeup", "two ApplyEyeMakeup"),
-     "line 2: expected '<class id> <ClassName>'"),
-])
+@pytest.mark.parametrize(
+    "name, change, problem",
+    [
+        (
+            "trainlist01.txt",
+            lambda t: t.replace(" 2\r\n", " 2 extra\r\n", 1),
+            r"line 2: expected '<ClassName>/<video>.avi",
+        ),
+        ("trainlist01.txt", lambda t: t.replace(" 2\r\n", " 3\r\n", 1), "line 2: label 3 disagrees with classInd.txt"),
+        ("trainlist01.txt", lambda t: t + "Unknown/v_Unknown_g08_c01.avi\r\n", "class folder 'Unknown' is not in"),
+        ("testlist01.txt", lambda t: t + "ApplyEyeMakeup/v_ApplyEyeMakeup.avi\r\n", "lacks the _gXX_cYY"),
+        ("testlist01.txt", lambda t: t + t.splitlines()[0] + "\r\n", "line 7: entry .* is listed twice"),
+        (
+            "classInd.txt",
+            lambda t: t.replace("2 ApplyEyeMakeup", "two ApplyEyeMakeup"),
+            "line 2: expected '<class id> <ClassName>'",
+        ),
+    ],
+)
 def test_ucf_refuses_malformed_list_lines_naming_file_and_line(ucf_copy, name, change, problem):
     path = edit_list(ucf_copy, name, change)
     pattern = f"{re.escape(str(path))}, {problem}" if problem.startswith("line") else problem
     with pytest.raises(FileFormatError, match=pattern) as error:
-        ucf_task(ucf_copy).splits
+        _ = ucf_task(ucf_copy).splits
     assert str(path) in str(error.value)
 
 
 def test_ucf_refuses_a_classes_count_that_is_not_classInds(ucf):
     task = make_task("action_recognition", {"path": str(ucf["avi"])})  # the default, 101
-    with pytest.raises(FileFormatError, match=r"classInd.txt: lists 3 classes but the task's classes is 101; "
-                                              r"set task.params.classes=3"):
+    with pytest.raises(
+        FileFormatError,
+        match=r"classInd.txt: lists 3 classes but the task's classes is 101; "
+        r"set task.params.classes=3",
+    ):
         task.draw("train", 2, 0, 0)
 
 
-@pytest.mark.parametrize("params, problem", [
-    ({}, "ActionRecognitionConfig.path is required"),
-    ({"path": 3}, "ActionRecognitionConfig.path must be a folder path"),
-    ({"fold": 4}, "ActionRecognitionConfig.fold must be 1, 2 or 3"),
-    ({"fold": 1.0}, "ActionRecognitionConfig.fold must be 1, 2 or 3"),
-    ({"classes": 1}, "ActionRecognitionConfig.classes must be an integer >= 2"),
-    ({"classes": 5000}, "ActionRecognitionConfig.classes must be at most 4,096"),
-    ({"frames": 0}, "ActionRecognitionConfig.frames must be"),
-    ({"stride": 0}, "ActionRecognitionConfig.stride must be"),
-    ({"size": 30}, "ActionRecognitionConfig.patch must divide"),
-    ({"channels": 2}, "ActionRecognitionConfig.channels must be 1"),
-    ({"frames": 4096, "patch": 1}, "ActionRecognitionConfig: frames × \\(size / patch\\)²"),
-])
+@pytest.mark.parametrize(
+    "params, problem",
+    [
+        ({}, "ActionRecognitionConfig.path is required"),
+        ({"path": 3}, "ActionRecognitionConfig.path must be a folder path"),
+        ({"fold": 4}, "ActionRecognitionConfig.fold must be 1, 2 or 3"),
+        ({"fold": 1.0}, "ActionRecognitionConfig.fold must be 1, 2 or 3"),
+        ({"classes": 1}, "ActionRecognitionConfig.classes must be an integer >= 2"),
+        ({"classes": 5000}, "ActionRecognitionConfig.classes must be at most 4,096"),
+        ({"frames": 0}, "ActionRecognitionConfig.frames must be"),
+        ({"stride": 0}, "ActionRecognitionConfig.stride must be"),
+        ({"size": 30}, "ActionRecognitionConfig.patch must divide"),
+        ({"channels": 2}, "ActionRecognitionConfig.channels must be 1"),
+        ({"frames": 4096, "patch": 1}, "ActionRecognitionConfig: frames × \\(size / patch\\)²"),
+    ],
+)
 def test_ucf_config_refuses_bad_fields_by_name(params, problem):
     given = {"path": "/data/UCF-101", **params} if params else {}
     with pytest.raises(ValueError, match=problem):
@@ -570,8 +610,7 @@ def test_cub_splits_are_the_official_test_and_a_held_out_part_of_train(cub):
 
 
 def test_cub_crops_come_from_the_right_images(cub):
-    task = make_task("masked_patches", {"source": "cub", "path": str(cub), "image_size": 16, "patch": 4,
-                                        "channels": 3})
+    task = make_task("masked_patches", {"source": "cub", "path": str(cub), "image_size": 16, "patch": 4, "channels": 3})
     splits = I.cub_split_paths(cub)
     ids = {p.name: int(p.name.split("_")[-2]) for split in splits.values() for p in split}
     for purpose, split in (("train", "train"), ("val", "valid"), ("eval", "test")):
@@ -581,7 +620,7 @@ def test_cub_crops_come_from_the_right_images(cub):
             source, index, top, left = batch.meta["origin"][b].tolist()
             assert source == 2 and top == 0 and 0 <= left <= CUB_W - 16
             image_id = ids[splits[split][index].name]
-            want = cub_image(image_id)[top:top + 16, left:left + 16] / 255.0
+            want = cub_image(image_id)[top : top + 16, left : left + 16] / 255.0
             got = batch.meta["image"][b].numpy()
             assert np.abs(got - want).max() < 8 / 255, (purpose, b)  # JPEG's loss only
             assert abs(got[..., 1].mean() - (10 * image_id + 20) / 255) < 2 / 255  # that image, not a neighbour

@@ -12,15 +12,21 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from test_training import tiny_config
 
 from tensor_memory import load_checkpoint
-from tensor_memory.accelerator import (DeviceError, autocast, check_device_memory, check_precision, grad_scaler,
-                                       rank_device, resolve_device)
+from tensor_memory.accelerator import (
+    DeviceError,
+    autocast,
+    check_device_memory,
+    check_precision,
+    grad_scaler,
+    rank_device,
+    resolve_device,
+)
 from tensor_memory.tasks import make_task
 from tensor_memory.training import evaluate, loop, resolve, train
 from tensor_memory.training.distributed import init_distributed
-
-from test_training import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
@@ -80,7 +86,7 @@ def test_the_process_group_follows_the_device_not_whether_cuda_exists(two_gpus, 
 
 
 def test_a_gpu_without_room_for_the_batch_is_refused_before_anything_is_allocated():
-    gib = 2 ** 30
+    gib = 2**30
 
     def free(device):
         return 3 * gib
@@ -88,7 +94,7 @@ def test_a_gpu_without_room_for_the_batch_is_refused_before_anything_is_allocate
     check_device_memory(2 * gib, torch.device("cuda", 0), "the training config", free)
     with pytest.raises(DeviceError, match=r"needs about 5.00 GiB on cuda:1, which has 3.00 GiB free; lower the batch"):
         check_device_memory(5 * gib, torch.device("cuda", 1), "the training config", free)
-    check_device_memory(10 ** 15, torch.device("cpu"), "x", free)  # the CPU: the budget check's business
+    check_device_memory(10**15, torch.device("cpu"), "x", free)  # the CPU: the budget check's business
 
 
 def test_training_asks_the_gpu_for_room_before_building_the_model(tmp_path, two_gpus, monkeypatch):
@@ -158,20 +164,28 @@ def test_a_precision_the_config_does_not_know_is_refused():
         resolve(tiny_config(precision="half"))
 
 
-@pytest.mark.parametrize("command", [
-    ["train", "--task", "no_harm", "--backbone", "tensor", "--steps", "2", "--device", "cuda"],
-    ["train", "--task", "no_harm", "--backbone", "tensor", "--steps", "2", "--precision", "fp16"],
-    ["eval", "--checkpoint", str(OCCLUSION), "--device", "cuda:1"],
-    ["eval", "--checkpoint", str(OCCLUSION), "--precision", "fp16"],
-    ["trace", "--checkpoint", str(OCCLUSION), "--device", "cuda"],
-    ["audit", "--checkpoint", str(OCCLUSION), "--device", "gpu"],
-    ["app", "--device", "cuda"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--task", "no_harm", "--backbone", "tensor", "--steps", "2", "--device", "cuda"],
+        ["train", "--task", "no_harm", "--backbone", "tensor", "--steps", "2", "--precision", "fp16"],
+        ["eval", "--checkpoint", str(OCCLUSION), "--device", "cuda:1"],
+        ["eval", "--checkpoint", str(OCCLUSION), "--precision", "fp16"],
+        ["trace", "--checkpoint", str(OCCLUSION), "--device", "cuda"],
+        ["audit", "--checkpoint", str(OCCLUSION), "--device", "gpu"],
+        ["app", "--device", "cuda"],
+    ],
+)
 def test_every_command_refuses_a_device_it_cannot_have_in_one_line_and_writes_nothing(tmp_path, command):
     out = tmp_path / "out"
     extra = ["--out", str(out)] if command[0] in ("train", "trace") else []
-    done = subprocess.run([sys.executable, "-m", "tensor_memory_cli", *command, *extra], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "tensor_memory_cli", *command, *extra],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and ("--device" in lines[0] or "--precision" in lines[0]), done.stderr
@@ -190,11 +204,21 @@ def test_a_batch_moves_to_a_device_whole_but_its_viewer_meta():
 def test_the_gpu_benchmark_runs_every_part_at_toy_sizes_on_the_cpu(tmp_path):
     """benchmarks/gpu.py is run once on a lent GPU: here it is checked to run through and write its table."""
     out = tmp_path / "gpu.md"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", "cpu", "--quick", "--out",
-                    str(out)], check=True, capture_output=True, timeout=300, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", "cpu", "--quick", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     text = out.read_text()
-    for title in ("Memory layer forward+backward", "Training step at the shipped language config", "bf16 autocast",
-                  "Streamed through the shipped language model", "evaluated on both"):
+    for title in (
+        "Memory layer forward+backward",
+        "Training step at the shipped language config",
+        "bf16 autocast",
+        "Streamed through the shipped language model",
+        "evaluated on both",
+    ):
         assert title in text
     assert "| toy 4³ |" in text and "| bf16 |" in text and "| 8,192 |" in text
 
@@ -216,6 +240,7 @@ def test_an_fp16_runs_loss_scale_is_resumed_as_it_stood_and_a_tampered_one_refus
     assert fresh.state_dict() == scaler.state_dict() and fresh.get_scale() == 512.0
 
     from safetensors import safe_open
+
     with safe_open(str(path), "pt") as f:
         metadata = f.metadata()
     metadata["grad_scaler"] = json.dumps({**scaler.state_dict(), "scale": -1.0})

@@ -31,7 +31,7 @@ def test_occlusion_distance_counts_frames_since_the_ball_was_last_seen():
         for t in range(task.config.frames):
             last_seen = max(s for s in range(t + 1) if not hidden[s])  # frame 0 and 1 are always visible
             assert distance[b, t * P + P - 1] == t - last_seen
-            assert (distance[b, t * P:t * P + P - 1] == -1).all()  # only the frame's last token is scored
+            assert (distance[b, t * P : t * P + P - 1] == -1).all()  # only the frame's last token is scored
 
 
 def test_map_distance_counts_tokens_since_the_cells_last_glimpse():
@@ -42,8 +42,11 @@ def test_map_distance_counts_tokens_since_the_cells_last_glimpse():
     assert (distance[:, :T] == -1).all()
     for b in range(12):
         for q, (row, col) in enumerate(batch.meta["query_cells"][b].tolist()):
-            glimpses = [t for t, (r, c) in enumerate(batch.meta["obs_positions"][b].tolist())
-                        if r <= row < r + p and c <= col < c + p]
+            glimpses = [
+                t
+                for t, (r, c) in enumerate(batch.meta["obs_positions"][b].tolist())
+                if r <= row < r + p and c <= col < c + p
+            ]
             assert distance[b, T + q] == (T + q - glimpses[-1] if glimpses else -1)
     assert (distance[:, T:] == -1).any() and (distance[:, T:] > 0).any()  # both kinds occur in this batch
 
@@ -83,8 +86,9 @@ def test_binned_counts_add_up_to_the_evaluations_accuracies(occlusion):
     result = distance_evaluation(occlusion, seed=4, batches=2, batch_size=16)
     rows = result["rows"]
     assert [r["from"] for r in rows] == [r["to"] for r in rows] == sorted(counts)
-    assert sum(r["reads_off"] * r["scored"] for r in rows[1:]) / sum(r["scored"] for r in rows[1:]) == \
-        pytest.approx(off["occluded_accuracy"], abs=1e-12)
+    assert sum(r["reads_off"] * r["scored"] for r in rows[1:]) / sum(r["scored"] for r in rows[1:]) == pytest.approx(
+        off["occluded_accuracy"], abs=1e-12
+    )
     assert rows[-1]["accuracy"] > 0.9 > 0.2 > rows[-1]["reads_off"]  # the shipped memory carries the hidden ball
     assert result["unit"] == "frames" and result["tokens_per_unit"] == 16 and result["W"] == 24
 
@@ -96,14 +100,35 @@ def test_bins_are_single_distances_up_to_32_then_sixteen_rows():
 
 
 def test_eval_distance_prints_the_table_and_json(capsys):
-    code = main(["eval", "--checkpoint", str(CHECKPOINTS / "coordinate_binding-base"), "--distance",
-                 "--batches", "1", "--batch-size", "8", "--json"])
+    code = main(
+        [
+            "eval",
+            "--checkpoint",
+            str(CHECKPOINTS / "coordinate_binding-base"),
+            "--distance",
+            "--batches",
+            "1",
+            "--batch-size",
+            "8",
+            "--json",
+        ]
+    )
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["distance"]["unit"] == "tokens"
     assert all("reads_off" not in row for row in result["distance"]["rows"])  # no memory, no control
     assert sum(row["scored"] for row in result["distance"]["rows"]) == 8 * 4
-    code = main(["eval", "--checkpoint", str(CHECKPOINTS / "occlusion-tensor"), "--distance", "--batches", "1",
-                 "--batch-size", "4"])
+    code = main(
+        [
+            "eval",
+            "--checkpoint",
+            str(CHECKPOINTS / "occlusion-tensor"),
+            "--distance",
+            "--batches",
+            "1",
+            "--batch-size",
+            "4",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "distance (frames)" in out and "reads off" in out and "1.5 frames" in out
 
@@ -132,14 +157,42 @@ def test_eval_param_changes_the_task_of_one_evaluation(capsys):
     from tensor_memory.training.evaluation import evaluate_checkpoint
 
     folder = CHECKPOINTS / "coordinate_binding-tensor"
-    code = main(["eval", "--checkpoint", str(folder), "--batches", "1", "--batch-size", "8", "--json",
-                 "--param", "distractors=30"])
+    code = main(
+        [
+            "eval",
+            "--checkpoint",
+            str(folder),
+            "--batches",
+            "1",
+            "--batch-size",
+            "8",
+            "--json",
+            "--param",
+            "distractors=30",
+        ]
+    )
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["params"]["distractors"] == 30
     expected = evaluate_checkpoint(load_checkpoint(folder), 0, 1, 8, task_params={"distractors": 30})["metrics"]
     assert result["metrics"] == expected
-    assert main(["eval", "--checkpoint", str(folder), "--distance", "--batches", "1", "--batch-size", "8", "--json",
-                 "--param", "distractors=30"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(folder),
+                "--distance",
+                "--batches",
+                "1",
+                "--batch-size",
+                "8",
+                "--json",
+                "--param",
+                "distractors=30",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)["distance"]["rows"]
     assert rows[0]["from"] >= 31  # every answer is at least the 30 distractors and one token back
     assert main(["eval", "--checkpoint", str(folder), "--sweep", "--param", "distractors=30"]) == 2

@@ -12,13 +12,12 @@ import torch
 from torch import nn
 
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.storage.checkpoint import load_checkpoint, save_checkpoint
 from tensor_memory.cli import add_eval_parser
-from tensor_memory.training.evaluation import evaluate, evaluate_checkpoint, sweep, sweep_points
 from tensor_memory.memory import MemoryConfig, TensorMemory
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import derive_seed, make_task
+from tensor_memory.storage.checkpoint import load_checkpoint, save_checkpoint
+from tensor_memory.tasks import TaskModel, derive_seed, make_task
 from tensor_memory.tasks.no_harm import NoHarm
+from tensor_memory.training.evaluation import evaluate, evaluate_checkpoint, sweep, sweep_points
 
 PARAMS = {"length": 6, "modulus": 16}
 
@@ -28,8 +27,12 @@ def tiny(kind: str = "tensor", seed: int = 0) -> tuple[TaskModel, dict]:
     backbone = BackboneConfig(kind=kind, dim=8, layers=2, heads=2, mlp_ratio=1, memory=memory)
     torch.manual_seed(seed)
     model = TaskModel(make_task("no_harm", PARAMS), backbone)
-    config = {"schema_version": 2, "task": {"name": "no_harm", "params": dict(PARAMS)},
-              "model": backbone.to_dict(), "training": {}}
+    config = {
+        "schema_version": 2,
+        "task": {"name": "no_harm", "params": dict(PARAMS)},
+        "model": backbone.to_dict(),
+        "training": {},
+    }
     return model, config
 
 
@@ -151,6 +154,7 @@ def test_sweep_includes_extra_sweeps(saved: Path, monkeypatch) -> None:
 # The eval command
 # ---------------------------------------------------------------------------------------
 
+
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser(prog="tensor-memory")
     add_eval_parser(parser.add_subparsers(dest="command", required=True))
@@ -161,14 +165,16 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_cli_json_and_table(saved: Path, capsys) -> None:
-    code, out, _ = run_cli(["eval", "--checkpoint", str(saved), "--batches", "2", "--batch-size", "3", "--json"],
-                           capsys)
+    code, out, _ = run_cli(
+        ["eval", "--checkpoint", str(saved), "--batches", "2", "--batch-size", "3", "--json"], capsys
+    )
     result = json.loads(out)
     assert code == 0 and set(result) == {"task", "backbone", "metrics"}
     assert result["task"] == "no_harm" and result["backbone"] == "tensor"
     assert result["metrics"] == evaluate_checkpoint(load_checkpoint(saved), 0, 2, 3)["metrics"]
-    code, out, _ = run_cli(["eval", "--checkpoint", str(saved), "--batches", "1", "--batch-size", "2", "--json",
-                            "--sweep"], capsys)
+    code, out, _ = run_cli(
+        ["eval", "--checkpoint", str(saved), "--batches", "1", "--batch-size", "2", "--json", "--sweep"], capsys
+    )
     result = json.loads(out)
     assert code == 0 and set(result) == {"task", "backbone", "sweep"}
     assert set(result["sweep"][0]) == {"params", "metrics"}

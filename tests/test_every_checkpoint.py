@@ -10,16 +10,16 @@ import math
 from pathlib import Path
 
 import pytest
+from app_helpers import CHECKPOINTS, start
 
 from analysis import load_trace
 from app.cli import CHECKPOINT_ENV
 from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory_cli import main
 
-from app_helpers import CHECKPOINTS, start
-
-SHIPPED = sorted(folder for folder in CHECKPOINTS.iterdir() if (folder / "config.json").exists()) + \
-    sorted(folder for folder in (CHECKPOINTS / "long_range").iterdir() if (folder / "config.json").exists())
+SHIPPED = sorted(folder for folder in CHECKPOINTS.iterdir() if (folder / "config.json").exists()) + sorted(
+    folder for folder in (CHECKPOINTS / "long_range").iterdir() if (folder / "config.json").exists()
+)
 
 
 def one_line(text: str) -> str:
@@ -28,8 +28,9 @@ def one_line(text: str) -> str:
 
 
 def test_every_checkpoint_folder_is_covered():
-    assert len(SHIPPED) == 31 + 14 and {json.loads((f / "config.json").read_text()).get("kind") == "pretrained_memory"
-                                   for f in SHIPPED} == {True, False}
+    assert len(SHIPPED) == 31 + 14 and {
+        json.loads((f / "config.json").read_text()).get("kind") == "pretrained_memory" for f in SHIPPED
+    } == {True, False}
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda folder: folder.relative_to(CHECKPOINTS).as_posix())
@@ -57,7 +58,8 @@ def test_every_command_works_on_the_checkpoint_or_names_the_ones_that_do(folder:
     code = main(["audit", "--checkpoint", str(folder), "--json"])
     if pretrained:
         assert code == 2 and "`tensor-memory eval` and `tensor-memory trace` apply to it" in one_line(
-            capsys.readouterr().err)
+            capsys.readouterr().err
+        )
     else:
         assert code == 0 and json.loads(capsys.readouterr().out)["verdict"]
 

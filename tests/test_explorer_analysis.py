@@ -17,22 +17,22 @@ import pytest
 
 from analysis import capture, load_trace
 from analysis import figures as F
-from analysis.measures import volumes as V
 from analysis.figures.annotations import annotation_figure, chunk_events, key_chunk
 from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, class_label
 from analysis.figures.export import figure_pngs, figures_html
-from analysis.traces.export import trace_bytes, zip_bytes
-from analysis.traces.finite import nonfinite_fields
 from analysis.figures.frames import png_bytes, volume_frames
-from analysis.measures.interventions import intervene
-from analysis.measures.occlusion import memory_energy
 from analysis.figures.occlusion_views import energy_figure, intervention_figure, survival_figure
-from analysis.traces.predictions import prediction_trace
 from analysis.figures.render import screenshot, volume_plotter
 from analysis.figures.views import explore_figures, slice_index
+from analysis.measures import volumes as V
+from analysis.measures.interventions import intervene
+from analysis.measures.occlusion import memory_energy
 from analysis.measures.volumes import state_series
-from tensor_memory.memory.geometry import nearest_voxel
+from analysis.traces.export import trace_bytes, zip_bytes
+from analysis.traces.finite import nonfinite_fields
+from analysis.traces.predictions import prediction_trace
 from tensor_memory import load_checkpoint
+from tensor_memory.memory.geometry import nearest_voxel
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 
@@ -53,6 +53,7 @@ def binding():
 
 
 # -- volume series ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("field", ["h", "c"])
 def test_state_series_reduces_every_chunk_like_volume_values_with_one_range(trace, field):
@@ -95,6 +96,7 @@ def test_nearest_voxel_rounds_coordinates_onto_the_grid():
 
 
 # -- chunk events and inputs ------------------------------------------------------------------------
+
 
 def test_chunk_events_follow_the_task_metadata(trace, binding):
     events = chunk_events(trace)
@@ -166,6 +168,7 @@ def test_nonfinite_fields_names_layer_field_and_chunks(trace):
 
 # -- the chunk view --------------------------------------------------------------------------------
 
+
 def test_explore_figures_show_the_chunk_of_the_series(trace):
     series = state_series(trace.layer(), "h", "norm")
     k = 7
@@ -196,6 +199,7 @@ def test_energy_and_intervention_figures(occlusion, trace):
 
 # -- renderings and exports ------------------------------------------------------------------------
 
+
 def test_volume_frames_equal_fresh_renderings(trace):
     series = state_series(trace.layer(), "h", "norm")
     before = series.values.copy()
@@ -223,8 +227,10 @@ def test_figures_html_holds_every_figure_and_plotly_once(trace):
     assert page.count("plotly.js v") <= 2  # the library's banner: inlined once
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="PNG export draws in Debian's /usr/bin/chromium, "
-                                                                   "absent here (apt-get install -y chromium)")
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(),
+    reason="PNG export draws in Debian's /usr/bin/chromium, absent here (apt-get install -y chromium)",
+)
 def test_figure_pngs_draw_each_figure(trace):
     pngs = figure_pngs({"timeline": F.timeline_figure(trace, 1)}, scale=1.0)
     from PIL import Image

@@ -16,8 +16,8 @@ import pytest
 
 from analysis import capture
 from analysis import figures as F
-from analysis.measures import volumes as V
 from analysis.figures import render as R
+from analysis.measures import volumes as V
 from analysis.traces.trace import LayerTrace, Trace
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "occlusion-tensor"
@@ -40,20 +40,27 @@ def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def synthetic_layer(chunks: int = 6, channels: int = 3, grid=(4, 5, 6), gates: bool = True,
-                    seed: int = 0) -> LayerTrace:
+def synthetic_layer(
+    chunks: int = 6, channels: int = 3, grid=(4, 5, 6), gates: bool = True, seed: int = 0
+) -> LayerTrace:
     """A LayerTrace of random values with the shapes a capture gives."""
     g = rng(seed)
     volume = lambda: g.standard_normal((chunks, channels, *grid)).astype(np.float16)  # noqa: E731
     gate = lambda: g.uniform(0, 1, (chunks, channels, *grid)).astype(np.float16)  # noqa: E731
-    return LayerTrace(mu_read=g.uniform(-1, 1, (chunks, 3)).astype(np.float32),
-                      read=g.standard_normal((chunks, channels)).astype(np.float32),
-                      mu_write=g.uniform(-1, 1, (chunks, 3)).astype(np.float32),
-                      sigma=g.uniform(0.1, 0.5, chunks).astype(np.float32),
-                      content=g.standard_normal((chunks, channels)).astype(np.float32),
-                      h=volume(), c=volume(), gate_scale=0.12,
-                      gate_i=gate() if gates else None, gate_f=gate() if gates else None,
-                      gate_o=gate() if gates else None, gate_g=volume() if gates else None)
+    return LayerTrace(
+        mu_read=g.uniform(-1, 1, (chunks, 3)).astype(np.float32),
+        read=g.standard_normal((chunks, channels)).astype(np.float32),
+        mu_write=g.uniform(-1, 1, (chunks, 3)).astype(np.float32),
+        sigma=g.uniform(0.1, 0.5, chunks).astype(np.float32),
+        content=g.standard_normal((chunks, channels)).astype(np.float32),
+        h=volume(),
+        c=volume(),
+        gate_scale=0.12,
+        gate_i=gate() if gates else None,
+        gate_f=gate() if gates else None,
+        gate_o=gate() if gates else None,
+        gate_g=volume() if gates else None,
+    )
 
 
 def traces_named(fig, name: str) -> list:
@@ -68,6 +75,7 @@ def current_lines(fig) -> list[float]:
 # ---------------------------------------------------------------------------------------
 # volume_values and pca_basis
 # ---------------------------------------------------------------------------------------
+
 
 def test_volume_values_norm_and_channel_match_numpy(layer):
     volume = layer.h[CURRENT]
@@ -90,7 +98,7 @@ def svd_components(volume: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     samples = samples - samples.mean(axis=0)
     _, singular, vt = np.linalg.svd(samples, full_matrices=False)
     signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
-    return samples, vt * signs[:, None], singular ** 2 / (singular ** 2).sum()
+    return samples, vt * signs[:, None], singular**2 / (singular**2).sum()
 
 
 def test_volume_values_pca_matches_svd_with_the_sign_rule():
@@ -124,6 +132,7 @@ def test_pca_basis_is_shared_across_chunks(layer):
 # Volumes and slices
 # ---------------------------------------------------------------------------------------
 
+
 def test_volume_figure_holds_the_values_at_their_voxels(layer):
     values = V.volume_values(layer.h[CURRENT])
     fig = F.volume_figure(values, title="h")
@@ -142,9 +151,9 @@ def test_volume_figure_point_cloud_marks_the_voxels_that_hold_something():
     fig = F.volume_figure(values, kind="points", value_range=(0, 1))
     (cloud,) = fig.data
     assert cloud.type == "scatter3d" and cloud.mode == "markers"
-    shown = sorted(zip(cloud.z, cloud.y, cloud.x, cloud.customdata))
+    shown = sorted(zip(cloud.z, cloud.y, cloud.x, cloud.customdata, strict=True))
     assert shown == [(1, 2, 3, 1.0), (2, 0, 4, 0.5)]
-    sizes = dict(zip(zip(cloud.z, cloud.y, cloud.x), cloud.marker.size))
+    sizes = dict(zip(zip(cloud.z, cloud.y, cloud.x, strict=True), cloud.marker.size, strict=True))
     assert sizes[(1, 2, 3)] == pytest.approx(12.0) and sizes[(2, 0, 4)] == pytest.approx(7.5)  # 3 + 9 · share
     assert (cloud.marker.cmin, cloud.marker.cmax) == (0, 1)
     scene = fig.layout.scene  # the whole grid whatever is drawn, in its proportions
@@ -153,7 +162,7 @@ def test_volume_figure_point_cloud_marks_the_voxels_that_hold_something():
     signed = np.zeros((3, 4, 5), dtype=np.float32)
     signed[0, 0, 0], signed[1, 1, 1], signed[2, 2, 2] = -2.0, 1.0, 0.2  # a principal component: both signs count
     cloud = F.volume_figure(signed, kind="points", value_range=(-2, 1)).data[0]
-    assert sorted(zip(cloud.z, cloud.y, cloud.x, cloud.customdata)) == [(0, 0, 0, -2.0), (1, 1, 1, 1.0)]
+    assert sorted(zip(cloud.z, cloud.y, cloud.x, cloud.customdata, strict=True)) == [(0, 0, 0, -2.0), (1, 1, 1, 1.0)]
     empty = F.volume_figure(np.zeros((2, 2, 2), dtype=np.float32), kind="points", value_range=(0, 1))
     assert len(empty.data[0].x) == 0  # nothing held: nothing drawn, the axes still there
 
@@ -206,6 +215,7 @@ def test_slices_figure_shows_the_three_planes_on_one_scale():
 # Addressing
 # ---------------------------------------------------------------------------------------
 
+
 def ellipsoid_centre_and_radii(mesh) -> tuple[np.ndarray, np.ndarray]:
     points = np.stack([np.asarray(mesh.x), np.asarray(mesh.y), np.asarray(mesh.z)], axis=1)
     return points.mean(axis=0), (points.max(axis=0) - points.min(axis=0)) / 2
@@ -221,7 +231,7 @@ def test_trajectory_figure_paths_and_footprint(source, request):
     D, H, W = layer.grid
     for name, mu in (("read", layer.mu_read), ("write", layer.mu_write)):
         (path,) = traces_named(fig, name)
-        expected = (mu[:upto + 1].astype(np.float64) + 1) * (np.array([W, H, D]) - 1) / 2
+        expected = (mu[: upto + 1].astype(np.float64) + 1) * (np.array([W, H, D]) - 1) / 2
         np.testing.assert_allclose(np.stack([path.x, path.y, path.z], axis=1), expected, atol=1e-6)
         recency = np.asarray(path.marker.color)
         assert recency[-1] == 1.0 and np.all(np.diff(recency) >= 0) and recency[0] < recency[-1]
@@ -252,8 +262,12 @@ def test_sigma_figure_in_voxel_spacings(layer):
 
 def test_gates_figure_means_and_gate_scale(layer):
     fig = F.gates_figure(layer, CURRENT)
-    for name, volume in (("i (input)", layer.gate_i), ("f (forget)", layer.gate_f), ("o (output)", layer.gate_o),
-                         ("|g| (candidate)", np.abs(layer.gate_g))):
+    for name, volume in (
+        ("i (input)", layer.gate_i),
+        ("f (forget)", layer.gate_f),
+        ("o (output)", layer.gate_o),
+        ("|g| (candidate)", np.abs(layer.gate_g)),
+    ):
         (line,) = traces_named(fig, name)
         np.testing.assert_allclose(np.asarray(line.y), volume.astype(np.float64).mean(axis=(1, 2, 3, 4)), rtol=1e-4)
     (scale,) = traces_named(fig, "σ(γ) read gate")
@@ -267,6 +281,7 @@ def test_gates_figure_means_and_gate_scale(layer):
 # ---------------------------------------------------------------------------------------
 # Predictions and occlusion
 # ---------------------------------------------------------------------------------------
+
 
 def test_timeline_figure_on_the_occlusion_trace(trace):
     fig = F.timeline_figure(trace, CURRENT)
@@ -287,8 +302,12 @@ def test_timeline_figure_on_the_occlusion_trace(trace):
 def test_timeline_figure_leaves_unscored_chunks_as_gaps():
     probs = np.full((4, 3), 1 / 3)
     probs[0] = [0.7, 0.2, 0.1]
-    chunks = dict(prediction=np.array([0, 1, 2, 0]), target=np.array([0, -1, 1, 0]),
-                  scored=np.array([True, False, True, True]), probs=probs)
+    chunks = dict(
+        prediction=np.array([0, 1, 2, 0]),
+        target=np.array([0, -1, 1, 0]),
+        scored=np.array([True, False, True, True]),
+        probs=probs,
+    )
     trace = Trace(info={"task": "toy"}, layers={}, chunks=chunks, meta={})
     fig = F.timeline_figure(trace, 3)
     y = np.asarray(traces_named(fig, "p(target)")[0].y, dtype=float)
@@ -306,7 +325,7 @@ def test_belief_figure_heatmaps_and_truth(trace):
     heatmaps = [d for d in fig.data if d.type == "heatmap"]
     truths = traces_named(fig, "truth")
     assert len(heatmaps) == len(truths) == len(probs)
-    for t, (heatmap, truth) in enumerate(zip(heatmaps, truths)):
+    for t, (heatmap, truth) in enumerate(zip(heatmaps, truths, strict=True)):
         np.testing.assert_array_equal(np.asarray(heatmap.z), probs[t].reshape(16, 16))
         assert (truth.x[0], truth.y[0]) == (positions[t, 1], positions[t, 0])
     titles = [a.text for a in fig.layout.annotations]
@@ -334,13 +353,19 @@ def test_frame_figure_outlines_truth_and_prediction():
 # All figures: layout, purity, determinism
 # ---------------------------------------------------------------------------------------
 
+
 def build_all(trace: Trace, layer: LayerTrace) -> list:
     values = V.volume_values(layer.h[CURRENT])
-    return [F.volume_figure(values), F.slices_figure(values), F.trajectory_figure(layer, CURRENT),
-            F.sigma_figure(layer.sigma, CURRENT, layer.grid), F.gates_figure(layer, CURRENT),
-            F.timeline_figure(trace, CURRENT),
-            F.belief_figure(trace.chunks["probs"], trace.meta["positions"], trace.meta["occluded"]),
-            F.frame_figure(trace.meta["frames"][0], tuple(trace.meta["positions"][0]), (0, 0))]
+    return [
+        F.volume_figure(values),
+        F.slices_figure(values),
+        F.trajectory_figure(layer, CURRENT),
+        F.sigma_figure(layer.sigma, CURRENT, layer.grid),
+        F.gates_figure(layer, CURRENT),
+        F.timeline_figure(trace, CURRENT),
+        F.belief_figure(trace.chunks["probs"], trace.meta["positions"], trace.meta["occluded"]),
+        F.frame_figure(trace.meta["frames"][0], tuple(trace.meta["positions"][0]), (0, 0)),
+    ]
 
 
 def test_figures_are_pure_deterministic_and_compact(trace, layer):
@@ -349,7 +374,7 @@ def test_figures_are_pure_deterministic_and_compact(trace, layer):
     for name, array in trace.arrays().items():
         np.testing.assert_array_equal(array, before[name], err_msg=f"{name} was modified")
     second = build_all(trace, layer)
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert a.to_json() == b.to_json()
         assert a.layout.margin.l <= 20 and a.layout.margin.t <= 60
         assert a.layout.template.layout.paper_bgcolor == "white"
@@ -359,6 +384,7 @@ def test_figures_are_pure_deterministic_and_compact(trace, layer):
 # ---------------------------------------------------------------------------------------
 # PyVista off-screen rendering
 # ---------------------------------------------------------------------------------------
+
 
 def corner_volume(z: int, y: int, x: int, shape=(3, 4, 5)) -> np.ndarray:
     values = np.zeros(shape, dtype=np.float32)

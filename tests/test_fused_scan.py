@@ -27,9 +27,14 @@ def scan_inputs(K=4, B=3, C=5, grid=(3, 4, 5), offset=False, seed=0):
         return (torch.randn(*shape, generator=g) * scale).requires_grad_()
 
     D, H, W = grid
-    return ([draw(K, B, n, C, scale=0.7) for n in grid] + [draw(B, D, H, W, C), draw(B, D, H, W, C),
-            draw(3, C, 3), draw(4 * C, 2 * C), draw(4 * C, scale=0.2), draw(D, H, W, 2 * C, scale=0.3) if offset
-            else None])
+    return [draw(K, B, n, C, scale=0.7) for n in grid] + [
+        draw(B, D, H, W, C),
+        draw(B, D, H, W, C),
+        draw(3, C, 3),
+        draw(4 * C, 2 * C),
+        draw(4 * C, scale=0.2),
+        draw(D, H, W, 2 * C, scale=0.3) if offset else None,
+    ]
 
 
 def run_scan(inputs, switch, monkeypatch, outputs=("hs", "cs"), seed=1):
@@ -37,15 +42,16 @@ def run_scan(inputs, switch, monkeypatch, outputs=("hs", "cs"), seed=1):
     monkeypatch.setenv(fused_scan.SWITCH, switch)
     hs, cs = convlstm_scan(inputs[:3], *inputs[3:8], offset=inputs[8])
     g = torch.Generator().manual_seed(seed)
-    loss = sum((out * torch.randn(out.shape, generator=g)).sum() for name, out in (("hs", hs), ("cs", cs))
-               if name in outputs)
+    loss = sum(
+        (out * torch.randn(out.shape, generator=g)).sum() for name, out in (("hs", hs), ("cs", cs)) if name in outputs
+    )
     grads = torch.autograd.grad(loss, [t for t in inputs if t is not None])
     return [hs.detach(), cs.detach(), *grads]
 
 
 def assert_agree(ours, theirs, names):
     """Each within 1e-5 of its own scale (at least 1), as benchmarks/memory_step.py holds the layer."""
-    for name, a, b in zip(names, ours, theirs):
+    for name, a, b in zip(names[: len(ours)], ours, theirs, strict=True):  # names of the inputs that took part
         difference = (a - b).abs().max().item()
         assert difference < 1e-5 * max(1.0, b.abs().max().item()), f"{name} differs by {difference:.2e}"
 
@@ -54,13 +60,16 @@ NAMES = ["hs", "cs", "fz", "fy", "fxc", "h0", "c0", "taps", "mix", "bias", "offs
 
 
 @needs_fused
-@pytest.mark.parametrize("K, B, C, grid, offset, outputs", [
-    (4, 3, 5, (3, 4, 5), False, ("hs", "cs")),
-    (1, 2, 16, (6, 6, 6), True, ("hs", "cs")),  # one chunk, the toy size's channels
-    (6, 2, 8, (5, 2, 7), True, ("hs",)),  # cs unused: its gradient never arrives
-    (3, 4, 3, (2, 6, 3), False, ("cs",)),  # hs unused
-    (2, 1, 32, (4, 4, 8), True, ("hs", "cs")),
-])
+@pytest.mark.parametrize(
+    "K, B, C, grid, offset, outputs",
+    [
+        (4, 3, 5, (3, 4, 5), False, ("hs", "cs")),
+        (1, 2, 16, (6, 6, 6), True, ("hs", "cs")),  # one chunk, the toy size's channels
+        (6, 2, 8, (5, 2, 7), True, ("hs",)),  # cs unused: its gradient never arrives
+        (3, 4, 3, (2, 6, 3), False, ("cs",)),  # hs unused
+        (2, 1, 32, (4, 4, 8), True, ("hs", "cs")),
+    ],
+)
 def test_fused_scan_equals_the_pytorch_scan(K, B, C, grid, offset, outputs, monkeypatch):
     inputs = scan_inputs(K, B, C, grid, offset, seed=K + B)
     fused = run_scan(inputs, "1", monkeypatch, outputs)
@@ -92,11 +101,15 @@ def layer_run(layer, x, weights):
 
 
 @needs_fused
-@pytest.mark.parametrize("chunk_size, grid, depthwise_bias", [(1, (6, 6, 6), False), (4, (4, 5, 3), True),
-                                                              (3, (2, 7, 4), False)])
+@pytest.mark.parametrize(
+    "chunk_size, grid, depthwise_bias", [(1, (6, 6, 6), False), (4, (4, 5, 3), True), (3, (2, 7, 4), False)]
+)
 def test_the_layer_is_the_same_with_either_scan(chunk_size, grid, depthwise_bias, monkeypatch):
-    layer = perturbed_layer(MemoryConfig(token_dim=24, channels=8, grid=grid, chunk_size=chunk_size,
-                                         public_code={"depthwise_bias": depthwise_bias}))
+    layer = perturbed_layer(
+        MemoryConfig(
+            token_dim=24, channels=8, grid=grid, chunk_size=chunk_size, public_code={"depthwise_bias": depthwise_bias}
+        )
+    )
     x, weights = torch.randn(3, 12, 24), torch.randn(3, 12, 24)
     monkeypatch.setenv(fused_scan.SWITCH, "1")
     fused = layer_run(layer, x, weights)
@@ -160,8 +173,13 @@ def test_build_command_reports_and_never_fails(monkeypatch, capsys):
 def scan_before_autocast(tmp_path):
     """update.py's convlstm_scan as it was before this change, from git history."""
     try:
-        source = subprocess.run(["git", "show", f"{BEFORE_AUTOCAST}:tensor_memory/memory/update.py"], cwd=ROOT,
-                                check=True, capture_output=True, text=True).stdout
+        source = subprocess.run(
+            ["git", "show", f"{BEFORE_AUTOCAST}:tensor_memory/memory/update.py"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip(f"needs the git history ({BEFORE_AUTOCAST})")
     path = tmp_path / "update_before.py"
@@ -181,7 +199,7 @@ def test_without_autocast_the_pytorch_scan_is_bit_identical_to_before(offset, tm
     g = torch.Generator().manual_seed(1)
     loss = sum((out * torch.randn(out.shape, generator=g)).sum() for out in (hs, cs))
     theirs = [hs.detach(), cs.detach(), *torch.autograd.grad(loss, [t for t in inputs if t is not None])]
-    for name, a, b in zip(NAMES, ours, theirs):
+    for name, a, b in zip(NAMES[: len(ours)], ours, theirs, strict=True):
         assert torch.equal(a, b), name
 
 
@@ -207,7 +225,7 @@ def test_under_autocast_the_mix_runs_in_bf16_and_the_state_in_float32(switch, mo
         hs, cs = convlstm_scan(inputs[:3], *inputs[3:8])
     assert hs.dtype == cs.dtype == torch.float32
     bf16, f32 = by_hand(inputs, torch.bfloat16), by_hand(inputs, torch.float32)
-    for ours, low, full in zip((hs[0], cs[0]), bf16, f32):
+    for ours, low, full in zip((hs[0], cs[0]), bf16, f32, strict=True):
         # Rounding x differently in its last float32 bit can move a bf16 operand by one step now and then,
         # so "the bf16 computation" is: nearly every value equal to it to float32 rounding, few to float32's.
         assert ((ours - low).abs() <= 1e-5).float().mean() > 0.99
@@ -230,9 +248,9 @@ def test_the_layer_under_bf16_autocast_stays_near_float32(monkeypatch):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = layer_run(layer, x, weights)
         assert low[0].dtype == low[1].dtype == low[2].dtype == torch.float32  # y, h, c
-        for name, a, b, bound in zip(("y", "h", "c"), low, full, (0.002, 0.03, 0.06)):
+        for name, a, b, bound in zip(("y", "h", "c"), low[:3], full[:3], (0.002, 0.03, 0.06), strict=True):
             assert (a - b).abs().max() < bound, name
-        grads = {name: (a, b) for (name, _), a, b in zip(layer.named_parameters(), low[3:], full[3:])}
+        grads = {name: (a, b) for (name, _), a, b in zip(layer.named_parameters(), low[3:], full[3:], strict=True)}
         for name in ("depthwise", "mix.weight", "mix.bias", "content.weight"):
             a, b = grads[name]
             assert (a - b).abs().max() < 0.04 * b.abs().max(), name

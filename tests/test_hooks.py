@@ -161,8 +161,19 @@ def test_a_trace_is_identical_to_the_one_captured_before_hooks_existed():
     after = capture(ROOT / "checkpoints/occlusion-tensor", seed=7, index=0, gates=True, progress=False)
     assert set(before.layers) == set(after.layers)
     for name, lay in before.layers.items():
-        for field in ("mu_read", "read", "mu_write", "sigma", "content", "h", "c",
-                      "gate_i", "gate_f", "gate_o", "gate_g"):
+        for field in (
+            "mu_read",
+            "read",
+            "mu_write",
+            "sigma",
+            "content",
+            "h",
+            "c",
+            "gate_i",
+            "gate_f",
+            "gate_o",
+            "gate_g",
+        ):
             a, b = np.asarray(getattr(lay, field)), np.asarray(getattr(after.layers[name], field))
             ulp = 2e-3 if a.dtype == np.float16 else 1e-5  # one float16 step, or float32 rounding
             assert a.shape == b.shape and a.dtype == b.dtype, (name, field)
@@ -181,8 +192,9 @@ def test_memory_layers_are_found_by_type_wherever_they_sit():
     from tensor_memory import attach_memory, memory_layers
 
     torch.manual_seed(0)
-    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2,
-                                          enable_nested_tensor=False)
+    encoder = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2, enable_nested_tensor=False
+    )
     attach_memory(encoder, MemoryConfig(token_dim=16, channels=2, grid=(2, 2, 2)), layers=[1])
     found = memory_layers(encoder)
     assert list(found) == ["layers.1.memory"] and isinstance(found["layers.1.memory"], TensorMemory)

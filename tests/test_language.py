@@ -9,14 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tensor_memory.tasks.data import corpus as C
 from tensor_memory import load_checkpoint, save_checkpoint
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.storage.checkpoint import CheckpointError
-from tensor_memory.training.evaluation import evaluate
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import make_task
+from tensor_memory.tasks import TaskModel, make_task
+from tensor_memory.tasks.data import corpus as C
 from tensor_memory.tasks.language_modelling import TOKENIZER_FILE
+from tensor_memory.training.evaluation import evaluate
 
 SMALL = {"seq_len": 32, "vocab_size": 4096, "chunk": 8}
 
@@ -29,8 +28,9 @@ def task():
 def tiny_model(task, kind="base"):
     torch.manual_seed(0)
     memory = {"token_dim": 16, "channels": 2, "grid": [2, 2, 2], "chunk_size": task.chunk_size}
-    return TaskModel(task, BackboneConfig(kind=kind, dim=16, layers=1, heads=2,
-                                          memory=memory if kind == "tensor" else None)).eval()
+    return TaskModel(
+        task, BackboneConfig(kind=kind, dim=16, layers=1, heads=2, memory=memory if kind == "tensor" else None)
+    ).eval()
 
 
 def test_shipped_splits_are_separate_documents():
@@ -53,11 +53,11 @@ def test_samples_predict_the_next_token_and_splits_differ(task):
     assert torch.equal(batch.inputs["tokens"][:, 1:], batch.targets[:, :-1])
     assert batch.mask.all() and batch.targets.shape == (4, 32)
     stream = task.stream("train")
-    for row, start in zip(batch.inputs["tokens"], batch.meta["start"]):
-        assert torch.equal(row, stream[start:start + 32])
+    for row, start in zip(batch.inputs["tokens"], batch.meta["start"], strict=True):
+        assert torch.equal(row, stream[start : start + 32])
     val = task.draw("val", 4, 1, 0)
     valid = task.stream("valid")
-    assert torch.equal(val.inputs["tokens"][0], valid[val.meta["start"][0]:val.meta["start"][0] + 32])
+    assert torch.equal(val.inputs["tokens"][0], valid[val.meta["start"][0] : val.meta["start"][0] + 32])
 
 
 def test_evaluation_walks_the_test_split_once(task):
@@ -66,7 +66,7 @@ def test_evaluation_walks_the_test_split_once(task):
     assert task.split_batches("eval", 500) == math.ceil(windows / 500)
     rows = torch.cat([task.draw("eval", 500, 0, i).inputs["tokens"] for i in range(task.split_batches("eval", 500))])
     assert rows.shape[0] == windows
-    assert torch.equal(rows.reshape(-1), stream[:windows * 32])  # every test token once, in order
+    assert torch.equal(rows.reshape(-1), stream[: windows * 32])  # every test token once, in order
     assert torch.equal(task.draw("eval", 8, 0, 1).inputs["tokens"], task.draw("eval", 8, 5, 1).inputs["tokens"])
     with pytest.raises(ValueError, match="past the end of the test split"):
         task.draw("eval", 500, 0, task.split_batches("eval", 500))
@@ -101,10 +101,12 @@ def wikitext(tmp_path, lines=("= Title =", "the cat sat on the mat", "", "a <unk
 def test_wikitext_is_word_level_with_eos_at_line_ends(tmp_path):
     folder = wikitext(tmp_path)
     with pytest.raises(ValueError, match="vocab_size=11"):  # says the number to set
-        make_task("language_modelling", {"corpus": "wikitext", "path": str(folder), "seq_len": 4,
-                                         "chunk": 2}).tokenizer_text
-    task = make_task("language_modelling", {"corpus": "wikitext", "path": str(folder), "seq_len": 4,
-                                            "vocab_size": 11, "chunk": 2})
+        _ = make_task(
+            "language_modelling", {"corpus": "wikitext", "path": str(folder), "seq_len": 4, "chunk": 2}
+        ).tokenizer_text
+    task = make_task(
+        "language_modelling", {"corpus": "wikitext", "path": str(folder), "seq_len": 4, "vocab_size": 11, "chunk": 2}
+    )
     words = task.decode(task.stream("train"))
     expected = "= Title = <eos> the cat sat on the mat <eos> <eos> a <unk> dog <eos>".split()
     assert words == expected
@@ -115,7 +117,7 @@ def test_wikitext_folder_errors(tmp_path):
         make_task("language_modelling", {"corpus": "wikitext"})
     task = make_task("language_modelling", {"corpus": "wikitext", "path": str(tmp_path / "none"), "vocab_size": 300})
     with pytest.raises(ValueError, match="wiki.train.tokens"):
-        task.tokenizer_text
+        _ = task.tokenizer_text
 
 
 def test_checkpoint_keeps_its_tokenizer(task, tmp_path):
@@ -140,8 +142,12 @@ def test_checkpoint_keeps_its_tokenizer(task, tmp_path):
 
 
 def test_config_refuses_bad_values():
-    for params, message in (({"corpus": "books"}, "corpus must be one of"), ({"seq_len": 1}, "seq_len"),
-                            ({"vocab_size": 100}, "vocab_size"), ({"chunk": 0}, "chunk")):
+    for params, message in (
+        ({"corpus": "books"}, "corpus must be one of"),
+        ({"seq_len": 1}, "seq_len"),
+        ({"vocab_size": 100}, "vocab_size"),
+        ({"chunk": 0}, "chunk"),
+    ):
         with pytest.raises(ValueError, match=message):
             make_task("language_modelling", params)
     assert json.loads(json.dumps(make_task("language_modelling").config.to_dict()))["corpus"] == "python-docs"

@@ -39,7 +39,7 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parent + ([node.module] if node.module else []))
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
@@ -63,8 +63,10 @@ def modules(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str
 def import_cycles(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> tuple[int, list[list[str]]]:
     """(modules, the groups of modules that import each other, however far round): Tarjan's components."""
     known = modules(root, packages)
-    graph = {name: {target for target in imports(path, root) if target in known and target != name}
-             for name, path in known.items()}
+    graph = {
+        name: {target for target in imports(path, root) if target in known and target != name}
+        for name, path in known.items()
+    }
     cycles: list[list[str]] = []
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -80,8 +82,8 @@ def import_cycles(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> tu
             elif target in stack:
                 low[node] = min(low[node], index[target])
         if low[node] == index[node]:
-            component = stack[stack.index(node):]
-            del stack[stack.index(node):]
+            component = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
             if len(component) > 1:
                 cycles.append(sorted(component))
 
@@ -93,14 +95,16 @@ def import_cycles(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> tu
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_no_module_imports_a_layer_above_it(package):
-    offenders = {str(path.relative_to(ROOT)): sorted(imported_roots(path) & FORBIDDEN[package])
-                 for path in sorted((ROOT / package).rglob("*.py"))}
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(imported_roots(path) & FORBIDDEN[package])
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
     assert not {k: v for k, v in offenders.items() if v}
 
 
 @pytest.mark.parametrize("part", ANALYSIS_PARTS)
 def test_analysis_flows_from_traces_to_measures_to_figures(part):
-    above = {f"analysis.{later}" for later in ANALYSIS_PARTS[ANALYSIS_PARTS.index(part) + 1:]}
+    above = {f"analysis.{later}" for later in ANALYSIS_PARTS[ANALYSIS_PARTS.index(part) + 1 :]}
     drawing = set() if part == "figures" else DRAWING
     offenders = {}
     for path in sorted((ROOT / "analysis" / part).rglob("*.py")):
@@ -125,10 +129,12 @@ def test_no_import_cycle_in_the_packages():
 
 @pytest.mark.parametrize("package", ["tensor_memory", "analysis"])
 def test_importing_a_package_loads_nothing_above_it(package):
-    code = (f"import sys, {package}, {package}.cli; "
-            f"print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))")
-    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                                cwd=ROOT).stdout.split())
+    code = f"import sys, {package}, {package}.cli; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT
+        ).stdout.split()
+    )
     assert package in loaded  # the check ran
     assert not loaded & FORBIDDEN[package]
 
@@ -144,7 +150,12 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
 
 def test_the_cycle_check_finds_a_cycle_through_an_import_inside_a_function(tmp_path):
     (tmp_path / "pkg").mkdir()
-    for name, text in {"__init__.py": "", "a.py": "from pkg import b\n", "b.py": "def f():\n    from . import c\n",
-                       "c.py": "from .a import g\n", "d.py": "from . import a\n"}.items():
+    for name, text in {
+        "__init__.py": "",
+        "a.py": "from pkg import b\n",
+        "b.py": "def f():\n    from . import c\n",
+        "c.py": "from .a import g\n",
+        "d.py": "from . import a\n",
+    }.items():
         (tmp_path / "pkg" / name).write_text(text)
     assert import_cycles(tmp_path, ("pkg",)) == (5, [["pkg.a", "pkg.b", "pkg.c"]])

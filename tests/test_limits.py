@@ -18,9 +18,9 @@ from safetensors.torch import save_file
 from tensor_memory import BackboneConfig, MemoryConfig, load_checkpoint
 from tensor_memory import limits as L
 from tensor_memory.backbone import check_budget, estimated_bytes
+from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.storage.checkpoint import RECORD_KEY, CheckpointError, migrate_checkpoint, trained_record
 from tensor_memory.storage.user_files import read_safetensors
-from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 from tensor_memory.tasks import make_task
 from tensor_memory.training import TrainConfig
 
@@ -51,14 +51,17 @@ def refused(directory: Path) -> str:
     return message
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda c: c["model"].update(layers=1_000_000), "BackboneConfig.layers must be at most 64"),
-    (lambda c: c["model"]["memory"].update(grid=[10000] * 3), "MemoryConfig.grid[D] must be at most 256"),
-    (lambda c: c["model"]["memory"].update(grid=[2 ** 40] * 3), "MemoryConfig.grid[D] must be at most 256"),
-    (lambda c: c["model"]["memory"].update(channels=1_000_000_000), "MemoryConfig.channels must be at most"),
-    (lambda c: c["task"]["params"].update(length=10 ** 9), "NoHarmConfig.length must be at most"),
-    (lambda c: c["model"].update(dim=1 << 20), "BackboneConfig.dim must be at most"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda c: c["model"].update(layers=1_000_000), "BackboneConfig.layers must be at most 64"),
+        (lambda c: c["model"]["memory"].update(grid=[10000] * 3), "MemoryConfig.grid[D] must be at most 256"),
+        (lambda c: c["model"]["memory"].update(grid=[2**40] * 3), "MemoryConfig.grid[D] must be at most 256"),
+        (lambda c: c["model"]["memory"].update(channels=1_000_000_000), "MemoryConfig.channels must be at most"),
+        (lambda c: c["task"]["params"].update(length=10**9), "NoHarmConfig.length must be at most"),
+        (lambda c: c["model"].update(dim=1 << 20), "BackboneConfig.dim must be at most"),
+    ],
+)
 def test_hostile_sizes_in_config_json_are_refused_naming_the_field(tmp_path, edit, field):
     assert field in refused(edited(copy(tmp_path), edit))
 
@@ -99,6 +102,7 @@ def test_a_model_over_the_memory_budget_is_refused_before_it_is_built(tmp_path):
     def big(c):
         c["model"].update(layers=64, memory_layers=None)
         c["model"]["memory"].update(channels=128, grid=[64, 64, 64])
+
     directory = edited(copy(tmp_path), big)
     weights = directory / "model.safetensors"  # a hostile pair: the weights' record claims the same model
     with safe_open(str(weights), framework="pt") as handle:

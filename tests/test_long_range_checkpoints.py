@@ -40,7 +40,7 @@ def test_a_long_range_checkpoint_re_measures_to_its_record(folder):
         return
     result = distance_evaluation(ckpt, CHECK["seed"], CHECK["batches"], CHECK["batch_size"], progress=False)
     assert [row["scored"] for row in result["rows"]] == [row["scored"] for row in recorded["rows"]]
-    for ours, theirs in zip(result["rows"], recorded["rows"]):
+    for ours, theirs in zip(result["rows"], recorded["rows"], strict=True):
         for run in ("accuracy", "reads_off"):
             if run in theirs:
                 assert ours[run] == pytest.approx(theirs[run], abs=2e-3), (ours["from"], run)
@@ -48,8 +48,9 @@ def test_a_long_range_checkpoint_re_measures_to_its_record(folder):
 
 @pytest.mark.parametrize("task", ["occlusion", "map_building", "coordinate_binding", "language_modelling"])
 def test_the_local_baseline_holds_about_as_many_numbers_as_the_memory(task):
-    budgets = {kind: RECORD["runs"][f"{task}-{kind}"]["state_budget"]["total_state_numbers"]
-               for kind in ("tensor", "local")}
+    budgets = {
+        kind: RECORD["runs"][f"{task}-{kind}"]["state_budget"]["total_state_numbers"] for kind in ("tensor", "local")
+    }
     assert abs(budgets["local"] - budgets["tensor"]) <= 0.1 * budgets["tensor"]
     if task != "language_modelling":  # XL's cached segment holds as many numbers as local's window
         assert RECORD["runs"][f"{task}-xl"]["state_numbers"] == RECORD["runs"][f"{task}-local"]["state_numbers"]

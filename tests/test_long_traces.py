@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from app_helpers import CHECKPOINTS, chart, counter, ok, payload, report, start
 
 from analysis import capture, load_trace
 from analysis.figures.annotations import annotation_figure
@@ -17,14 +18,12 @@ from analysis.figures.views import explore_figures
 from analysis.measures.overview import chunk_overview
 from analysis.measures.volumes import state_series
 from analysis.traces import capture as capture_module
+from app.cli import TRACE_ENV
 from app.paging import STEPPING_WINDOW, stepping_span
 from app.views.explore import explore_payload
 from app.views.occlusion import occlusion_payload
-from app.cli import TRACE_ENV
 from tensor_memory import load_checkpoint
 from tensor_memory.memory.geometry import in_voxels
-
-from app_helpers import CHECKPOINTS, chart, counter, ok, payload, report, start
 
 FRAMES = 150  # chunks of the long occlusion sample: three capture segments, three stepping pages
 
@@ -43,8 +42,12 @@ def test_a_capture_in_segments_gives_the_arrays_of_one_pass(long_trace, monkeypa
         for field in ("mu_read", "mu_write", "sigma", "read"):
             np.testing.assert_allclose(getattr(ours, field), getattr(theirs, field), atol=2e-5, rtol=0)
         for field in ("h", "c", "gate_f"):  # float16 volumes: equal up to the last bit of rounding
-            np.testing.assert_allclose(np.asarray(getattr(ours, field), dtype=np.float32),
-                                       np.asarray(getattr(theirs, field), dtype=np.float32), atol=2e-3, rtol=1e-3)
+            np.testing.assert_allclose(
+                np.asarray(getattr(ours, field), dtype=np.float32),
+                np.asarray(getattr(theirs, field), dtype=np.float32),
+                atol=2e-3,
+                rtol=1e-3,
+            )
     assert np.array_equal(long_trace.chunks["prediction"], whole.chunks["prediction"])
     np.testing.assert_allclose(long_trace.chunks["probs"], whole.chunks["probs"], atol=1e-5)
 
@@ -60,8 +63,9 @@ def test_a_language_models_trace_carries_its_text_and_each_positions_prediction(
     target = batch.targets[0]
     assert np.array_equal(trace.per_token["target"], target.numpy())
     assert np.array_equal(trace.per_token["prediction"], probs.argmax(-1).numpy())
-    np.testing.assert_allclose(trace.per_token["p_target"], probs[torch.arange(128), target].numpy(), rtol=1e-4,
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        trace.per_token["p_target"], probs[torch.arange(128), target].numpy(), rtol=1e-4, atol=1e-7
+    )
 
 
 def test_the_overview_measures_every_chunk_as_defined(long_trace):
@@ -69,7 +73,7 @@ def test_the_overview_measures_every_chunk_as_defined(long_trace):
     lay = long_trace.layer(name)
     overview = chunk_overview(long_trace, name)
     h = np.asarray(lay.h, dtype=np.float64)
-    np.testing.assert_allclose(overview["energy"], (h ** 2).sum(axis=(1, 2, 3, 4)), rtol=1e-9)
+    np.testing.assert_allclose(overview["energy"], (h**2).sum(axis=(1, 2, 3, 4)), rtol=1e-9)
     writes, reads = in_voxels(lay.mu_write, lay.grid), in_voxels(lay.mu_read, lay.grid)
     assert np.isnan(overview["write_step_voxels"][0]) and np.isnan(overview["read_to_write_voxels"][0])
     np.testing.assert_allclose(overview["write_step_voxels"][7], np.linalg.norm(writes[7] - writes[6]))
@@ -86,8 +90,8 @@ def test_a_long_overview_is_drawn_as_bin_means():
     x, y = binned(values, 1000)
     assert len(x) == len(y) == 1000
     edges = np.linspace(0, 2500, 1001).round().astype(int)
-    assert y[3] == values[edges[3]:edges[4]].mean() and x[3] == (edges[3] + edges[4] - 1) / 2
-    assert y[4] == pytest.approx(np.nanmean(values[edges[4]:edges[5]]))
+    assert y[3] == values[edges[3] : edges[4]].mean() and x[3] == (edges[3] + edges[4] - 1) / 2
+    assert y[4] == pytest.approx(np.nanmean(values[edges[4] : edges[5]]))
     fig = overview_figure({"p_target": values / 2500, "energy": values}, 2000, (1984, 2047 - 48))
     assert len(fig.data) == 2 and all(len(trace.x) == 1000 for trace in fig.data)
     assert "each point the mean of 2.5 chunks" in fig.layout.title.text
@@ -165,4 +169,6 @@ def test_the_text_view_reads_a_long_language_model_trace_chunk_by_chunk(tmp_path
     shown = load_trace(path)
     rows = at.dataframe[0].value
     assert list(rows["token"]) == shown.tokens[1248:1264]
-    assert list(rows["p(target)"]) == pytest.approx([round(float(p), 4) for p in shown.per_token["p_target"][1248:1264]])
+    assert list(rows["p(target)"]) == pytest.approx(
+        [round(float(p), 4) for p in shown.per_token["p_target"][1248:1264]]
+    )

@@ -27,6 +27,7 @@ def perturbed_memory(cfg: MemoryConfig, seed: int = 0) -> TensorMemory:
 
 # -- primitives ----------------------------------------------------------------------------
 
+
 def grid_sample_read(h, xyz):
     out = F.grid_sample(h, xyz.view(-1, 1, 1, 1, 3), mode="bilinear", padding_mode="border", align_corners=True)
     return out.view(h.shape[:2])
@@ -66,7 +67,7 @@ def test_trilinear_read_gradients_match_grid_sample():
     weights = torch.randn(5, 2, dtype=torch.float64)
     ours = torch.autograd.grad((trilinear_read(h, xyz) * weights).sum(), (h, xyz))
     theirs = torch.autograd.grad((grid_sample_read(h, xyz) * weights).sum(), (h, xyz))
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
@@ -96,6 +97,7 @@ def test_primitives_reject_wrong_shapes():
 
 # -- the module against the literal reference ---------------------------------------------
 
+
 @pytest.mark.parametrize("chunk_size,length", [(1, 9), (3, 10), (4, 4), (2, 1)])
 def test_module_matches_reference_values_and_gradients(chunk_size, length):
     cfg = MemoryConfig(token_dim=12, channels=5, grid=(3, 4, 5), chunk_size=chunk_size)
@@ -115,17 +117,24 @@ def test_module_matches_reference_values_and_gradients(chunk_size, length):
     loss_ref = (y_ref * weights).sum() + h_ref.sum() + 0.5 * c_ref.square().sum()
     grads = torch.autograd.grad(loss, [x, *memory.parameters()], allow_unused=True)
     grads_ref = torch.autograd.grad(loss_ref, [x, *reference.parameters()], allow_unused=True)
-    ours = dict(zip(["x"] + [n for n, _ in memory.named_parameters()], grads))
-    theirs = dict(zip(["x"] + [n for n, _ in reference.named_parameters()], grads_ref))
+    ours = dict(zip(["x"] + [n for n, _ in memory.named_parameters()], grads, strict=True))
+    theirs = dict(zip(["x"] + [n for n, _ in reference.named_parameters()], grads_ref, strict=True))
     torch.testing.assert_close(ours["x"], theirs["x"], rtol=0, atol=1e-10)
-    for name in ("norm.weight", "summary.weight", "coord_head.weight", "out_proj.weight", "gate",
-                 "content.weight", "spread.weight", "mix.bias"):
+    for name in (
+        "norm.weight",
+        "summary.weight",
+        "coord_head.weight",
+        "out_proj.weight",
+        "gate",
+        "content.weight",
+        "spread.weight",
+        "mix.bias",
+    ):
         torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=1e-10, msg=name)
     C = cfg.channels
     torch.testing.assert_close(ours["mix.weight"], theirs["mix.weight"].view(4 * C, 2 * C), rtol=0, atol=1e-10)
     for axis, conv in enumerate(("conv_d", "conv_h", "conv_w")):
-        torch.testing.assert_close(ours["depthwise"][axis], theirs[f"{conv}.weight"].view(2 * C, 3), rtol=0,
-                                   atol=1e-10)
+        torch.testing.assert_close(ours["depthwise"][axis], theirs[f"{conv}.weight"].view(2 * C, 3), rtol=0, atol=1e-10)
 
 
 def test_gradients_reach_coordinates_spread_content_and_gate():
@@ -134,17 +143,28 @@ def test_gradients_reach_coordinates_spread_content_and_gate():
     x = torch.randn(2, 6, 8, dtype=torch.float64)
     y, _ = memory(x)
     y.square().sum().backward()
-    for name in ("coord_head.weight", "coord_head.bias", "spread.weight", "spread.bias", "content.weight", "gate",
-                 "summary.weight", "depthwise", "mix.weight"):
+    for name in (
+        "coord_head.weight",
+        "coord_head.bias",
+        "spread.weight",
+        "spread.bias",
+        "content.weight",
+        "gate",
+        "summary.weight",
+        "depthwise",
+        "mix.weight",
+    ):
         grad = dict(memory.named_parameters())[name].grad
         assert grad is not None and grad.abs().max() > 1e-8, name
 
 
 # -- initialisation ------------------------------------------------------------------------
 
+
 def test_gate_and_spread_initialisation():
-    cfg = MemoryConfig(token_dim=8, channels=4, grid=(4, 4, 4), gate_init=-3.0, sigma_init=0.7, sigma_min=0.1,
-                       forget_bias=2.5)
+    cfg = MemoryConfig(
+        token_dim=8, channels=4, grid=(4, 4, 4), gate_init=-3.0, sigma_init=0.7, sigma_min=0.1, forget_bias=2.5
+    )
     memory = TensorMemory(cfg)
     assert memory.gate_scale.item() == pytest.approx(1 / (1 + math.exp(3.0)))
     torch.manual_seed(0)
@@ -167,8 +187,9 @@ def test_suppressing_gate_barely_moves_the_tokens():
         y, _ = memory(x)
         moved[gate_init] = ((y - x).norm() / x.norm()).item()
     assert moved[-9.0] < 1e-3 < moved[-2.0]
-    assert moved[-9.0] / moved[-2.0] == pytest.approx(torch.sigmoid(torch.tensor(-9.0)).item()
-                                                      / torch.sigmoid(torch.tensor(-2.0)).item(), rel=1e-3)
+    assert moved[-9.0] / moved[-2.0] == pytest.approx(
+        torch.sigmoid(torch.tensor(-9.0)).item() / torch.sigmoid(torch.tensor(-2.0)).item(), rel=1e-3
+    )
 
 
 def test_first_chunk_reads_an_empty_memory():
@@ -184,6 +205,7 @@ def test_first_chunk_reads_an_empty_memory():
 
 # -- causality, streaming, fixed size ------------------------------------------------------
 
+
 @pytest.mark.parametrize("chunk_size", [1, 3])
 def test_outputs_never_depend_on_later_inputs(chunk_size):
     memory = perturbed_memory(MemoryConfig(token_dim=8, channels=4, grid=(3, 4, 3), chunk_size=chunk_size))
@@ -191,11 +213,11 @@ def test_outputs_never_depend_on_later_inputs(chunk_size):
     y, _ = memory(x)
     for t in range(11):
         changed = x.clone()
-        changed[:, t + 1:] += torch.randn_like(changed[:, t + 1:])
+        changed[:, t + 1 :] += torch.randn_like(changed[:, t + 1 :])
         y_changed, _ = memory(changed)
-        assert torch.equal(y_changed[:, :t + 1], y[:, :t + 1]), t
+        assert torch.equal(y_changed[:, : t + 1], y[:, : t + 1]), t
         if t + 1 + chunk_size < 11:  # and the change does reach later outputs: the test has teeth
-            assert not torch.allclose(y_changed[:, t + 1 + chunk_size:], y[:, t + 1 + chunk_size:])
+            assert not torch.allclose(y_changed[:, t + 1 + chunk_size :], y[:, t + 1 + chunk_size :])
 
 
 @pytest.mark.parametrize("chunk_size,cuts", [(1, [3, 1, 5]), (3, [2, 2, 1, 4]), (4, [1, 0, 6, 3, 1])])
@@ -205,11 +227,11 @@ def test_streaming_in_segments_equals_one_pass(chunk_size, cuts):
     y_full, state_full = memory(x)
     outputs, state, start = [], None, 0
     for length in cuts:
-        y, state = memory(x[:, start:start + length], state)
+        y, state = memory(x[:, start : start + length], state)
         outputs.append(y)
         start += length
     torch.testing.assert_close(torch.cat(outputs, 1), y_full, rtol=0, atol=1e-12)
-    for a, b in zip((state.h, state.c, state.pending), (state_full.h, state_full.c, state_full.pending)):
+    for a, b in zip((state.h, state.c, state.pending), (state_full.h, state_full.c, state_full.pending), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
@@ -234,11 +256,21 @@ def test_detached_state_carries_values_not_history():
 
 # -- configuration and input checks --------------------------------------------------------
 
-@pytest.mark.parametrize("field,value,message", [
-    ("grid", (1, 4, 4), r"grid\[D\]"), ("grid", (4, 4), "grid"), ("chunk_size", 0, "chunk_size"),
-    ("channels", 0, "channels"), ("token_dim", -1, "token_dim"), ("sigma_min", 0.0, "sigma_min"),
-    ("sigma_init", 0.01, "sigma_init"), ("gate_init", float("nan"), "gate_init"), ("chunk_size", 1.5, "chunk_size"),
-])
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("grid", (1, 4, 4), r"grid\[D\]"),
+        ("grid", (4, 4), "grid"),
+        ("chunk_size", 0, "chunk_size"),
+        ("channels", 0, "channels"),
+        ("token_dim", -1, "token_dim"),
+        ("sigma_min", 0.0, "sigma_min"),
+        ("sigma_init", 0.01, "sigma_init"),
+        ("gate_init", float("nan"), "gate_init"),
+        ("chunk_size", 1.5, "chunk_size"),
+    ],
+)
 def test_bad_configuration_names_the_field_and_range(field, value, message):
     with pytest.raises(ValueError, match=message) as error:
         MemoryConfig(**{field: value})
@@ -275,6 +307,7 @@ def test_empty_segment_changes_nothing():
 
 
 # -- recording -----------------------------------------------------------------------------
+
 
 def test_recording_captures_every_chunk_consistently():
     cfg = MemoryConfig(token_dim=8, channels=4, grid=(3, 4, 5), chunk_size=2)
@@ -319,8 +352,7 @@ def test_record_refuses_a_model_without_memory():
 
 def test_sum_and_centre_initialisations():
     torch.manual_seed(0)
-    cfg = MemoryConfig(token_dim=8, channels=4, grid=(4, 4, 4), chunk_size=4, summary_init="sum",
-                       coord_init="centre")
+    cfg = MemoryConfig(token_dim=8, channels=4, grid=(4, 4, 4), chunk_size=4, summary_init="sum", coord_init="centre")
     mem = TensorMemory(cfg)
     x = torch.randn(3, 8, 8)
     with record(mem) as rec, torch.no_grad():

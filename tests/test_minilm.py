@@ -7,16 +7,15 @@ import json
 import numpy as np
 import pytest
 import torch
+from app_helpers import CHECKPOINTS, ok, start
 
 from analysis.measures.pretrained import closed_gate_scale
 from tensor_memory import attach_memory, detach_memory, streaming
 from tensor_memory.backbone.attach import AttachedAfter
 from tensor_memory.pretrained import minilm as M
 from tensor_memory.pretrained import recall as P
-from tensor_memory.storage.checkpoint import CheckpointError
 from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
-
-from app_helpers import CHECKPOINTS, ok, start
+from tensor_memory.storage.checkpoint import CheckpointError
 
 SHIPPED = CHECKPOINTS / "minilm-tensor"
 
@@ -47,7 +46,7 @@ def test_closed_gate_barely_moves_the_embeddings_and_detaching_restores_them(min
         detach_memory(minilm)
     assert 0 < (moved - before).norm() / before.norm() < 1e-3
     assert 0 < (attached_hidden - hidden).norm() / hidden.norm() < 1e-3
-    assert all(a is b for a, b in zip(layers, originals))
+    assert all(a is b for a, b in zip(layers, originals, strict=True))
     assert torch.equal(M.sentence_embedding(minilm, ids, mask), before)  # bit-identical once detached
 
 
@@ -56,8 +55,9 @@ def test_the_memory_carries_one_window_into_the_next(minilm):
     torch.manual_seed(0)
     attach_memory(minilm, config.memory(), [5])
     try:
-        first_a, first_b, second = (encode(t)[0] for t in ("one two three four five", "six seven eight nine ten",
-                                                          "a b c d e"))
+        first_a, first_b, second = (
+            encode(t)[0] for t in ("one two three four five", "six seven eight nine ten", "a b c d e")
+        )
         run = lambda first: (minilm(input_ids=first), minilm(input_ids=second).last_hidden_state)[1]  # noqa: E731
         with streaming(minilm) as stream:
             after_a = run(first_a)
@@ -82,8 +82,8 @@ def test_recall_asks_only_pieces_an_earlier_window_holds():
     for b in range(4):
         doc = docs[b]
         for k in range(config.windows):
-            window = list(doc[k * config.window:(k + 1) * config.window])
-            earlier = set(doc[:k * config.window])
+            window = list(doc[k * config.window : (k + 1) * config.window])
+            earlier = set(doc[: k * config.window])
             for i in range(config.window):
                 target = int(batch["targets"][b, k, i + 1])
                 if target == -100:
@@ -145,8 +145,9 @@ def test_training_keeps_minilm_in_eval_mode():
 
 
 def test_a_trace_of_minilm_with_the_shipped_memory_is_what_the_recall_model_computes(tmp_path):
-    from analysis import load_trace
     from app_helpers import minilm_trace
+
+    from analysis import load_trace
     from tensor_memory import record
 
     trace = load_trace(minilm_trace(tmp_path / "minilm.trace.safetensors"))
@@ -188,8 +189,12 @@ def test_trace_report_audit_and_app_on_the_shipped_minilm_checkpoint(tmp_path, c
     assert trace.num_chunks == windows.shape[1] and len(trace.tokens) == windows.numel()  # document 2, word pieces
     assert main(["report", "--trace", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["trace"]["checkpoint_name"] == "minilm-tensor"
-    assert main(["trace", "--checkpoint", str(SHIPPED), "--index", "100000", "--out", str(tmp_path / "x"),
-                 "--no-progress"]) == 2
+    assert (
+        main(
+            ["trace", "--checkpoint", str(SHIPPED), "--index", "100000", "--out", str(tmp_path / "x"), "--no-progress"]
+        )
+        == 2
+    )
     assert "--index 100000: the test split holds documents 0 to" in capsys.readouterr().err
     assert main(["audit", "--checkpoint", str(SHIPPED)]) == 2
     said = capsys.readouterr().err.strip()

@@ -11,10 +11,16 @@ import pytest
 import torch
 
 from analysis import capture
-from analysis.traces.capture import sample_batch
 from analysis.measures.interventions import intervene, intervention_defaults, run_intervened
-from analysis.measures.occlusion import (belief, belief_survival, frames_around, hit_rates, memory_energy,
-                                         occlusion_memory)
+from analysis.measures.occlusion import (
+    belief,
+    belief_survival,
+    frames_around,
+    hit_rates,
+    memory_energy,
+    occlusion_memory,
+)
+from analysis.traces.capture import sample_batch
 from tensor_memory import load_checkpoint, memory_layers, record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +51,8 @@ def test_belief_survival_counts_each_hidden_frame(occlusion):
     assert s["by_offset"][0] == [] and s["occluded_accuracy"][0] is None
     assert len(s["by_offset"][3]) == 3
     # Independent count for L = 3 from a direct run on the same batch.
-    from tensor_memory.training.evaluation import task_with
     from tensor_memory.tasks.base import derive_seed
+    from tensor_memory.training.evaluation import task_with
 
     task = task_with(occlusion, {"occlusion_length": 3})
     batch = task.sample(32, derive_seed("survival", 2, 3))
@@ -88,9 +94,14 @@ def test_hit_rates_count_frames_right_hidden_and_visible_apart():
     assert ball == {"hidden": pytest.approx(2 / 3), "visible": pytest.approx(1 / 2)}
     both = place & digit  # frames 0 and 4
     rates = hit_rates({"occluded": hidden, "correct": place, "identity_correct": digit, "joint_correct": both})
-    assert rates == {"hidden": pytest.approx(1 / 3), "visible": pytest.approx(1 / 2),
-                     "place_hidden": pytest.approx(2 / 3), "place_visible": pytest.approx(1 / 2),
-                     "digit_hidden": pytest.approx(1 / 3), "digit_visible": pytest.approx(1.0)}
+    assert rates == {
+        "hidden": pytest.approx(1 / 3),
+        "visible": pytest.approx(1 / 2),
+        "place_hidden": pytest.approx(2 / 3),
+        "place_visible": pytest.approx(1 / 2),
+        "digit_hidden": pytest.approx(1 / 3),
+        "digit_visible": pytest.approx(1.0),
+    }
     assert hit_rates({"occluded": np.zeros(3, bool), "correct": np.ones(3, bool)})["hidden"] is None  # none hidden
 
 
@@ -183,8 +194,13 @@ def test_a_write_moved_or_widened_changes_that_write_alone(occlusion, kind, sett
 
 def test_two_users_intervening_at_once_get_independent_results(occlusion):
     """The app's users share one loaded model: concurrent interventions of every kind must not mix."""
-    asked = [("zero", {}), ("gate_off", {}), ("zero_region", dict(region=((0, 3), (0, 6), (0, 6)))),
-             ("move_write", dict(to=(0.5, 0.5, 0.5))), ("set_sigma", dict(sigma=0.1))]
+    asked = [
+        ("zero", {}),
+        ("gate_off", {}),
+        ("zero_region", dict(region=((0, 3), (0, 6), (0, 6)))),
+        ("move_write", dict(to=(0.5, 0.5, 0.5))),
+        ("set_sigma", dict(sigma=0.1)),
+    ]
     alone = {kind: intervene(occlusion, kind, 6, seed=2, **kw).intervened["probs"] for kind, kw in asked}
     together, barrier = {}, threading.Barrier(len(asked))
 

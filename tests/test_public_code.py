@@ -45,19 +45,22 @@ def literal_public(sd: dict, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, 
     read_xyz = torch.tanh(F.linear(groups[:, :, 0], sd["coord_net.weight"], sd["coord_net.bias"]))  # (B, K, 3)
     write_xyz = torch.tanh(F.linear(summary, sd["coord_net.weight"], sd["coord_net.bias"]))
     content = F.linear(summary, sd["writer.content_net.weight"], sd["writer.content_net.bias"])  # (B, K, C)
-    sigma = (F.softplus(F.linear(summary, sd["writer.sigma_net.weight"], sd["writer.sigma_net.bias"])) + 1e-4) \
-        * sigma_scale  # (B, K, 1)
+    sigma = (
+        F.softplus(F.linear(summary, sd["writer.sigma_net.weight"], sd["writer.sigma_net.bias"])) + 1e-4
+    ) * sigma_scale  # (B, K, 1)
     cells = sd["grid_cache"]  # (1, 3, D, H, W) as (x, y, z)
     reads = []
     for k in range(groups.shape[1]):
-        reads.append(F.grid_sample(h, read_xyz[:, k].view(B, 1, 1, 1, 3), mode="bilinear", padding_mode="border",
-                                   align_corners=True).view(B, C))
+        reads.append(
+            F.grid_sample(
+                h, read_xyz[:, k].view(B, 1, 1, 1, 3), mode="bilinear", padding_mode="border", align_corners=True
+            ).view(B, C)
+        )
         dist2 = ((cells - write_xyz[:, k].view(B, 3, 1, 1, 1)) ** 2).sum(1, keepdim=True)  # (B, 1, D, H, W)
         mask = torch.exp(-dist2 / (2 * sigma[:, k].view(B, 1, 1, 1, 1) ** 2 + 1e-6))
         z = torch.cat([content[:, k].view(B, C, 1, 1, 1) * mask, h], dim=1)  # (B, 2C, D, H, W)
         for conv, padding in (("conv_d", (1, 0, 0)), ("conv_h", (0, 1, 0)), ("conv_w", (0, 0, 1))):
-            z = F.conv3d(z, sd[f"gate_conv.{conv}.weight"], sd[f"gate_conv.{conv}.bias"], padding=padding,
-                         groups=2 * C)
+            z = F.conv3d(z, sd[f"gate_conv.{conv}.weight"], sd[f"gate_conv.{conv}.bias"], padding=padding, groups=2 * C)
         gates = F.conv3d(z, sd["gate_conv.pointwise.weight"], sd["gate_conv.pointwise.bias"])  # (B, 4C, D, H, W)
         i, f, o, g = gates.chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
@@ -156,8 +159,9 @@ def test_missing_extra_and_misshaped_entries_are_refused_by_name():
     no_grid = {k: v for k, v in sd.items() if k != "grid_cache"}
     _refused(no_grid, r"pass grid=\(D, H, W\)")
     x = torch.randn(1, 5, D_MODEL)
-    torch.testing.assert_close(TensorMemory.from_public_code(no_grid, grid=GRID)(x)[0],
-                               TensorMemory.from_public_code(sd)(x)[0])
+    torch.testing.assert_close(
+        TensorMemory.from_public_code(no_grid, grid=GRID)(x)[0], TensorMemory.from_public_code(sd)(x)[0]
+    )
 
 
 def test_a_safetensors_file_round_trips_and_a_pickle_is_refused(tmp_path):
@@ -178,13 +182,24 @@ def test_a_safetensors_file_round_trips_and_a_pickle_is_refused(tmp_path):
 
 # -- the options, on TensorMemory itself: dense scan, local update and the literal reference agree --------
 
-OPTION_SETS = [PUBLIC_OPTIONS, dict(depthwise_bias=True), dict(partial_chunk="pad", write_eps=1e-3),
-               dict(output="message", input_norm=False, sigma_scale=1.7)]
+OPTION_SETS = [
+    PUBLIC_OPTIONS,
+    dict(depthwise_bias=True),
+    dict(partial_chunk="pad", write_eps=1e-3),
+    dict(output="message", input_norm=False, sigma_scale=1.7),
+]
 
 
 def _with_options(options: dict, write_mode: str, seed: int = 0) -> TensorMemory:
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=(5, 4, 6), chunk_size=3, write={"mode": write_mode, "window_k": 2.0},
-                       sigma_init=0.4, public_code=options)
+    cfg = MemoryConfig(
+        token_dim=16,
+        channels=4,
+        grid=(5, 4, 6),
+        chunk_size=3,
+        write={"mode": write_mode, "window_k": 2.0},
+        sigma_init=0.4,
+        public_code=options,
+    )
     torch.manual_seed(seed)
     memory = TensorMemory(cfg)
     with torch.no_grad():  # away from the initialisation, so every parameter matters
@@ -216,8 +231,9 @@ def test_the_options_keep_the_layer_and_the_reference_in_agreement(options, writ
     ((y * weights).sum() + new.h.sum() + new.c.sum()).backward()
     ((y_ref * weights).sum() + h_ref.sum() + c_ref.sum()).backward()
     torch.testing.assert_close(xa.grad, xb.grad, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(memory.mix.weight.grad, reference.mix.weight.grad.view_as(memory.mix.weight),
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        memory.mix.weight.grad, reference.mix.weight.grad.view_as(memory.mix.weight), atol=1e-4, rtol=1e-4
+    )
     for axis, conv in enumerate((reference.conv_d, reference.conv_h, reference.conv_w)):
         torch.testing.assert_close(memory.depthwise.grad[axis], conv.weight.grad.view(8, 3), atol=1e-4, rtol=1e-4)
         if memory.update.depthwise_bias is not None:
@@ -248,12 +264,33 @@ def test_the_new_fields_round_trip_default_for_old_configs_and_are_checked():
     cfg = MemoryConfig(public_code={**PUBLIC_OPTIONS, "sigma_scale": 2.0})
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     assert MemoryConfig.from_dict({**old, **PUBLIC_OPTIONS, "sigma_scale": 2.0}) == cfg  # named flat, as before groups
-    for field, value in (("output", "sum"), ("partial_chunk", "drop"), ("depthwise_bias", 1), ("input_norm", "no"),
-                         ("write_eps", -1e-6), ("sigma_scale", 0.0), ("sigma_scale", float("inf"))):
+    for field, value in (
+        ("output", "sum"),
+        ("partial_chunk", "drop"),
+        ("depthwise_bias", 1),
+        ("input_norm", "no"),
+        ("write_eps", -1e-6),
+        ("sigma_scale", 0.0),
+        ("sigma_scale", float("inf")),
+    ):
         with pytest.raises(ValueError, match=f"MemoryConfig.public_code.{field}"):
             MemoryConfig(public_code={field: value})
     # The defaults build the layer of before: no new parameters.
     assert set(TensorMemory(MemoryConfig()).state_dict()) == {
-        "norm.weight", "norm.bias", "summary.weight", "summary.bias", "coord_head.weight", "coord_head.bias",
-        "out_proj.weight", "out_proj.bias", "gate", "content.weight", "content.bias", "spread.weight", "spread.bias",
-        "depthwise", "mix.weight", "mix.bias"}
+        "norm.weight",
+        "norm.bias",
+        "summary.weight",
+        "summary.bias",
+        "coord_head.weight",
+        "coord_head.bias",
+        "out_proj.weight",
+        "out_proj.bias",
+        "gate",
+        "content.weight",
+        "content.bias",
+        "spread.weight",
+        "spread.bias",
+        "depthwise",
+        "mix.weight",
+        "mix.bias",
+    }

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors_edits import rewrite_array, rewrite_header
 
 from analysis import TraceError, addressing_report, capture, load_trace
 from analysis.traces.quantized import INT8_LEVELS, QuantizedVolumes, dequantize, quantize
 from tensor_memory_cli import main
-
-from safetensors_edits import rewrite_array, rewrite_header
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
@@ -41,8 +40,9 @@ def test_quantize_is_within_half_a_step_of_each_volume_and_keeps_its_peak():
     # The quiet channel keeps its relative precision: a shared scale would round it all to zero.
     assert np.abs(decoded[:, 1]).max() > 0 and (error[:, 1].max() / np.abs(x[:, 1]).max()) < 1 / 250
     # The peak is exactly ±127 codes, and an all-zero volume decodes to exact zeros.
-    assert all(np.abs(codes[k, ch]).max() == (0 if (k, ch) == (2, 2) else INT8_LEVELS)
-               for k in range(5) for ch in range(3))
+    assert all(
+        np.abs(codes[k, ch]).max() == (0 if (k, ch) == (2, 2) else INT8_LEVELS) for k in range(5) for ch in range(3)
+    )
     assert scale[2, 2] == 0 and (decoded[2, 2] == 0).all()
 
 
@@ -61,8 +61,17 @@ def test_quantized_volumes_decode_like_the_float_array():
     full = dequantize(q.codes, q.scale)
     assert q.shape == x.shape and len(q) == 5 and q.ndim == 5 and q.dtype == np.float32
     assert q.nbytes == x.size + 5 * 3 * 4  # one byte per value plus a float32 scale per (chunk, channel)
-    for key in (2, -1, (1, 2), (3, slice(None), 1), slice(1, 4), (slice(None), 0), np.array([0, 4]),
-                (slice(0, 2), 1, Ellipsis, 2), Ellipsis):
+    for key in (
+        2,
+        -1,
+        (1, 2),
+        (3, slice(None), 1),
+        slice(1, 4),
+        (slice(None), 0),
+        np.array([0, 4]),
+        (slice(0, 2), 1, Ellipsis, 2),
+        Ellipsis,
+    ):
         assert np.array_equal(q[key], full[key]), key
     assert np.array_equal(np.asarray(q), full) and np.array_equal(q.astype(np.float64), full.astype(np.float64))
     with pytest.raises(ValueError, match="int8 codes"):
@@ -74,8 +83,10 @@ def test_quantized_volumes_decode_like_the_float_array():
 @pytest.fixture(scope="module")
 def pair(occlusion):
     """The same sample captured with float16 and with int8 volumes."""
-    return (capture(occlusion, seed=3, index=2, progress=False),
-            capture(occlusion, seed=3, index=2, progress=False, volumes="int8"))
+    return (
+        capture(occlusion, seed=3, index=2, progress=False),
+        capture(occlusion, seed=3, index=2, progress=False, volumes="int8"),
+    )
 
 
 def test_an_int8_trace_holds_the_same_state_within_the_bound(pair):
@@ -87,7 +98,7 @@ def test_an_int8_trace_holds_the_same_state_within_the_bound(pair):
         assert isinstance(coded, QuantizedVolumes)
         step = coded.scale[..., None, None, None]
         # float16 rounds too (relative 2⁻¹¹), so the bound is half an int8 step plus that.
-        assert (np.abs(np.asarray(coded) - exact) <= step / 2 + np.abs(exact) * 2 ** -10 + 1e-7).all(), field
+        assert (np.abs(np.asarray(coded) - exact) <= step / 2 + np.abs(exact) * 2**-10 + 1e-7).all(), field
     # Everything that is not a volume is identical.
     for field in ("mu_read", "read", "mu_write", "sigma", "content"):
         assert np.array_equal(getattr(a, field), getattr(b, field))
@@ -126,19 +137,20 @@ def test_broken_int8_traces_are_refused(pair, tmp_path):
     # A float16 trace whose header claims int8 volumes (the scales are missing), or an unknown type.
     f16 = pair[0].save(tmp_path / "f.safetensors")
     for volumes, pattern in (("int8", "missing arrays"), ("int4", "float16 or int8")):
+
         def claim(header, volumes=volumes):
             trace = json.loads(header["__metadata__"]["trace"])
             for layer in trace["info"]["layers"].values():
                 layer["volumes"] = volumes
             header["__metadata__"]["trace"] = json.dumps(trace)
+
         with pytest.raises(TraceError, match=pattern):
             load_trace(rewrite_header(f16, tmp_path / f"claims-{volumes}", claim))
 
 
 def test_trace_cli_writes_int8_volumes(tmp_path, capsys):
     out = tmp_path / "cli.safetensors"
-    assert main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out), "--volumes", "int8",
-                 "--no-progress"]) == 0
+    assert main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out), "--volumes", "int8", "--no-progress"]) == 0
     assert isinstance(load_trace(out).layer().h, QuantizedVolumes)
     with pytest.raises(SystemExit):
         main(["trace", "--checkpoint", str(OCCLUSION), "--out", str(out), "--volumes", "int4"])

@@ -24,8 +24,13 @@ def layer(**settings) -> TensorMemory:
 
 def grid_sample(volume: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     """volume (D, H, W, C) at xyz (M, 3) → (M, C), by F.grid_sample (border, align_corners), the reference read."""
-    out = F.grid_sample(volume.permute(3, 0, 1, 2)[None], xyz.view(1, -1, 1, 1, 3), mode="bilinear",
-                        padding_mode="border", align_corners=True)  # (1, C, M, 1, 1)
+    out = F.grid_sample(
+        volume.permute(3, 0, 1, 2)[None],
+        xyz.view(1, -1, 1, 1, 3),
+        mode="bilinear",
+        padding_mode="border",
+        align_corners=True,
+    )  # (1, C, M, 1, 1)
     return out.view(volume.shape[-1], -1).t()
 
 
@@ -68,7 +73,7 @@ def test_jittered_reads_change_only_the_gradient_to_where_a_layer_reads():
     torch.manual_seed(2)
     x = torch.randn(2, 4 * CHUNK, 8)
     weights = torch.randn(2, 4 * CHUNK, 8)
-    mu = (torch.rand(2, 4, 3) * 1.2 - 0.6)  # (B, n_read, 3) inside the grid, so no probe is clamped
+    mu = torch.rand(2, 4, 3) * 1.2 - 0.6  # (B, n_read, 3) inside the grid, so no probe is clamped
 
     def run(memory, shift):
         leaf = mu.clone().requires_grad_()
@@ -99,8 +104,13 @@ def test_voxel_codes_are_read_beside_h_and_give_a_read_of_an_empty_memory_a_plac
     x = torch.randn(2, 3 * CHUNK, 8)
     reads = {}
     for name, memory in (("plain", plain), ("coded", coded)):
-        with hooks(memory, {"read": lambda r, name=name: reads.setdefault(name, r),
-                            "mu_read": lambda m, name=name: reads.setdefault(name + " at", m)}):
+        with hooks(
+            memory,
+            {
+                "read": lambda r, name=name: reads.setdefault(name, r),
+                "mu_read": lambda m, name=name: reads.setdefault(name + " at", m),
+            },
+        ):
             memory(x)
     mu = reads["coded at"].detach()  # (B, n_read, 3)
     expected = reads["plain"] + grid_sample(coded.sampler.codes.detach(), mu.reshape(-1, 3)).view(2, 3, 2)

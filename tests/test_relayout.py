@@ -32,8 +32,9 @@ def before(tmp_path_factory):
     (folder / "tm_before").mkdir()
     (folder / "tm_before" / "__init__.py").write_text("")
     for name in FLAT_MODULES:
-        shown = subprocess.run(["git", "show", f"{BEFORE}:tensor_memory/{name}.py"], cwd=ROOT, capture_output=True,
-                               text=True)
+        shown = subprocess.run(
+            ["git", "show", f"{BEFORE}:tensor_memory/{name}.py"], cwd=ROOT, capture_output=True, text=True
+        )
         if shown.returncode:
             pytest.skip(f"this checkout has no commit {BEFORE} (a shallow clone?): {shown.stderr.strip()}")
         (folder / "tm_before" / f"{name}.py").write_text(shown.stdout)
@@ -60,12 +61,14 @@ def rounded(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("write_mode, chunk_size", [("dense", 1), ("windowed", 3), ("local", 2)])
-def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(before, write_mode, chunk_size, fused,
-                                                                        monkeypatch):
+def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(
+    before, write_mode, chunk_size, fused, monkeypatch
+):
     monkeypatch.setenv("TENSOR_MEMORY_FUSED_SCAN", "1" if fused else "0")
     old_memory, old_recording = before
-    settings = dict(token_dim=16, channels=4, grid=(3, 4, 5), chunk_size=chunk_size, write_mode=write_mode,
-                    sigma_init=0.3)
+    settings = dict(
+        token_dim=16, channels=4, grid=(3, 4, 5), chunk_size=chunk_size, write_mode=write_mode, sigma_init=0.3
+    )
     torch.manual_seed(0)
     new = TensorMemory(MemoryConfig.from_dict(settings))  # the old layer's flat names, read into their groups
     with torch.no_grad():  # move off the identity initialisation so every weight matters
@@ -83,16 +86,33 @@ def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(before, 
             first, state = layer(xi[:, :4])  # a stream cut inside a chunk: the rest arrives in a second call
             second, state = layer(xi[:, 4:], state)
         ((torch.cat([first, second], dim=1) * weights).sum() + state.h.sum() + state.c.sum()).backward()
-        runs[name] = (torch.cat([first, second], dim=1), state, rec.layers[""], xi.grad,
-                      {key: p.grad.clone() for key, p in layer.named_parameters()})
+        runs[name] = (
+            torch.cat([first, second], dim=1),
+            state,
+            rec.layers[""],
+            xi.grad,
+            {key: p.grad.clone() for key, p in layer.named_parameters()},
+        )
         layer.zero_grad(set_to_none=True)
     (y_new, s_new, r_new, g_new, p_new), (y_old, s_old, r_old, g_old, p_old) = runs["new"], runs["old"]
     same = rounded if fused else torch.equal
     assert same(y_new, y_old) and rounded(g_new, g_old)
     for field in ("h", "c", "pending"):
         assert same(getattr(s_new, field), getattr(s_old, field)), field
-    for field in ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", "gate_i", "gate_f", "gate_o", "gate_g",
-                  "gate_scale"):
+    for field in (
+        "mu_read",
+        "read",
+        "mu_write",
+        "sigma",
+        "content",
+        "h",
+        "c",
+        "gate_i",
+        "gate_f",
+        "gate_o",
+        "gate_g",
+        "gate_scale",
+    ):
         assert same(getattr(r_new, field), getattr(r_old, field)), field
     assert p_new.keys() == p_old.keys()
     for k in p_new:

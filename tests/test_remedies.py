@@ -8,14 +8,13 @@ import dataclasses
 
 import pytest
 import torch
+from test_training import tiny_config
 
 from tensor_memory import MemoryConfig, TensorMemory, record
 from tensor_memory.memory.reference import ReferenceMemory
 from tensor_memory.tasks import TaskModel
 from tensor_memory.training import TrainConfig, resolve
 from tensor_memory.training.loop import make_optimizer, set_learning_rate
-
-from test_training import tiny_config
 
 GRID = (3, 4, 5)  # (D, H, W): every axis a different length, so a mixed-up axis shows
 
@@ -44,7 +43,7 @@ def test_soft_argmax_coordinates_are_the_expected_voxel_centre_of_each_axis():
     D, H, W = GRID
     expected = []
     for start, n in ((0, W), (W, H), (W + H, D)):  # x over W voxels, y over H, z over D
-        p = torch.softmax(logits[..., start:start + n].double(), dim=-1)
+        p = torch.softmax(logits[..., start : start + n].double(), dim=-1)
         expected.append((p * torch.linspace(-1, 1, n, dtype=torch.float64)).sum(-1))
     torch.testing.assert_close(rec.layers[""].mu_read.double(), torch.stack(expected, -1), atol=1e-6, rtol=0)
     assert rec.layers[""].mu_read.abs().max() < 1
@@ -117,14 +116,14 @@ def test_sigma_annealing_floors_every_write_on_the_schedule_then_lets_go():
     from tensor_memory.training.anneal import sigma_annealing, sigma_floor
 
     assert sigma_floor(0, 100, 1.0, 0.4) == 1.0 and sigma_floor(100, 100, 1.0, 0.4) == 0.0
-    assert sigma_floor(50, 100, 1.0, 0.4) == pytest.approx(0.4 ** 0.5)  # geometric: σ₀(σ₁/σ₀)^(1/2)
+    assert sigma_floor(50, 100, 1.0, 0.4) == pytest.approx(0.4**0.5)  # geometric: σ₀(σ₁/σ₀)^(1/2)
     assert sigma_floor(5, 0, 1.0, 0.4) == 0.0  # off
     memory = layer(sigma_init=0.4)
     x = torch.randn(2, 6, 8)
     with record(memory) as plain:
         y_plain, _ = memory(x)
     learned = plain.layers[""].sigma
-    for step, floor in ((0, 1.0), (50, 0.4 ** 0.5), (99, 1.0 * 0.4 ** 0.99)):
+    for step, floor in ((0, 1.0), (50, 0.4**0.5), (99, 1.0 * 0.4**0.99)):
         with sigma_annealing(memory, step, 100, 1.0), record(memory) as rec:
             memory(x)
         torch.testing.assert_close(rec.layers[""].sigma, learned.clamp(min=floor))
@@ -196,11 +195,10 @@ def test_occupancy_shortfall_is_one_minus_the_normalised_entropy_of_where_a_samp
     centres = np.stack(np.meshgrid(*(np.linspace(-1, 1, n) for n in (W, H, D)), indexing="ij"), -1)  # (W, H, D, 3)
     expected = []
     for sample in mu.numpy():  # an independent computation: the 3-D Gaussian at every voxel centre, normalised
-        masses = [np.exp(-((centres - m) ** 2).sum(-1) / (2 * 0.3 ** 2)) for m in sample]
+        masses = [np.exp(-((centres - m) ** 2).sum(-1) / (2 * 0.3**2)) for m in sample]
         p = np.mean([m / m.sum() for m in masses], axis=0).ravel()
         expected.append(1 + (p * np.log(p)).sum() / np.log(p.size))
-    torch.testing.assert_close(occupancy_shortfall(mu, 0.3, GRID), torch.tensor(np.mean(expected),
-                                                                                dtype=torch.float64))
+    torch.testing.assert_close(occupancy_shortfall(mu, 0.3, GRID), torch.tensor(np.mean(expected), dtype=torch.float64))
     one_place = torch.zeros(1, 6, 3)
     spread = torch.cartesian_prod(*(torch.tensor([-1.0, 1.0]),) * 3)[None]  # the grid's eight corners
     assert occupancy_shortfall(spread, 0.3, GRID) < 0.5 * occupancy_shortfall(one_place, 0.3, GRID)

@@ -69,9 +69,14 @@ def test_report_cli(trace_file, tmp_path, capsys):
     assert "nothing to do" in capsys.readouterr().err
     # Nothing is written over without asking: the report already there, the trace itself, a checkpoint's file.
     before = out.read_bytes()
-    for target, words in ((out, "exists already; pass --overwrite"), (path, "own input"),
-                          (ROOT / "checkpoints" / "occlusion-tensor" / "config.json", "a file of the checkpoint")):
-        assert main(["report", "--trace", str(path), "--out", str(target), "--overwrite" if target == path else
-                     "--json"]) == 2
+    for target, words in (
+        (out, "exists already; pass --overwrite"),
+        (path, "own input"),
+        (ROOT / "checkpoints" / "occlusion-tensor" / "config.json", "a file of the checkpoint"),
+    ):
+        assert (
+            main(["report", "--trace", str(path), "--out", str(target), "--overwrite" if target == path else "--json"])
+            == 2
+        )
         assert words in capsys.readouterr().err
     assert out.read_bytes() == before

@@ -12,11 +12,10 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from test_training import kill_run_at, tiny_config
 
 from tensor_memory.training import RESUME_FILE, train
 from tensor_memory_cli import main as cli_main
-
-from test_training import kill_run_at, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -61,19 +60,24 @@ def first(tensors, prefix):
     return next(k for k in sorted(tensors) if k.startswith(prefix))
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (lambda t, m: t.pop(first(t, "model.")), "missing tensor"),
-    (lambda t, m: t.update({"model.extra": torch.zeros(2)}), "unexpected tensor"),
-    (lambda t, m: t.update({first(t, "model."): torch.zeros(3, 3)}), "expected F32"),
-    (lambda t, m: t.update({first(t, "model."): t[first(t, "model.")].half()}), "is F16"),
-    (lambda t, m: t.update({first(t, "model."): torch.full_like(t[first(t, "model.")], float("nan"))}),
-     "NaN or infinite"),
-    (lambda t, m: [t.pop(k) for k in [k for k in t if k.startswith("optim.")]], "no optimizer state"),
-    (lambda t, m: m.update(step="100000"), "outside [0, 12]"),
-    (lambda t, m: m.update(step="-50"), "outside [0, 12]"),
-    (lambda t, m: m.update(step="4"), "its optimizer took 8"),
-    (lambda t, m: m.pop("step"), "lacks a valid step"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda t, m: t.pop(first(t, "model.")), "missing tensor"),
+        (lambda t, m: t.update({"model.extra": torch.zeros(2)}), "unexpected tensor"),
+        (lambda t, m: t.update({first(t, "model."): torch.zeros(3, 3)}), "expected F32"),
+        (lambda t, m: t.update({first(t, "model."): t[first(t, "model.")].half()}), "is F16"),
+        (
+            lambda t, m: t.update({first(t, "model."): torch.full_like(t[first(t, "model.")], float("nan"))}),
+            "NaN or infinite",
+        ),
+        (lambda t, m: [t.pop(k) for k in [k for k in t if k.startswith("optim.")]], "no optimizer state"),
+        (lambda t, m: m.update(step="100000"), "outside [0, 12]"),
+        (lambda t, m: m.update(step="-50"), "outside [0, 12]"),
+        (lambda t, m: m.update(step="4"), "its optimizer took 8"),
+        (lambda t, m: m.pop("step"), "lacks a valid step"),
+    ],
+)
 def test_a_tampered_resume_file_is_refused_naming_it(killed, tmp_path, edit, problem):
     assert problem in refused(tampered(killed, tmp_path, edit))
 
@@ -102,8 +106,12 @@ def test_an_earlier_run_is_kept_unless_resumed_or_replaced(tmp_path, capsys):
     with pytest.raises(ValueError, match="already holds a run .*--resume.*--overwrite"):
         train(tiny_config(steps=4), out, progress=False)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
-    assert cli_main(["train", "--task", "no_harm", "--backbone", "base", "--out", str(out), "--steps", "2",
-                     "--no-progress"]) == 2
+    assert (
+        cli_main(
+            ["train", "--task", "no_harm", "--backbone", "base", "--out", str(out), "--steps", "2", "--no-progress"]
+        )
+        == 2
+    )
     assert "already holds a run" in capsys.readouterr().err
     train(tiny_config(steps=4, seed=1), out, progress=False, overwrite=True)  # asked for: replaced
     assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]
@@ -160,8 +168,12 @@ def running_train(out: Path):
     import sys
 
     tests = str(Path(__file__).resolve().parent)
-    process = subprocess.Popen([sys.executable, "-c", LONG_RUN.format(tests=tests, out=str(out))],
-                               cwd=Path(tests).parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", LONG_RUN.format(tests=tests, out=str(out))],
+        cwd=Path(tests).parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not ((out / "train.lock").is_file() and (out / RESUME_FILE).is_file()):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -181,8 +193,24 @@ def test_a_second_train_on_a_folder_being_written_is_refused_naming_the_process(
                 train(tiny_config(steps=4), out, progress=False, **flags)
             assert time.perf_counter() - start < 5, flags
         for flags in ([], ["--overwrite"], ["--resume"]):
-            assert cli_main(["train", "--task", "no_harm", "--backbone", "base", "--out", str(out), "--steps", "2",
-                             "--no-progress", *flags]) == 2
+            assert (
+                cli_main(
+                    [
+                        "train",
+                        "--task",
+                        "no_harm",
+                        "--backbone",
+                        "base",
+                        "--out",
+                        str(out),
+                        "--steps",
+                        "2",
+                        "--no-progress",
+                        *flags,
+                    ]
+                )
+                == 2
+            )
             said = capsys.readouterr().err.strip()
             assert f"(process {first.pid}) is writing there" in said and "\n" not in said, said
         assert first.poll() is None  # the first run goes on, its files in place
@@ -218,8 +246,18 @@ def test_a_run_refused_for_its_data_writes_nothing_and_keeps_the_run_it_would_re
     words = " ".join(f"w{k}" for k in range(40))
     for split in ("train", "test"):
         (corpus / f"wiki.{split}.tokens").write_text((words + "\n") * 20)
-    data = ["--set", "task.params.corpus=wikitext", "--set", f"task.params.path={corpus}", "--set",
-            "task.params.vocab_size=42", "--set", "task.params.seq_len=8", "--set", "task.params.chunk=4"]
+    data = [
+        "--set",
+        "task.params.corpus=wikitext",
+        "--set",
+        f"task.params.path={corpus}",
+        "--set",
+        "task.params.vocab_size=42",
+        "--set",
+        "task.params.seq_len=8",
+        "--set",
+        "task.params.chunk=4",
+    ]
     train_lm = ["train", "--task", "language_modelling", "--backbone", "base", "--steps", "2", "--no-progress", *data]
     fresh = tmp_path / "fresh"
     assert cli_main([*train_lm, "--out", str(fresh)]) == 2
@@ -237,7 +275,11 @@ def test_a_lock_file_that_is_a_named_pipe_is_refused_at_once(tmp_path, capsys):
     out.mkdir()
     os.mkfifo(out / "train.lock")
     start = time.perf_counter()
-    assert cli_main(["train", "--task", "no_harm", "--backbone", "base", "--steps", "2", "--out", str(out),
-                     "--no-progress"]) == 2
+    assert (
+        cli_main(
+            ["train", "--task", "no_harm", "--backbone", "base", "--steps", "2", "--out", str(out), "--no-progress"]
+        )
+        == 2
+    )
     assert time.perf_counter() - start < 10
     assert "train.lock: is not a regular file, so not a lock `train` wrote; remove it" in capsys.readouterr().err

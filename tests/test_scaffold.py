@@ -3,23 +3,35 @@
 import pytest
 import torch
 
-from tensor_memory.tasks import TaskModel
 from tensor_memory.memory import record
-from tensor_memory.training.scaffold import address_scaffold, check_scaffold, scaffold_weight
-from tensor_memory.tasks import make_task
+from tensor_memory.tasks import TaskModel, make_task
 from tensor_memory.training import TrainConfig, resolve, train
 from tensor_memory.training.loop import loss_on, training_loss
+from tensor_memory.training.scaffold import address_scaffold, check_scaffold, scaffold_weight
 
 LAYER = "backbone.blocks.0.memory"
 
 
 def map_model(chunk_size: int = 1, kind: str = "tensor"):
-    config = {"task": {"name": "map_building", "params": {"observations": 6, "queries": 3, "map_size": 4}},
-              "model": {"kind": kind, "dim": 16, "layers": 1, "heads": 2,
-                        **({"memory": {"channels": 2, "grid": [2, 4, 4], "chunk_size": chunk_size}}
-                           if kind == "tensor" else {})},
-              "training": {"steps": 6, "batch_size": 4, "warmup_steps": 1, "eval_every": 3, "eval_batches": 1,
-                           "log_every": 1, "address_scaffold_steps": 4}}
+    config = {
+        "task": {"name": "map_building", "params": {"observations": 6, "queries": 3, "map_size": 4}},
+        "model": {
+            "kind": kind,
+            "dim": 16,
+            "layers": 1,
+            "heads": 2,
+            **({"memory": {"channels": 2, "grid": [2, 4, 4], "chunk_size": chunk_size}} if kind == "tensor" else {}),
+        },
+        "training": {
+            "steps": 6,
+            "batch_size": 4,
+            "warmup_steps": 1,
+            "eval_every": 3,
+            "eval_batches": 1,
+            "log_every": 1,
+            "address_scaffold_steps": 4,
+        },
+    }
     task, backbone, cfg = resolve(config)
     torch.manual_seed(0)
     return config, task, TaskModel(task, backbone), cfg
@@ -39,12 +51,22 @@ def test_weight_falls_linearly_from_one_to_zero_and_stays_there():
 
 def test_map_places_are_the_queried_cell_and_the_patch_centre_on_the_map_plane():
     task = make_task("map_building", {"map_size": 8, "patch": 2})
-    inputs = {"row": torch.tensor([[0, 7, 3]]), "col": torch.tensor([[0, 7, 5]]),
-              "is_query": torch.tensor([[0, 1, 1]]), "values": torch.zeros(1, 3, 4)}
+    inputs = {
+        "row": torch.tensor([[0, 7, 3]]),
+        "col": torch.tensor([[0, 7, 5]]),
+        "is_query": torch.tensor([[0, 1, 1]]),
+        "values": torch.zeros(1, 3, 4),
+    }
     z = -0.9  # near the z = −1 layer of voxel centres, inside tanh's working band
-    expected = torch.tensor([[[0.5 / 7 * 2 - 1, 0.5 / 7 * 2 - 1, z],  # observation at (0, 0): centre (0.5, 0.5)
-                              [1.0, 1.0, z],  # query at cell (7, 7): the far corner
-                              [5 / 7 * 2 - 1, 3 / 7 * 2 - 1, z]]])  # (x, y) = (col, row)
+    expected = torch.tensor(
+        [
+            [
+                [0.5 / 7 * 2 - 1, 0.5 / 7 * 2 - 1, z],  # observation at (0, 0): centre (0.5, 0.5)
+                [1.0, 1.0, z],  # query at cell (7, 7): the far corner
+                [5 / 7 * 2 - 1, 3 / 7 * 2 - 1, z],
+            ]
+        ]
+    )  # (x, y) = (col, row)
     assert torch.allclose(task.true_places(inputs), expected)
 
 

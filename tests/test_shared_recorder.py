@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_trace_model import Head
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.utils import logging
@@ -27,7 +28,6 @@ from analysis.traces.model import trace_model
 from analysis.traces.predictions import prediction_trace
 from analysis.traces.segment_recorder import memory_chunk_size
 from tensor_memory import Backbone, BackboneConfig, MemoryConfig, attach_memory, load_checkpoint
-from tensor_memory.memory import TensorMemory
 
 logging.set_verbosity_error()
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,13 +42,15 @@ def before(tmp_path_factory):
     folder = tmp_path_factory.mktemp("before")
     package = folder / "traces_before"
     package.mkdir()
-    listed = subprocess.run(["git", "ls-tree", "--name-only", f"{BEFORE}:analysis/traces"], cwd=ROOT,
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{BEFORE}:analysis/traces"], cwd=ROOT, capture_output=True, text=True
+    )
     if listed.returncode:
         pytest.skip(f"this checkout has no commit {BEFORE} (a shallow clone?): {listed.stderr.strip()}")
     for name in listed.stdout.split():
-        source = subprocess.run(["git", "show", f"{BEFORE}:analysis/traces/{name}"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout
+        source = subprocess.run(
+            ["git", "show", f"{BEFORE}:analysis/traces/{name}"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
         (package / name).write_text(source.replace("analysis.traces.", "traces_before."))
     sys.path.insert(0, str(folder))
     try:
@@ -81,9 +83,16 @@ def assert_same(old, new, allowed: tuple[str, ...] = ()) -> None:
 
 @pytest.fixture(scope="module")
 def checkpoints():
-    names = ("occlusion-tensor", "language_modelling-tensor", "language_modelling-tensor_shared_state",
-             "masked_patches-tensor", "map_building-tensor", "occlusion-base", "language_modelling-base",
-             "masked_patches-base")
+    names = (
+        "occlusion-tensor",
+        "language_modelling-tensor",
+        "language_modelling-tensor_shared_state",
+        "masked_patches-tensor",
+        "map_building-tensor",
+        "occlusion-base",
+        "language_modelling-base",
+        "masked_patches-base",
+    )
     return {name: load_checkpoint(CHECKPOINTS / name) for name in names}
 
 
@@ -113,10 +122,13 @@ def test_capture_gives_the_traces_it_gave(before, checkpoints, monkeypatch, name
         assert scored.any() and np.array_equal(new.per_token["p_target"][at][scored], probs[scored])
 
 
-@pytest.mark.parametrize("name, indices, settings", [
-    ("occlusion-tensor", [0, 3, 5], dict(volumes="int8")),
-    ("masked_patches-tensor", [1, 2], dict(gates=False)),
-])
+@pytest.mark.parametrize(
+    "name, indices, settings",
+    [
+        ("occlusion-tensor", [0, 3, 5], dict(volumes="int8")),
+        ("masked_patches-tensor", [1, 2], dict(gates=False)),
+    ],
+)
 def test_capture_many_gives_the_traces_it_gave(before, checkpoints, name, indices, settings):
     olds = before["capture"].capture_many(checkpoints[name], seed=5, indices=indices, progress=False, **settings)
     news = capture_now.capture_many(checkpoints[name], seed=5, indices=indices, progress=False, **settings)
@@ -126,21 +138,10 @@ def test_capture_many_gives_the_traces_it_gave(before, checkpoints, name, indice
 
 @pytest.mark.parametrize("name", ["occlusion-base", "language_modelling-base", "masked_patches-base"])
 def test_prediction_traces_are_what_they_were(before, checkpoints, name):
-    assert_same(before["predictions"].prediction_trace(checkpoints[name], seed=2, index=1),
-                prediction_trace(checkpoints[name], seed=2, index=1))
-
-
-class Head(nn.Module):
-    """A memory and a class head, logits (B, N, 5), as someone's own model might be."""
-
-    def __init__(self, partial_chunk: str) -> None:
-        super().__init__()
-        self.memory = TensorMemory(MemoryConfig(token_dim=8, channels=2, grid=(3, 3, 3), chunk_size=3, gate_init=0.0,
-                                                public_code={"partial_chunk": partial_chunk}))
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, x):
-        return self.head(self.memory(x)[0])
+    assert_same(
+        before["predictions"].prediction_trace(checkpoints[name], seed=2, index=1),
+        prediction_trace(checkpoints[name], seed=2, index=1),
+    )
 
 
 def backbone() -> nn.Module:

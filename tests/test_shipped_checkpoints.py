@@ -18,10 +18,12 @@ SHARED_STATE = "tensor_shared_state"  # the leaky variant, shipped to show the a
 WINDOWED = "tensor_windowed"  # the memory on the local baseline's attention window (masked patches: 7)
 # variant: (where in the backbone's config it differs, what it holds there)
 VARIANTS = {LOCAL_UPDATE: ("memory.write.mode", "local"), SHARED_STATE: ("share_state", True), WINDOWED: ("window", 7)}
-SHIPPED = [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES] + \
-    sorted(d for v in VARIANTS for d in (ROOT / "checkpoints").glob(f"*-{v}")) + \
-    [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")] + \
-    [ROOT / "checkpoints" / name for name in IMAGES]
+SHIPPED = (
+    [ROOT / "checkpoints" / f"{t}-{b}" for t in TASKS for b in BACKBONES]
+    + sorted(d for v in VARIANTS for d in (ROOT / "checkpoints").glob(f"*-{v}"))
+    + [ROOT / "checkpoints" / f"language_modelling-{b}" for b in ("xl", "linear")]
+    + [ROOT / "checkpoints" / name for name in IMAGES]
+)
 
 
 @pytest.mark.parametrize("directory", SHIPPED, ids=lambda d: d.name)
@@ -41,8 +43,9 @@ def test_shipped_checkpoint_reproduces_its_metrics(directory):
     assert directory.stat().st_size and (directory / "model.safetensors").stat().st_size < 5_000_000  # a few MB
     recorded = json.loads((directory / "metrics.json").read_text())
     seed = recorded["eval_seeds"][0]
-    result = evaluate_checkpoint(ckpt, seed, recorded["batches"], recorded["batch_size"],
-                                 task_params=recorded["trained"]["params"])
+    result = evaluate_checkpoint(
+        ckpt, seed, recorded["batches"], recorded["batch_size"], task_params=recorded["trained"]["params"]
+    )
     expected = recorded["trained"]["per_seed"][str(seed)]
     for name, value in expected.items():
         if isinstance(value, float):
@@ -51,8 +54,10 @@ def test_shipped_checkpoint_reproduces_its_metrics(directory):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_local_baseline_holds_about_as_many_numbers_as_the_tensor_state(task):
-    budgets = {b: json.loads((ROOT / "checkpoints" / f"{task}-{b}" / "config.json").read_text())["state_budget"]
-               for b in ("tensor", "local")}
+    budgets = {
+        b: json.loads((ROOT / "checkpoints" / f"{task}-{b}" / "config.json").read_text())["state_budget"]
+        for b in ("tensor", "local")
+    }
     tensor, local = budgets["tensor"]["total_state_numbers"], budgets["local"]["total_state_numbers"]
     assert abs(local - tensor) <= 0.1 * tensor
 

@@ -27,7 +27,7 @@ def trace():
 
 
 def test_every_field_is_documented_where_it_is_built_and_where_it_is_read():
-    block = SCRIPT[SCRIPT.index("// The payload ("):SCRIPT.index('"use strict"')]
+    block = SCRIPT[SCRIPT.index("// The payload (") : SCRIPT.index('"use strict"')]
     documented = re.findall(r"^//   (\w+) ", block, flags=re.M)
     assert documented == FIELDS  # the same fields, in the same order
     assert all(f"``{name}``" in StepperPayload.__doc__ for name in FIELDS)
@@ -37,13 +37,16 @@ def test_every_field_is_documented_where_it_is_built_and_where_it_is_read():
 
 def test_a_payload_holds_every_chunk_of_its_span_as_the_browser_reads_it(trace):
     def views(k, outcome):
-        return {"figure": go.Figure(go.Scatter(x=[k], y=[k]), layout=dict(template=TEMPLATE)),
-                "card": f"<b>{outcome['event']}</b>",
-                "picture": b"\x89PNG" + bytes([k])}
+        return {
+            "figure": go.Figure(go.Scatter(x=[k], y=[k]), layout=dict(template=TEMPLATE)),
+            "card": f"<b>{outcome['event']}</b>",
+            "picture": b"\x89PNG" + bytes([k]),
+        }
 
     rows = (Row((("figure",), ("card", "picture")), (1, 2)), Heading("Below"))
-    sent = stepper_payload(trace, "sample", "settings", views, rows, {"card": "A card"}, {"figure": 300}, (3, 6),
-                           reports=True)
+    sent = stepper_payload(
+        trace, "sample", "settings", views, rows, {"card": "A card"}, {"figure": 300}, (3, 6), reports=True
+    )
     shown = json.loads(json.dumps(sent.to_json()))  # what the component receives
     assert list(shown) == FIELDS
     assert (shown["offset"], shown["count"], shown["total"]) == (3, 4, trace.num_chunks)
@@ -54,8 +57,12 @@ def test_a_payload_holds_every_chunk_of_its_span_as_the_browser_reads_it(trace):
     assert shown["views"]["picture"][1] == "data:image/png;base64,iVBORwQ="  # b"\x89PNG\x04"
     assert shown["events"] == [chunk_outcome(trace, k)["event"] for k in range(3, 7)]
     assert shown["rows"] == [{"widths": [1, 2], "columns": [["figure"], ["card", "picture"]]}, {"heading": "Below"}]
-    assert shown["labels"] == {"card": "A card"} and shown["heights"] == {"track": None, "figure": 300, "card": None,
-                                                                           "picture": None}
+    assert shown["labels"] == {"card": "A card"} and shown["heights"] == {
+        "track": None,
+        "figure": 300,
+        "card": None,
+        "picture": None,
+    }
     assert shown["reports"] and (shown["start"], shown["moves"]) == (0, 0)  # the page sets them when it draws
     assert "template" not in shown["views"]["figure"][0]["layout"] and shown["template"]  # the app's: sent once
     again = stepper_payload(trace, "sample", "other settings", views, rows, span=(3, 6))

@@ -28,7 +28,7 @@ def models():
 @pytest.mark.parametrize("kind", [kind for kind in LANGUAGE if kind != "tensor_shared_state"])
 def test_a_stream_cut_at_any_segment_length_gives_one_pass(models, kind):
     ckpt = models[kind]
-    ids = ckpt.task.stream("test")[:2 * 301]
+    ids = ckpt.task.stream("test")[: 2 * 301]
     whole = streamed_loss(ckpt.model, ids, 300, rows=2, progress=False)  # each row in one call
     assert whole.nll.shape == (2, 300) and whole.position[1].tolist() == list(range(300))
     for segment in (1, 7, 16, 128):
@@ -45,7 +45,7 @@ def test_a_shared_state_depends_on_where_the_stream_is_cut(models):
     threading, which the causality audit flags), so its segments are part of the model: --stream feeds it the length
     it was trained on unless told otherwise."""
     ckpt = models["tensor_shared_state"]
-    ids = ckpt.task.stream("test")[:2 * 301]
+    ids = ckpt.task.stream("test")[: 2 * 301]
     whole, cut = (streamed_loss(ckpt.model, ids, segment, rows=2, progress=False) for segment in (300, 16))
     assert float((cut.nll - whole.nll).abs().max()) > 0.1
 
@@ -65,10 +65,12 @@ def test_thresholds_and_the_log_binned_curve():
     loss = StreamedLoss(nll, torch.arange(6)[None])
     assert loss.mean_nll() == pytest.approx(3.5) and loss.mean_nll(4) == pytest.approx(5.5)
     assert loss.mean_nll(6) is None and loss.perplexity(5) == pytest.approx(math.exp(6.0))
-    assert loss.curve() == [{"from": 0, "to": 1, "tokens": 1, "nll": 1.0},
-                            {"from": 1, "to": 2, "tokens": 1, "nll": 2.0},
-                            {"from": 2, "to": 4, "tokens": 2, "nll": 3.5},
-                            {"from": 4, "to": 8, "tokens": 2, "nll": 5.5}]
+    assert loss.curve() == [
+        {"from": 0, "to": 1, "tokens": 1, "nll": 1.0},
+        {"from": 1, "to": 2, "tokens": 1, "nll": 2.0},
+        {"from": 2, "to": 4, "tokens": 2, "nll": 3.5},
+        {"from": 4, "to": 8, "tokens": 2, "nll": 5.5},
+    ]
 
 
 def test_attention_reach_is_the_window_the_segment_or_the_trained_length(models):
@@ -91,8 +93,10 @@ def test_eval_stream_on_the_command_line(capsys):
     assert main(["eval", "--checkpoint", str(folder), "--stream", "--tokens", "600", "--rows", "2", "--sweep"]) == 0
     shown = capsys.readouterr().out
     assert "NLL (nats), t >= 4W = 116" in shown and "\n256-511 " in shown
-    for other, said in ((CHECKPOINTS / "occlusion-tensor", "holds a model of task occlusion"),
-                        (CHECKPOINTS / "minilm-tensor", "run eval without --sweep, --param, --stream and --distance")):
+    for other, said in (
+        (CHECKPOINTS / "occlusion-tensor", "holds a model of task occlusion"),
+        (CHECKPOINTS / "minilm-tensor", "run eval without --sweep, --param, --stream and --distance"),
+    ):
         assert main(["eval", "--checkpoint", str(other), "--stream"]) == 2
         refusal = capsys.readouterr().err.strip()
         assert "\n" not in refusal and said in refusal

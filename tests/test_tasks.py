@@ -9,8 +9,7 @@ import torch.nn.functional as F
 
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import TASKS, Batch, make_task
+from tensor_memory.tasks import TASKS, Batch, TaskModel, make_task
 from tensor_memory.tasks.coordinate_binding import CoordinateBindingConfig
 from tensor_memory.tasks.map_building import MapBuildingConfig
 from tensor_memory.tasks.occlusion import OcclusionConfig
@@ -21,8 +20,12 @@ USER_DATA = {"action_recognition"}  # tasks that need a data set at a user path:
 
 def batches_equal(a: Batch, b: Batch) -> bool:
     same = lambda x, y: x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)  # noqa: E731
-    return same(a.inputs, b.inputs) and torch.equal(a.targets, b.targets) and torch.equal(a.mask, b.mask) \
+    return (
+        same(a.inputs, b.inputs)
+        and torch.equal(a.targets, b.targets)
+        and torch.equal(a.mask, b.mask)
         and same(a.meta, b.meta)
+    )
 
 
 def one_hot_logits(task, batch: Batch) -> torch.Tensor:
@@ -32,6 +35,7 @@ def one_hot_logits(task, batch: Batch) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Every task
 # ---------------------------------------------------------------------------------------
+
 
 def test_registry_has_the_tasks():
     for name in NEW_TASKS + ("no_harm",):
@@ -73,7 +77,7 @@ def test_counts_perfect_and_wrong(name):
     for metric, (correct, total) in perfect.items():
         if metric.endswith("accuracy") and metric != "oracle_accuracy" and total > 0:
             assert correct == total, metric
-    for metric, (correct, total) in wrong.items():
+    for metric, (correct, _) in wrong.items():
         if metric != "oracle_accuracy":
             assert correct == 0.0, metric
 
@@ -109,29 +113,32 @@ def test_sweeps():
         CoordinateBindingConfig(noise=noise)
 
 
-@pytest.mark.parametrize("cls, params, field", [
-    (CoordinateBindingConfig, {"writes": 0}, "CoordinateBindingConfig.writes"),
-    (CoordinateBindingConfig, {"noise": -0.1}, "CoordinateBindingConfig.noise"),
-    (CoordinateBindingConfig, {"noise": float("nan")}, "CoordinateBindingConfig.noise"),
-    (CoordinateBindingConfig, {"queries": 0}, "CoordinateBindingConfig.queries"),
-    (CoordinateBindingConfig, {"values": 1}, "CoordinateBindingConfig.values"),
-    (CoordinateBindingConfig, {"writes": 2.0}, "CoordinateBindingConfig.writes"),
-    (OcclusionConfig, {"frames": 1}, "OcclusionConfig.frames"),
-    (OcclusionConfig, {"size": 1}, "OcclusionConfig.size"),
-    (OcclusionConfig, {"ball": 16}, "OcclusionConfig.ball"),
-    (OcclusionConfig, {"ball": 0}, "OcclusionConfig.ball"),
-    (OcclusionConfig, {"patch": 3}, "OcclusionConfig.patch"),
-    (OcclusionConfig, {"occlusion_length": -1}, "OcclusionConfig.occlusion_length"),
-    (OcclusionConfig, {"occlusion_length": 11}, "OcclusionConfig.occlusion_length"),
-    (OcclusionConfig, {"occlusion_start": 1}, "OcclusionConfig.occlusion_start"),
-    (OcclusionConfig, {"occlusion_start": 9}, "OcclusionConfig.occlusion_start"),  # 9 + 4 > 12
-    (OcclusionConfig, {"occlusion_start": -2}, "OcclusionConfig.occlusion_start"),
-    (MapBuildingConfig, {"observations": 0}, "MapBuildingConfig.observations"),
-    (MapBuildingConfig, {"map_size": 0}, "MapBuildingConfig.map_size"),
-    (MapBuildingConfig, {"patch": 9}, "MapBuildingConfig.patch"),
-    (MapBuildingConfig, {"queries": 0}, "MapBuildingConfig.queries"),
-    (MapBuildingConfig, {"density": 1.5}, "MapBuildingConfig.density"),
-])
+@pytest.mark.parametrize(
+    "cls, params, field",
+    [
+        (CoordinateBindingConfig, {"writes": 0}, "CoordinateBindingConfig.writes"),
+        (CoordinateBindingConfig, {"noise": -0.1}, "CoordinateBindingConfig.noise"),
+        (CoordinateBindingConfig, {"noise": float("nan")}, "CoordinateBindingConfig.noise"),
+        (CoordinateBindingConfig, {"queries": 0}, "CoordinateBindingConfig.queries"),
+        (CoordinateBindingConfig, {"values": 1}, "CoordinateBindingConfig.values"),
+        (CoordinateBindingConfig, {"writes": 2.0}, "CoordinateBindingConfig.writes"),
+        (OcclusionConfig, {"frames": 1}, "OcclusionConfig.frames"),
+        (OcclusionConfig, {"size": 1}, "OcclusionConfig.size"),
+        (OcclusionConfig, {"ball": 16}, "OcclusionConfig.ball"),
+        (OcclusionConfig, {"ball": 0}, "OcclusionConfig.ball"),
+        (OcclusionConfig, {"patch": 3}, "OcclusionConfig.patch"),
+        (OcclusionConfig, {"occlusion_length": -1}, "OcclusionConfig.occlusion_length"),
+        (OcclusionConfig, {"occlusion_length": 11}, "OcclusionConfig.occlusion_length"),
+        (OcclusionConfig, {"occlusion_start": 1}, "OcclusionConfig.occlusion_start"),
+        (OcclusionConfig, {"occlusion_start": 9}, "OcclusionConfig.occlusion_start"),  # 9 + 4 > 12
+        (OcclusionConfig, {"occlusion_start": -2}, "OcclusionConfig.occlusion_start"),
+        (MapBuildingConfig, {"observations": 0}, "MapBuildingConfig.observations"),
+        (MapBuildingConfig, {"map_size": 0}, "MapBuildingConfig.map_size"),
+        (MapBuildingConfig, {"patch": 9}, "MapBuildingConfig.patch"),
+        (MapBuildingConfig, {"queries": 0}, "MapBuildingConfig.queries"),
+        (MapBuildingConfig, {"density": 1.5}, "MapBuildingConfig.density"),
+    ],
+)
 def test_config_validation(cls, params, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         cls(**params)
@@ -149,6 +156,7 @@ def test_config_edges_accepted():
 # ---------------------------------------------------------------------------------------
 # coordinate_binding
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("noise", [0.0, 0.1, 0.5])
 def test_binding_targets_are_nearest_neighbours(noise):
@@ -170,12 +178,16 @@ def test_binding_targets_are_nearest_neighbours(noise):
     assert batch.targets.shape == (B, W + Q)
     assert not batch.mask[:, :W].any() and batch.mask[:, W:].all()
     assert torch.equal(batch.inputs["is_query"].bool(), batch.mask)
-    assert torch.equal(batch.inputs["key"][:, :W], m["keys"]) and torch.equal(batch.inputs["key"][:, W:], m["query_keys"])
+    assert torch.equal(batch.inputs["key"][:, :W], m["keys"]) and torch.equal(
+        batch.inputs["key"][:, W:], m["query_keys"]
+    )
     assert torch.equal(batch.inputs["value"][:, :W], m["values"]) and (batch.inputs["value"][:, W:] == V).all()
     chosen_value = np.take_along_axis(values, m["chosen"].numpy(), axis=1)
     if noise == 0.0:  # the query key is exactly the chosen key: its value is the answer
         assert np.array_equal(expected, chosen_value)
-        assert torch.equal(batch.inputs["key"][:, W:], torch.gather(m["keys"], 1, m["chosen"][..., None].expand(B, Q, 3)))
+        assert torch.equal(
+            batch.inputs["key"][:, W:], torch.gather(m["keys"], 1, m["chosen"][..., None].expand(B, Q, 3))
+        )
     if noise == 0.5:  # large noise: the nearest key is often not the chosen one, and the target follows it
         assert (nearest != m["chosen"].numpy()).any()
 
@@ -189,6 +201,7 @@ def test_binding_values_are_spread():
 # occlusion
 # ---------------------------------------------------------------------------------------
 
+
 def test_occlusion_physics():
     cfg = OcclusionConfig()
     task = make_task("occlusion")
@@ -196,8 +209,9 @@ def test_occlusion_physics():
     B = 256
     batch = task.sample(B, seed=5)
     m = batch.meta
-    frames, occluded, pos, vel, start = (m[k] for k in ("frames", "occluded", "positions", "velocity",
-                                                        "occlusion_start"))
+    frames, occluded, pos, vel, start = (
+        m[k] for k in ("frames", "occluded", "positions", "velocity", "occlusion_start")
+    )
     assert frames.shape == (B, T, S, S) and frames.dtype == torch.float32
     assert occluded.shape == (B, T) and occluded.dtype == torch.bool
     assert pos.shape == (B, T, 2) and vel.shape == (B, 2) and start.shape == (B,)
@@ -242,7 +256,7 @@ def test_occlusion_physics():
     pixels = batch.inputs["pixels"].reshape(B, T, n, n, p, p)
     rebuilt = pixels.permute(0, 1, 2, 4, 3, 5).reshape(B, T, S, S)
     assert torch.equal(rebuilt, frames)
-    assert torch.equal(batch.inputs["pixels"][0, 1, :], frames[0, 0, 0:p, p:2 * p].reshape(-1))  # patch (0, 1)
+    assert torch.equal(batch.inputs["pixels"][0, 1, :], frames[0, 0, 0:p, p : 2 * p].reshape(-1))  # patch (0, 1)
     assert torch.equal(batch.inputs["patch_index"][0], torch.arange(n * n).repeat(T))
     assert set(batch.inputs) == {"pixels", "patch_index"}  # no occlusion flag, no frame index
 
@@ -290,6 +304,7 @@ def test_occlusion_counts_split():
 # map_building
 # ---------------------------------------------------------------------------------------
 
+
 def test_map_bookkeeping_and_oracle():
     cfg = MapBuildingConfig()
     task = make_task("map_building")
@@ -313,7 +328,7 @@ def test_map_bookkeeping_and_oracle():
             assert inputs["row"][b, t] == r and inputs["col"][b, t] == c and inputs["is_query"][b, t] == 0
             want = [float(grid[b, r + i, c + j]) for i in range(p) for j in range(p)]
             assert inputs["values"][b, t].tolist() == want
-            seen[r:r + p, c:c + p] = True
+            seen[r : r + p, c : c + p] = True
         assert np.array_equal(observed[b].numpy(), seen)
         for q in range(Q):
             r, c = cells[b, q].tolist()
@@ -338,10 +353,17 @@ def test_encoder_embeddings_start_at_the_scale_of_their_role():
     """Markers (places, rows, columns, flags) start at 0.02 so they do not swamp the content beside them;
     what a token carries for the memory (a binding's value, a counter's token) starts at N(0, 1)."""
     from tensor_memory.config import CONTENT_STD, MARKER_STD
-    roles = {"occlusion": {"place": MARKER_STD}, "map_building": {"row": MARKER_STD, "col": MARKER_STD, "flag": MARKER_STD},
-             "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD}, "no_harm": {"embed": CONTENT_STD},
-             "language_modelling": {"embed": CONTENT_STD}, "masked_patches": {"place": MARKER_STD, "hidden": MARKER_STD},
-             "moving_digits": {"place": MARKER_STD}, "action_recognition": {"place": MARKER_STD}}
+
+    roles = {
+        "occlusion": {"place": MARKER_STD},
+        "map_building": {"row": MARKER_STD, "col": MARKER_STD, "flag": MARKER_STD},
+        "coordinate_binding": {"value": CONTENT_STD, "flag": MARKER_STD},
+        "no_harm": {"embed": CONTENT_STD},
+        "language_modelling": {"embed": CONTENT_STD},
+        "masked_patches": {"place": MARKER_STD, "hidden": MARKER_STD},
+        "moving_digits": {"place": MARKER_STD},
+        "action_recognition": {"place": MARKER_STD},
+    }
     assert set(roles) == set(TASKS)
     torch.manual_seed(0)
     for name, tables in roles.items():

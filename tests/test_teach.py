@@ -17,9 +17,9 @@ import pytest
 from analysis import capture
 from analysis.figures import teach as teach_figures
 from analysis.measures import teach
-from tensor_memory.memory.geometry import in_voxels
 from tensor_memory import TensorMemory, load_checkpoint
 from tensor_memory.memory.config import WriteVariant
+from tensor_memory.memory.geometry import in_voxels
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "coordinate_binding-tensor"
 
@@ -59,7 +59,7 @@ def test_pieces_follow_the_mechanism(setup):
     D, H, W = step.grid
     zz, yy, xx = np.meshgrid(*(np.linspace(-1, 1, n) for n in (D, H, W)), indexing="ij")
     x, y, z = step.mu_write
-    gaussian = np.exp(-((xx - x) ** 2 + (yy - y) ** 2 + (zz - z) ** 2) / (2 * step.sigma ** 2))
+    gaussian = np.exp(-((xx - x) ** 2 + (yy - y) ** 2 + (zz - z) ** 2) / (2 * step.sigma**2))
     np.testing.assert_allclose(step.write, step.content[:, None, None, None] * gaussian, rtol=1e-4, atol=1e-6)
     # the LSTM update
     g = step.gates
@@ -76,8 +76,10 @@ def test_step_sizes_are_the_norms_the_walkthrough_shows(setup):
     sizes = teach.step_sizes(step)
     assert sizes["read"] == pytest.approx(np.sqrt((step.read.astype(np.float64) ** 2).sum()))
     assert sizes["content"] == pytest.approx(np.sqrt((step.content.astype(np.float64) ** 2).sum()))
-    peak = max(np.sqrt(sum(float(step.write[c, z, y, x]) ** 2 for c in range(step.write.shape[0])))
-               for z, y, x in np.ndindex(*step.grid))  # voxel by voxel, over the channels
+    peak = max(
+        np.sqrt(sum(float(step.write[c, z, y, x]) ** 2 for c in range(step.write.shape[0])))
+        for z, y, x in np.ndindex(*step.grid)
+    )  # voxel by voxel, over the channels
     assert sizes["write_peak"] == pytest.approx(peak, rel=1e-6)
     before, after = (np.sqrt((h.astype(np.float64) ** 2).sum()) for h in (step.h_prev, step.h_new))
     assert (sizes["h_before"], sizes["h_after"]) == (pytest.approx(before, rel=1e-6), pytest.approx(after, rel=1e-6))
@@ -90,8 +92,9 @@ def test_hand_set_step_on_an_empty_memory(setup):
     zeros = np.zeros((C, *grid), dtype=np.float32)
     content = np.zeros(C, dtype=np.float32)
     content[3] = 2.0
-    step = teach.mechanism_step(memory, zeros, zeros, np.array([0.2, -0.1, 0.5]), np.array([1.0, -1.0, 0.0]), 0.3,
-                                content)
+    step = teach.mechanism_step(
+        memory, zeros, zeros, np.array([0.2, -0.1, 0.5]), np.array([1.0, -1.0, 0.0]), 0.3, content
+    )
     # an empty memory reads zeros, so the message is out_proj's bias, scaled by σ(γ)
     assert np.abs(step.read).max() == 0.0
     assert step.added_norm == pytest.approx(step.gate_scale * float(memory.out_proj.bias.detach().norm()), rel=1e-5)

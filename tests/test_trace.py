@@ -11,18 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors_edits import rewrite_header
 
 from analysis import Trace, TraceError, capture, load_trace
 from analysis.traces.capture import capture_many, sample_batch
 from analysis.traces.trace import TRACE_VERSION
-from tensor_memory.storage.checkpoint import Checkpoint
-from tensor_memory_cli import main
-from tensor_memory.memory import MemoryConfig
-from tensor_memory.tasks import TaskModel
 from tensor_memory.backbone import BackboneConfig
-from tensor_memory.tasks import make_task
-
-from safetensors_edits import rewrite_header
+from tensor_memory.memory import MemoryConfig
+from tensor_memory.storage.checkpoint import Checkpoint
+from tensor_memory.tasks import TaskModel, make_task
+from tensor_memory_cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OCCLUSION = ROOT / "checkpoints" / "occlusion-tensor"
@@ -43,7 +41,9 @@ def test_trace_matches_the_models_own_state_and_outputs(occlusion, trace):
     layer = trace.layer(name)
     # The last recorded volumes are the state the model hands on (float16 in the trace).
     assert np.allclose(layer.h[-1].astype(np.float32), final.h[0].numpy(), atol=1e-3)
-    assert np.allclose(layer.c[-1].astype(np.float32), final.c[0].numpy(), atol=2e-3 * max(1, np.abs(final.c.numpy()).max()))
+    assert np.allclose(
+        layer.c[-1].astype(np.float32), final.c[0].numpy(), atol=2e-3 * max(1, np.abs(final.c.numpy()).max())
+    )
     # Per chunk (one frame): the prediction and target at the frame's last token.
     K = trace.num_chunks
     assert K == occlusion.task.config.frames == 12
@@ -66,7 +66,11 @@ def test_same_checkpoint_seed_and_index_give_equal_arrays(occlusion, trace):
     again = capture(OCCLUSION, seed=3, index=2, progress=False)
     a, b = trace.arrays(), again.arrays()
     assert a.keys() == b.keys()
-    diff = [(k, float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max())) for k in a if not np.array_equal(a[k], b[k])]
+    diff = [
+        (k, float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max()))
+        for k in a
+        if not np.array_equal(a[k], b[k])
+    ]
     assert not diff, diff
     other = capture(occlusion, seed=3, index=5, progress=False)
     assert not np.array_equal(other.meta["positions"], trace.meta["positions"])
@@ -145,15 +149,27 @@ def test_hostile_and_broken_trace_files_are_refused_with_one_clear_error(saved, 
         "garbage": (_write(tmp_path / "g", b"\x07" * 64), "corrupt|truncated"),
         "pickle": (_write(tmp_path / "p", pickle.dumps({"h": [1, 2]})), "pickle"),
         "checkpoint weights": (OCCLUSION / "model.safetensors", "not a trace file"),
-        "version": (rewrite_header(saved, tmp_path / "v", lambda h: meta(h, "version", TRACE_VERSION + 1)),
-                    "version"),
-        "bad header json": (rewrite_header(saved, tmp_path / "j", lambda h: h["__metadata__"].update(trace="{")),
-                            "not valid JSON"),
-        "inconsistent shapes": (rewrite_header(saved, tmp_path / "s", lambda h: info(h, "num_chunks", 13)),
-                                "shape"),
-        "missing array": (rewrite_header(saved, tmp_path / "m", lambda h: info(
-            h, "layers", {**json.loads(h["__metadata__"]["trace"])["info"]["layers"], "backbone.blocks.7.memory":
-                          {"channels": 16, "grid": [4, 4, 4], "gates": False}})), "missing arrays"),
+        "version": (rewrite_header(saved, tmp_path / "v", lambda h: meta(h, "version", TRACE_VERSION + 1)), "version"),
+        "bad header json": (
+            rewrite_header(saved, tmp_path / "j", lambda h: h["__metadata__"].update(trace="{")),
+            "not valid JSON",
+        ),
+        "inconsistent shapes": (rewrite_header(saved, tmp_path / "s", lambda h: info(h, "num_chunks", 13)), "shape"),
+        "missing array": (
+            rewrite_header(
+                saved,
+                tmp_path / "m",
+                lambda h: info(
+                    h,
+                    "layers",
+                    {
+                        **json.loads(h["__metadata__"]["trace"])["info"]["layers"],
+                        "backbone.blocks.7.memory": {"channels": 16, "grid": [4, 4, 4], "gates": False},
+                    },
+                ),
+            ),
+            "missing arrays",
+        ),
     }
     for name, (path, pattern) in cases.items():
         with pytest.raises(TraceError, match=pattern) as error:
@@ -171,16 +187,25 @@ def test_nan_in_a_trace_is_refused(trace, tmp_path):
         load_trace(path)
 
 
-@pytest.mark.parametrize("field, value, words", [("mu_read", 1e6, "coordinates outside the grid's [-1, 1]"),
-                                                  ("mu_write", -1.5, "coordinates outside the grid's [-1, 1]"),
-                                                  ("sigma", 0.0, "a write spread σ ≤ 0")])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("mu_read", 1e6, "coordinates outside the grid's [-1, 1]"),
+        ("mu_write", -1.5, "coordinates outside the grid's [-1, 1]"),
+        ("sigma", 0.0, "a write spread σ ≤ 0"),
+    ],
+)
 def test_a_trace_holding_what_no_memory_produces_is_refused(trace, tmp_path, field, value, words):
     name = next(iter(trace.layers))
     layer = trace.layers[name]
     array = getattr(layer, field).copy()
     array[2] = value
-    broken = Trace(info=trace.info, layers={**trace.layers, name: dataclasses.replace(layer, **{field: array})},
-                   chunks=dict(trace.chunks), meta=trace.meta)
+    broken = Trace(
+        info=trace.info,
+        layers={**trace.layers, name: dataclasses.replace(layer, **{field: array})},
+        chunks=dict(trace.chunks),
+        meta=trace.meta,
+    )
     path = broken.save(tmp_path / f"{field}.safetensors")
     with pytest.raises(TraceError, match=f"array 'layer/{name}/{field}' holds {re.escape(words)}"):
         load_trace(path)
@@ -188,8 +213,25 @@ def test_a_trace_holding_what_no_memory_produces_is_refused(trace, tmp_path, fie
 
 def test_trace_cli_writes_a_loadable_trace_and_fails_cleanly(tmp_path, capsys):
     out = tmp_path / "cli.safetensors"
-    assert main(["trace", "--checkpoint", str(OCCLUSION), "--seed", "3", "--index", "2", "--out", str(out),
-                 "--param", "occlusion_length=2", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "--checkpoint",
+                str(OCCLUSION),
+                "--seed",
+                "3",
+                "--index",
+                "2",
+                "--out",
+                str(out),
+                "--param",
+                "occlusion_length=2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     loaded = load_trace(out)
     assert loaded.info["seed"] == 3 and loaded.info["index"] == 2
     assert loaded.meta["occluded"].sum() == 2
@@ -218,11 +260,13 @@ def test_a_trace_whose_metadata_disagrees_with_its_arrays_is_refused(tmp_path):
         meta = {**good.meta, **changes.pop("meta", {})}
         return dataclasses.replace(good, info=info, meta=meta).save(tmp_path / f"{name}.safetensors")
 
-    cases = {"out-of-frame": (dict(meta={"positions": good.meta["positions"] + 100}), "outside [0, size = 16)"),
-             "no-name": (dict(info={"checkpoint_name": ""}), "lacks the checkpoint name"),
-             "short-meta": (dict(meta={"positions": good.meta["positions"][:3]}), "'positions' is of shape [3, 2]"),
-             "no-task": (dict(info={"task": "video"}), "names a task it cannot be"),
-             "classes": (dict(info={"num_classes": 3}), None)}
+    cases = {
+        "out-of-frame": (dict(meta={"positions": good.meta["positions"] + 100}), "outside [0, size = 16)"),
+        "no-name": (dict(info={"checkpoint_name": ""}), "lacks the checkpoint name"),
+        "short-meta": (dict(meta={"positions": good.meta["positions"][:3]}), "'positions' is of shape [3, 2]"),
+        "no-task": (dict(info={"task": "video"}), "names a task it cannot be"),
+        "classes": (dict(info={"num_classes": 3}), None),
+    }
     for name, (change, words) in cases.items():
         with pytest.raises(TraceError) as info:
             load_trace(saved(name, **change))
@@ -233,10 +277,22 @@ def test_a_trace_of_no_chunks_is_refused(tmp_path):
     import dataclasses
 
     good = capture(OCCLUSION, seed=0, index=0, gates=False, progress=False)
-    empty_layers = {name: dataclasses.replace(lay, **{f.name: getattr(lay, f.name)[:0] for f in dataclasses.fields(lay)
-                                                      if f.name != "gate_scale" and getattr(lay, f.name) is not None})
-                    for name, lay in good.layers.items()}
-    empty = dataclasses.replace(good, info={**good.info, "num_chunks": 0}, layers=empty_layers,
-                                chunks={k: v[:0] for k, v in good.chunks.items()})
+    empty_layers = {
+        name: dataclasses.replace(
+            lay,
+            **{
+                f.name: getattr(lay, f.name)[:0]
+                for f in dataclasses.fields(lay)
+                if f.name != "gate_scale" and getattr(lay, f.name) is not None
+            },
+        )
+        for name, lay in good.layers.items()
+    }
+    empty = dataclasses.replace(
+        good,
+        info={**good.info, "num_chunks": 0},
+        layers=empty_layers,
+        chunks={k: v[:0] for k, v in good.chunks.items()},
+    )
     with pytest.raises(TraceError, match="holds no chunks"):
         load_trace(empty.save(tmp_path / "empty.safetensors"))

@@ -31,13 +31,26 @@ def memory(chunk: int = 4) -> MemoryConfig:
 
 def family(name: str) -> nn.Module:
     torch.manual_seed(0)
-    model = {"gpt2": lambda: GPT2LMHeadModel(GPT2Config(n_embd=WIDTH, n_layer=2, n_head=4, vocab_size=VOCAB,
-                                                        bos_token_id=0, eos_token_id=0)),
-             "bert": lambda: BertModel(BertConfig(hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
-                                                  intermediate_size=64, vocab_size=VOCAB)),
-             "llama": lambda: LlamaForCausalLM(LlamaConfig(hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=2,
-                                                           num_attention_heads=4, num_key_value_heads=2,
-                                                           vocab_size=VOCAB))}[name]()
+    model = {
+        "gpt2": lambda: GPT2LMHeadModel(
+            GPT2Config(n_embd=WIDTH, n_layer=2, n_head=4, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0)
+        ),
+        "bert": lambda: BertModel(
+            BertConfig(
+                hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=VOCAB
+            )
+        ),
+        "llama": lambda: LlamaForCausalLM(
+            LlamaConfig(
+                hidden_size=WIDTH,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                vocab_size=VOCAB,
+            )
+        ),
+    }[name]()
     return attach_memory(model.eval(), memory(), layers=[0, 1])
 
 
@@ -54,9 +67,11 @@ def test_hugging_face_families_traced_saved_and_reloaded(name, tmp_path):
         np.testing.assert_allclose(layer.h.astype(np.float32), rec[path].h[0].numpy(), atol=2e-3, rtol=2e-3)
     loaded = load_trace(trace.save(tmp_path / f"{name}.trace.safetensors"))
     assert loaded.is_model_trace and loaded.tokens == TOKENS and loaded.info["checkpoint_name"] == f"tiny-{name}"
-    assert list(loaded.layers) == [f"{stack}.{i}.memory" for i in (0, 1)
-                                   for stack in [{"gpt2": "transformer.h", "bert": "encoder.layer",
-                                                  "llama": "model.layers"}[name]]]
+    assert list(loaded.layers) == [
+        f"{stack}.{i}.memory"
+        for i in (0, 1)
+        for stack in [{"gpt2": "transformer.h", "bert": "encoder.layer", "llama": "model.layers"}[name]]
+    ]
     for path in trace.layers:
         assert np.array_equal(loaded.layers[path].h, trace.layers[path].h)
     if targets is None:
@@ -66,23 +81,29 @@ def test_hugging_face_families_traced_saved_and_reloaded(name, tmp_path):
     probs = torch.softmax(logits, -1)
     last = [4 * k + 3 for k in range(trace.num_chunks)]  # each chunk's last position (all have targets)
     assert loaded.chunks["prediction"].tolist() == logits[last].argmax(-1).tolist()
-    np.testing.assert_allclose(loaded.chunks["p_target"], probs[last, IDS[0, [p + 1 for p in last]]].numpy(),
-                               rtol=1e-5)
+    np.testing.assert_allclose(loaded.chunks["p_target"], probs[last, IDS[0, [p + 1 for p in last]]].numpy(), rtol=1e-5)
     assert loaded.per_token["target"][-1] == -1  # the last position has no next token
 
 
 def test_segments_with_the_state_carried_equal_one_pass():
     torch.manual_seed(0)
-    backbone = Backbone(BackboneConfig(kind="tensor", dim=16, layers=2, heads=2, causal=True,
-                                       memory=MemoryConfig(token_dim=16, channels=4, grid=(4, 4, 4), chunk_size=3,
-                                                           gate_init=0.0))).eval()
+    backbone = Backbone(
+        BackboneConfig(
+            kind="tensor",
+            dim=16,
+            layers=2,
+            heads=2,
+            causal=True,
+            memory=MemoryConfig(token_dim=16, channels=4, grid=(4, 4, 4), chunk_size=3, gate_init=0.0),
+        )
+    ).eval()
     x = torch.randn(1, 38, 16)  # the last segment (36..38) holds no complete chunk
     whole, pieces = trace_model(backbone, x), trace_model(backbone, x, segment=9)
     assert whole.num_chunks == pieces.num_chunks == 12
     for path in whole.layers:
         for field in ("h", "c", "gate_f", "mu_read", "mu_write", "sigma", "read"):
             a, b = getattr(whole.layers[path], field), getattr(pieces.layers[path], field)
-            ulp = 2.0 ** -10 if field in ("h", "c", "gate_f") else 0.0  # float16 volumes: a rounding may flip
+            ulp = 2.0**-10 if field in ("h", "c", "gate_f") else 0.0  # float16 volumes: a rounding may flip
             np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=1e-5, rtol=ulp)
     own = nn.Sequential(nn.Linear(16, 16), TensorMemoryOnly(16))  # a model that never passes a state
     a, b = trace_model(own, x), trace_model(own, x, segment=6)
@@ -95,8 +116,9 @@ class TensorMemoryOnly(nn.Module):
 
     def __init__(self, width: int) -> None:
         super().__init__()
-        self.memory = TensorMemory(MemoryConfig(token_dim=width, channels=4, grid=(4, 4, 4), chunk_size=3,
-                                                gate_init=0.0))
+        self.memory = TensorMemory(
+            MemoryConfig(token_dim=width, channels=4, grid=(4, 4, 4), chunk_size=3, gate_init=0.0)
+        )
 
     def forward(self, x):
         return self.memory(x)[0]
@@ -136,8 +158,9 @@ def test_a_file_that_lies_about_its_tokens_is_refused(tmp_path):
 
 def test_the_import_command_traces_a_memory_trained_with_the_public_code(tmp_path, capsys):
     from safetensors.torch import save_file as save_torch
+    from test_public_code import D_MODEL, literal_public, public_state
+
     from tensor_memory_cli import main
-    from test_public_code import D_MODEL, public_state, literal_public
 
     sd, x = public_state(3), torch.randn(20, D_MODEL, generator=torch.Generator().manual_seed(5))
     save_torch(sd, str(tmp_path / "interface.safetensors"))
@@ -154,19 +177,53 @@ def test_the_import_command_traces_a_memory_trained_with_the_public_code(tmp_pat
     np.testing.assert_allclose(one.layers["memory"].h[-1].astype(np.float32), h[0].numpy(), atol=2e-3)
     np.testing.assert_allclose(one.layers["memory"].read, two.layers["memory"].read, atol=1e-5)
     torch.save(sd, tmp_path / "pickled.pt")
-    assert main(["import", "--weights", str(tmp_path / "pickled.pt"), *files[2:],
-                 "--out", str(tmp_path / "three.safetensors")]) == 2
+    assert (
+        main(
+            [
+                "import",
+                "--weights",
+                str(tmp_path / "pickled.pt"),
+                *files[2:],
+                "--out",
+                str(tmp_path / "three.safetensors"),
+            ]
+        )
+        == 2
+    )
     assert "pickle" in capsys.readouterr().err.lower()
-    for name, bad, said in (("nan", x.clone().index_fill_(0, torch.tensor([3]), float("nan")), "holds NaN"),
-                            ("narrow", x[:, :7], f"holds features of width 7, but the interface in --weights reads "
-                                                 f"width {D_MODEL}")):
+    for name, bad, said in (
+        ("nan", x.clone().index_fill_(0, torch.tensor([3]), float("nan")), "holds NaN"),
+        ("narrow", x[:, :7], f"holds features of width 7, but the interface in --weights reads width {D_MODEL}"),
+    ):
         save_torch({"x": bad.contiguous()}, str(tmp_path / f"{name}.safetensors"))
-        assert main(["import", *files[:2], "--inputs", str(tmp_path / f"{name}.safetensors"),
-                     "--out", str(tmp_path / "four.safetensors")]) == 2
+        assert (
+            main(
+                [
+                    "import",
+                    *files[:2],
+                    "--inputs",
+                    str(tmp_path / f"{name}.safetensors"),
+                    "--out",
+                    str(tmp_path / "four.safetensors"),
+                ]
+            )
+            == 2
+        )
         assert f"{tmp_path / name}.safetensors: 'x' {said}" in capsys.readouterr().err
     save_torch({"w": torch.zeros(3)}, str(tmp_path / "other.safetensors"))  # not an interface's weights
-    assert main(["import", "--weights", str(tmp_path / "other.safetensors"), *files[2:],
-                 "--out", str(tmp_path / "five.safetensors")]) == 2
+    assert (
+        main(
+            [
+                "import",
+                "--weights",
+                str(tmp_path / "other.safetensors"),
+                *files[2:],
+                "--out",
+                str(tmp_path / "five.safetensors"),
+            ]
+        )
+        == 2
+    )
     assert f"{tmp_path / 'other.safetensors'}: " in capsys.readouterr().err
 
 
@@ -175,8 +232,16 @@ class Head(nn.Module):
 
     def __init__(self, partial_chunk: str = "pending", twice: bool = False) -> None:
         super().__init__()
-        self.memory = TensorMemory(MemoryConfig(token_dim=8, channels=2, grid=(3, 3, 3), chunk_size=3, gate_init=0.0,
-                                                public_code={"partial_chunk": partial_chunk}))
+        self.memory = TensorMemory(
+            MemoryConfig(
+                token_dim=8,
+                channels=2,
+                grid=(3, 3, 3),
+                chunk_size=3,
+                gate_init=0.0,
+                public_code={"partial_chunk": partial_chunk},
+            )
+        )
         self.head, self.twice = nn.Linear(8, 5), twice
 
     def forward(self, x):
@@ -196,12 +261,15 @@ def test_a_padded_last_chunk_is_scored_and_a_memory_run_twice_is_refused():
         trace_model(Head(), x, targets=torch.full((10,), 7))
 
 
-@pytest.mark.parametrize("change, problem", [
-    (lambda info, arrays: arrays.update({"chunk/scored": np.ones_like(arrays["chunk/scored"])}), "no predictions"),
-    (lambda info, arrays: info.update(chunk_size=0), "whole numbers"),
-    (lambda info, arrays: info.update(num_tokens=3_000_000_000), "do not make its"),
-    (lambda info, arrays: info.update(outputs="values", output_width=4), "records outputs"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda info, arrays: arrays.update({"chunk/scored": np.ones_like(arrays["chunk/scored"])}), "no predictions"),
+        (lambda info, arrays: info.update(chunk_size=0), "whole numbers"),
+        (lambda info, arrays: info.update(num_tokens=3_000_000_000), "do not make its"),
+        (lambda info, arrays: info.update(outputs="values", output_width=4), "records outputs"),
+    ],
+)
 def test_a_model_trace_whose_header_and_arrays_disagree_is_refused(tmp_path, change, problem):
     path = trace_model(Head(), torch.randn(1, 9, 8)).save(tmp_path / "t.safetensors")
     with safe_open(str(path), "np") as handle:

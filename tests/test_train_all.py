@@ -35,8 +35,18 @@ def test_without_a_healthy_run_accuracy_decides_and_a_failed_run_loses():
 
 
 def test_masked_patches_runs_are_chosen_by_psnr():
-    sharp = {"task": "masked_patches", "lr": 1e-3, "validation": {"psnr": 28.0, "ssim": 0.70}, "addressing_verdicts": {}}
-    blurred = {"task": "masked_patches", "lr": 2e-3, "validation": {"psnr": 27.0, "ssim": 0.75}, "addressing_verdicts": {}}
+    sharp = {
+        "task": "masked_patches",
+        "lr": 1e-3,
+        "validation": {"psnr": 28.0, "ssim": 0.70},
+        "addressing_verdicts": {},
+    }
+    blurred = {
+        "task": "masked_patches",
+        "lr": 2e-3,
+        "validation": {"psnr": 27.0, "ssim": 0.75},
+        "addressing_verdicts": {},
+    }
     assert train_all.best([blurred, sharp]) is sharp
 
 

@@ -24,9 +24,20 @@ def tiny_config(kind: str = "tensor", steps: int = 12, **training_fields) -> dic
     model = {"kind": kind, "dim": 16, "layers": 1, "heads": 2}
     if kind == "tensor":
         model["memory"] = {"channels": 2, "grid": [2, 3, 2]}
-    return {"task": {"name": "no_harm", "params": {"length": 8}}, "model": model,
-            "training": {"steps": steps, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_every": 4,
-                         "eval_batches": 1, "log_every": 1, **training_fields}}
+    return {
+        "task": {"name": "no_harm", "params": {"length": 8}},
+        "model": model,
+        "training": {
+            "steps": steps,
+            "batch_size": 4,
+            "lr": 3e-3,
+            "warmup_steps": 2,
+            "eval_every": 4,
+            "eval_batches": 1,
+            "log_every": 1,
+            **training_fields,
+        },
+    }
 
 
 def kill_run_at(monkeypatch, config: dict, out: Path, call: int, resume: bool = False) -> None:
@@ -55,15 +66,18 @@ def test_learning_rate_warms_up_then_decays_by_cosine():
 
 def test_run_config_merges_backbone_section_and_overrides_are_type_checked(tmp_path):
     path = tmp_path / "run.toml"
-    path.write_text('[task]\nname = "no_harm"\nparams = { length = 8 }\n[model]\ndim = 32\nheads = 4\n'
-                    '[backbone.local]\nwindow = 5\n[backbone.tensor]\nmemory = { channels = 4 }\n'
-                    '[backbone.tensor.training]\nfrozen = ["coord_head"]\n[training]\nsteps = 7\n')
+    path.write_text(
+        '[task]\nname = "no_harm"\nparams = { length = 8 }\n[model]\ndim = 32\nheads = 4\n'
+        "[backbone.local]\nwindow = 5\n[backbone.tensor]\nmemory = { channels = 4 }\n"
+        '[backbone.tensor.training]\nfrozen = ["coord_head"]\n[training]\nsteps = 7\n'
+    )
     local = load_run_config(path, "local")
     assert local["model"] == {"dim": 32, "heads": 4, "window": 5, "kind": "local"}
     assert local["training"] == {"steps": 7}  # a backbone's own training settings stay its own
     assert load_run_config(path, "tensor")["training"] == {"steps": 7, "frozen": ["coord_head"]}
-    tensor = apply_overrides(load_run_config(path, "tensor"),
-                             ["training.lr=0.01", "training.steps=9", "model.memory.grid=[3, 3, 3]"])
+    tensor = apply_overrides(
+        load_run_config(path, "tensor"), ["training.lr=0.01", "training.steps=9", "model.memory.grid=[3, 3, 3]"]
+    )
     task, backbone, cfg = resolve(tensor)
     assert cfg.steps == 9 and cfg.lr == 0.01 and isinstance(cfg.lr, float)
     assert backbone.memory.grid == (3, 3, 3) and backbone.memory.channels == 4
@@ -128,8 +142,9 @@ def test_training_writes_a_loadable_checkpoint_and_log(tmp_path):
 
 def test_loss_falls_on_the_counter_task(tmp_path):
     train(tiny_config(kind="base", steps=60, lr=1e-2), tmp_path, progress=False)
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "train_log.jsonl").read_text().splitlines()
-              if "loss" in line]
+    losses = [
+        json.loads(line)["loss"] for line in (tmp_path / "train_log.jsonl").read_text().splitlines() if "loss" in line
+    ]
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
 
 
@@ -167,39 +182,75 @@ def test_cli_train_help_and_bad_override(tmp_path, capsys):
     help_text = capsys.readouterr().out
     for option in ("--task", "--backbone", "--config", "--steps", "--seed", "--out", "--resume", "--set"):
         assert option in help_text
-    code = cli_main(["train", "--task", "no_harm", "--backbone", "base", "--out", str(tmp_path),
-                     "--set", "training.steps=lots", "--no-progress"])
+    code = cli_main(
+        [
+            "train",
+            "--task",
+            "no_harm",
+            "--backbone",
+            "base",
+            "--out",
+            str(tmp_path),
+            "--set",
+            "training.steps=lots",
+            "--no-progress",
+        ]
+    )
     assert code == 2
     assert "expected a int" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
-                    reason="torchrun not installed beside this Python")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+    reason="torchrun not installed beside this Python",
+)
 def test_two_process_ddp_equals_one_process(tmp_path):
     config = tiny_config(kind="tensor", steps=3, eval_every=100)
     config_path = tmp_path / "run.toml"
     model = config["model"]
     config_path.write_text(
         '[task]\nname = "no_harm"\nparams = { length = 8 }\n'
-        f'[model]\ndim = {model["dim"]}\nlayers = {model["layers"]}\nheads = {model["heads"]}\n'
-        '[backbone.tensor]\nmemory = { channels = 2, grid = [2, 3, 2] }\n'
-        '[training]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config["training"].items()))
+        f"[model]\ndim = {model['dim']}\nlayers = {model['layers']}\nheads = {model['heads']}\n"
+        "[backbone.tensor]\nmemory = { channels = 2, grid = [2, 3, 2] }\n"
+        "[training]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config["training"].items())
+    )
     args = ["train", "--task", "no_harm", "--backbone", "tensor", "--config", str(config_path), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "tensor_memory_cli", *args,
-                    "--out", str(tmp_path / "ddp")], check=True, env=env, cwd=ROOT, timeout=180,
-                   capture_output=True)
-    subprocess.run([sys.executable, "-m", "tensor_memory_cli", *args, "--out", str(tmp_path / "single")],
-                   check=True, env=env, cwd=ROOT, timeout=180, capture_output=True)
+    subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29517",
+            "-m",
+            "tensor_memory_cli",
+            *args,
+            "--out",
+            str(tmp_path / "ddp"),
+        ],
+        check=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+        capture_output=True,
+    )
+    subprocess.run(
+        [sys.executable, "-m", "tensor_memory_cli", *args, "--out", str(tmp_path / "single")],
+        check=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+        capture_output=True,
+    )
     a, b = load_file(tmp_path / "ddp" / "model.safetensors"), load_file(tmp_path / "single" / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
     # Training moved the weights, so this does not compare two copies of the initialisation.
     _, backbone, _ = resolve(load_run_config(config_path, "tensor"))
-    from tensor_memory.tasks import TaskModel
-    from tensor_memory.tasks import make_task
+    from tensor_memory.tasks import TaskModel, make_task
 
     torch.manual_seed(0)
     initial = TaskModel(make_task("no_harm", {"length": 8}), backbone).state_dict()

@@ -89,7 +89,7 @@ def test_scan_values_and_gradients_match_plain_autograd():
     ours = torch.autograd.grad((hs * w_h).sum() + (cs * w_c).sum(), inputs)
     theirs = torch.autograd.grad((hs_ref * w_h).sum() + (cs_ref * w_c).sum(), inputs)
     names = ["fz", "fy", "fxc", "h", "c", "taps", "mix", "bias"]
-    for name, a, b in zip(names, ours, theirs):
+    for name, a, b in zip(names, ours, theirs, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10, msg=name)
 
 

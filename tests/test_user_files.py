@@ -1,6 +1,6 @@
-"""Files a user names are read by one helper (tensor_memory.storage.user_files.open_user_file): only a regular file under its
-cap, and nothing can block. Named pipes and devices where a picture, a video or a checkpoint's tokenizer is expected are
-refused at once, naming the file; the lists' parsers are linear in their length."""
+"""Files a user names are read by one helper (tensor_memory.storage.user_files.open_user_file): only a regular file
+under its cap, and nothing can block. Named pipes and devices where a picture, a video or a checkpoint's tokenizer is
+expected are refused at once, naming the file; the lists' parsers are linear in their length."""
 
 from __future__ import annotations
 
@@ -16,19 +16,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_dataset_loaders import cub, cub_copy, ucf  # noqa: F401 (fixtures)
 
 from analysis import load_trace
 from analysis.cli import read_inputs
 from tensor_memory import load_checkpoint
-from tensor_memory.storage.files import FileFormatError
 from tensor_memory.memory.public_code import read_public_code
 from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint
+from tensor_memory.storage.files import FileFormatError
 from tensor_memory.storage.user_files import read_safetensors, read_user_file
 from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.data import ucf101 as U
 from tensor_memory.tasks.data import video as V
-
-from test_dataset_loaders import cub, cub_copy, ucf  # noqa: F401 (fixtures)
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 DATA = Path(__file__).resolve().parent / "data"
@@ -59,10 +58,16 @@ def test_only_a_regular_file_under_its_cap_is_read(tmp_path):
     os.mkfifo(pipe)
     zero = tmp_path / "zero.json"
     zero.symlink_to("/dev/zero")
-    cases = {pipe: "is a named pipe, not a list", zero: "is a character device, not a list",
-             tmp_path: "is a folder, not a list", good: "a list is 100 bytes, over the 99 bytes limit"}
+    cases = {
+        pipe: "is a named pipe, not a list",
+        zero: "is a character device, not a list",
+        tmp_path: "is a folder, not a list",
+        good: "a list is 100 bytes, over the 99 bytes limit",
+    }
     for path, problem in cases.items():
-        error = at_once(lambda: read_user_file(path, 99 if path == good else 1 << 20, "a list", "; pass the list"))
+        error = at_once(
+            lambda path=path: read_user_file(path, 99 if path == good else 1 << 20, "a list", "; pass the list")
+        )
         assert isinstance(error, FileFormatError) and str(error).startswith(f"{path}: "), (path, error)
         assert problem in str(error) and str(error).endswith("; pass the list"), str(error)
     with pytest.raises(FileNotFoundError):  # the caller says where it should come from
@@ -76,8 +81,9 @@ def test_a_named_pipe_or_device_where_a_picture_is_expected_is_refused_at_once(c
     os.mkfifo(test[0])  # (a link to /dev/zero resolves outside images/: refused before any image is read)
     pool = I.cub_pool(str(folder), "test", 3, 16)
     error = at_once(lambda: pool.fetch(0))
-    assert isinstance(error, FileFormatError) and re.match(f"{re.escape(str(test[0]))}: is a named pipe, not an image",
-                                                           str(error))
+    assert isinstance(error, FileFormatError) and re.match(
+        f"{re.escape(str(test[0]))}: is a named pipe, not an image", str(error)
+    )
     assert pool.fetch(1).shape == (16, 24, 3)  # the others still load
 
 
@@ -140,8 +146,11 @@ def test_pictures_no_crop_can_use_are_refused_naming_the_file(cub, tmp_path):  #
 
 SAFETENSORS_READERS = {  # every reader of a safetensors file a user names, and the file it reads
     "checkpoint": (lambda path: load_checkpoint(path.parent), CHECKPOINTS / "occlusion-tensor", "model.safetensors"),
-    "MiniLM checkpoint": (lambda path: check_minilm_checkpoint(path.parent), CHECKPOINTS / "minilm-tensor",
-                          "model.safetensors"),
+    "MiniLM checkpoint": (
+        lambda path: check_minilm_checkpoint(path.parent),
+        CHECKPOINTS / "minilm-tensor",
+        "model.safetensors",
+    ),
     "trace": (lambda path: load_trace(path), DATA, "occlusion-tensor-seed7-before-hooks.trace.safetensors"),
     "public-code weights": (lambda path: read_public_code(path), None, "interface.safetensors"),
     "import input": (lambda path: read_inputs(str(path), 8), None, "x.safetensors"),
@@ -166,9 +175,14 @@ def test_safetensors_read_by_hand_agree_with_the_library_including_misaligned_an
     from safetensors.torch import load_file, save_file
 
     generator = torch.Generator().manual_seed(0)
-    tensors = {"a": torch.randn(3, 5, generator=generator), "b": torch.randn(7, generator=generator).half(),
-               "c": torch.arange(6, dtype=torch.int64).view(2, 3), "d": torch.zeros(0, 4),
-               "e": torch.randn(4, generator=generator).to(torch.bfloat16), "f": torch.tensor([True, False])}
+    tensors = {
+        "a": torch.randn(3, 5, generator=generator),
+        "b": torch.randn(7, generator=generator).half(),
+        "c": torch.arange(6, dtype=torch.int64).view(2, 3),
+        "d": torch.zeros(0, 4),
+        "e": torch.randn(4, generator=generator).to(torch.bfloat16),
+        "f": torch.tensor([True, False]),
+    }
     path = tmp_path / "t.safetensors"
     save_file(tensors, path, metadata={"k": "v"})
     stored = read_safetensors(path, 1 << 20)
@@ -178,8 +192,10 @@ def test_safetensors_read_by_hand_agree_with_the_library_including_misaligned_an
     # A hand-made file whose float32 tensor starts 1 byte into the data (the library pads; others may not):
     # the same numbers, read from a copy rather than a misaligned view.
     x = torch.randn(4, generator=generator)
-    header = {"b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
-              "x": {"dtype": "F32", "shape": [4], "data_offsets": [1, 17]}}
+    header = {
+        "b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+        "x": {"dtype": "F32", "shape": [4], "data_offsets": [1, 17]},
+    }
     encoded = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"\x07" + x.numpy().tobytes())
     stored = read_safetensors(path, 1 << 20)
@@ -198,8 +214,12 @@ def test_a_picture_claiming_far_more_pixels_than_its_bytes_hold_is_refused_at_on
 
     path = tmp_path / "crafted.png"  # 7,000 × 7,000 declared, a few bytes of data: it decoded 10 s, then scaled 140 s
     header = struct.pack(">IIBBBBB", 7000, 7000, 8, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+        + chunk(b"IEND", b"")
+    )
     start = time.perf_counter()
     with pytest.raises(FileFormatError, match="claims 7000×7000 pixels in .* bytes, more than any photograph"):
         I.read_image(path, 3, 24)

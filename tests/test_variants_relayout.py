@@ -16,14 +16,17 @@ import torch
 from tensor_memory import MemoryConfig, TensorMemory, load_checkpoint, record
 from tensor_memory.memory import fused_scan
 from tensor_memory.memory.config import FLAT_NAMES
+from tensor_memory.memory.hookpoints import GATE_POINTS, RECORDED_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "5defe7d"  # the last commit before the variants left the layer
 # Where the variants' weights sat in the layer before, and sit now.
-RENAMED = {"read_head.": "addressing.read_head.", "step_head.": "addressing.path.step_head.", "codes": "sampler.codes",
-           "depthwise_bias": "update.depthwise_bias"}
-POINTS = ("mu_read", "read", "mu_write", "sigma", "content", "h", "c", "gate_i", "gate_f", "gate_o", "gate_g",
-          "gate_scale")
+RENAMED = {
+    "read_head.": "addressing.read_head.",
+    "step_head.": "addressing.path.step_head.",
+    "codes": "sampler.codes",
+    "depthwise_bias": "update.depthwise_bias",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def before(tmp_path_factory):
 def old_name(name: str) -> str:
     for old, new in RENAMED.items():
         if name.startswith(new):
-            return old + name[len(new):]
+            return old + name[len(new) :]
     return name
 
 
@@ -56,15 +59,29 @@ def flat(config: MemoryConfig) -> dict:
 
 
 VARIANTS = {
-    "dense": {}, "windowed chunk 3": dict(chunk_size=3, write={"mode": "windowed"}),
+    "dense": {},
+    "windowed chunk 3": dict(chunk_size=3, write={"mode": "windowed"}),
     "local chunk 2": dict(chunk_size=2, write={"mode": "local"}),
     "soft-argmax": dict(addressing={"coordinates": "soft_argmax"}),
     "separate heads": dict(addressing={"separate_heads": True}),
     "path-integrated chunk 2": dict(chunk_size=2, addressing={"write_path": "integrated"}),
-    "jittered reads": dict(read={"jitter": 0.5}), "voxel codes": dict(read={"voxel_codes": True}),
-    "nearest writes": dict(write={"profile": "nearest"}), "one tap": dict(update={"taps": 1}),
-    "public code chunk 3": dict(chunk_size=3, summary_norm=False, sigma_min=1e-4, public_code=dict(
-        input_norm=False, output="message", partial_chunk="pad", depthwise_bias=True, write_eps=1e-3, sigma_scale=2.0)),
+    "jittered reads": dict(read={"jitter": 0.5}),
+    "voxel codes": dict(read={"voxel_codes": True}),
+    "nearest writes": dict(write={"profile": "nearest"}),
+    "one tap": dict(update={"taps": 1}),
+    "public code chunk 3": dict(
+        chunk_size=3,
+        summary_norm=False,
+        sigma_min=1e-4,
+        public_code=dict(
+            input_norm=False,
+            output="message",
+            partial_chunk="pad",
+            depthwise_bias=True,
+            write_eps=1e-3,
+            sigma_scale=2.0,
+        ),
+    ),
     "inits": dict(summary_init="sum", coord_init="centre", chunk_size=2),
 }
 
@@ -108,16 +125,19 @@ def test_every_variant_computes_bit_for_bit_what_it_did_before(before, variant, 
     for field in ("h", "c", "pending", "place"):
         a, b = getattr(s_new, field), getattr(s_old, field)
         assert (a is None and b is None) or torch.equal(a, b), field
-    for field in POINTS:
+    for field in RECORDED_POINTS:
         assert torch.equal(getattr(r_new, field), getattr(r_old, field)), field
     assert p_new.keys() == p_old.keys()
     for name, grad in p_new.items():
         assert (grad is None and p_old[name] is None) or torch.equal(grad, p_old[name]), name
 
 
-SHIPPED = sorted(folder for pattern in ("*-tensor*", "long_range/*-tensor*")
-                 for folder in (ROOT / "checkpoints").glob(pattern)
-                 if json.loads((folder / "config.json").read_text()).get("model", {}).get("kind") == "tensor")
+SHIPPED = sorted(
+    folder
+    for pattern in ("*-tensor*", "long_range/*-tensor*")
+    for folder in (ROOT / "checkpoints").glob(pattern)
+    if json.loads((folder / "config.json").read_text()).get("model", {}).get("kind") == "tensor"
+)
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda f: str(f.relative_to(ROOT / "checkpoints")))
@@ -135,6 +155,6 @@ def test_every_shipped_memory_checkpoint_computes_bit_for_bit_what_it_did_before
     assert torch.equal(l_new, l_old)
     assert r_new.keys() == r_old.keys()
     for path in r_new:
-        for field in POINTS[:7] + ("gate_scale",):
+        for field in (point for point in RECORDED_POINTS if point not in GATE_POINTS):
             assert torch.equal(getattr(r_new[path], field), getattr(r_old[path], field)), (path, field)
     assert g_new.keys() == g_old.keys() and all(torch.equal(g_new[name], g_old[name]) for name in g_new)

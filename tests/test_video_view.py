@@ -14,27 +14,41 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from app_helpers import CHECKPOINTS, chart, ok, payload, start, values
 
 from analysis import capture
 from analysis.figures.annotations import chunk_events
 from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, class_label
 from analysis.figures.video import digit_box, filmstrip_figure, identity_belief_figure
 from analysis.measures.interventions import intervene
-from analysis.measures.occlusion import (belief, belief_of, belief_survival, identity_marginal, occlusion_memory,
-                                         position_marginal)
+from analysis.measures.occlusion import (
+    belief,
+    belief_of,
+    belief_survival,
+    identity_marginal,
+    occlusion_memory,
+    position_marginal,
+)
 from analysis.traces.trace import Trace
 from tensor_memory import load_checkpoint
-from tensor_memory.training.evaluation import task_with
 from tensor_memory.training import train
-
-from app_helpers import CHECKPOINTS, chart, ok, payload, start, values
+from tensor_memory.training.evaluation import task_with
 
 SHIPPED = CHECKPOINTS / "moving_digits-tensor"
 S, CELLS, T = 16, 256, 12  # the task's defaults: 16 × 16 frames, 12 frames
-TINY = {"task": {"name": "moving_digits", "params": {}},
-        "model": {"kind": "tensor", "dim": 16, "layers": 1, "heads": 2, "memory": {"channels": 2, "grid": [2, 3, 2]}},
-        "training": {"steps": 2, "batch_size": 4, "lr": 3e-3, "warmup_steps": 1, "eval_every": 100,
-                     "eval_batches": 1, "log_every": 1}}
+TINY = {
+    "task": {"name": "moving_digits", "params": {}},
+    "model": {"kind": "tensor", "dim": 16, "layers": 1, "heads": 2, "memory": {"channels": 2, "grid": [2, 3, 2]}},
+    "training": {
+        "steps": 2,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 1,
+        "eval_every": 100,
+        "eval_batches": 1,
+        "log_every": 1,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,24 +70,40 @@ def handmade(probs: np.ndarray, digit: int, positions: np.ndarray, occluded: np.
     frames_meta = np.zeros((frames, S, S), dtype=np.float32)
     frames_meta[occluded] = 0.5
     targets = digit * CELLS + positions[:, 0] * S + positions[:, 1]
-    info = {"task": "moving_digits", "task_params": {"size": S, "patch": 4, "frames": frames}, "chunk_size": 16,
-            "num_tokens": frames * 16}
-    chunks = {"probs": probs.astype(np.float32), "prediction": probs.argmax(1), "target": targets,
-              "scored": np.ones(frames, dtype=bool)}
-    meta = {"frames": frames_meta, "occluded": occluded, "positions": positions, "digit": np.array(digit),
-            "digit_index": np.array(0), "velocity": np.array([1, 0]), "occlusion_start": np.array(1)}
+    info = {
+        "task": "moving_digits",
+        "task_params": {"size": S, "patch": 4, "frames": frames},
+        "chunk_size": 16,
+        "num_tokens": frames * 16,
+    }
+    chunks = {
+        "probs": probs.astype(np.float32),
+        "prediction": probs.argmax(1),
+        "target": targets,
+        "scored": np.ones(frames, dtype=bool),
+    }
+    meta = {
+        "frames": frames_meta,
+        "occluded": occluded,
+        "positions": positions,
+        "digit": np.array(digit),
+        "digit_index": np.array(0),
+        "velocity": np.array([1, 0]),
+        "occlusion_start": np.array(1),
+    }
     return Trace(info=info, layers={}, chunks=chunks, meta=meta)
 
 
 # -- the measures --------------------------------------------------------------------------------------
+
 
 def test_the_belief_sums_the_joint_probabilities_by_hand(trace):
     b = belief(trace)
     probs = trace.chunks["probs"]  # (T, 10 · 256), class digit · 256 + y · 16 + x
     assert probs.shape == (T, 10 * CELLS) and b["probs"].shape == (T, S, S) and b["identity_probs"].shape == (T, 10)
     for t in range(T):
-        by_cell = sum(probs[t, d * CELLS:(d + 1) * CELLS] for d in range(10)).reshape(S, S)
-        by_digit = [probs[t, d * CELLS:(d + 1) * CELLS].sum() for d in range(10)]
+        by_cell = sum(probs[t, d * CELLS : (d + 1) * CELLS] for d in range(10)).reshape(S, S)
+        by_digit = [probs[t, d * CELLS : (d + 1) * CELLS].sum() for d in range(10)]
         np.testing.assert_allclose(b["probs"][t], by_cell, rtol=1e-6)
         np.testing.assert_allclose(b["identity_probs"][t], by_digit, rtol=1e-5)
     np.testing.assert_allclose(b["probs"].sum((1, 2)), 1.0, atol=1e-5)
@@ -147,7 +177,8 @@ def test_belief_survival_scores_place_and_identity_like_the_task(tiny):
     occluded = batch.meta["occluded"]
     first = occluded & ~torch.roll(occluded, 1, dims=1)  # the first hidden frame of each clip
     assert s["identity"]["by_offset"][3][0] == pytest.approx(
-        (predicted // CELLS == truth // CELLS)[first].float().mean().item())
+        (predicted // CELLS == truth // CELLS)[first].float().mean().item()
+    )
     assert len(s["position"]["by_offset"][3]) == 3
 
 
@@ -165,8 +196,9 @@ def test_occlusion_memory_follows_the_digit(trace):
 
 # -- the figures ---------------------------------------------------------------------------------------
 
+
 def box_corners(scatter) -> set[tuple[float, float]]:
-    return {(x, y) for x, y in zip(scatter.x, scatter.y) if x is not None}
+    return {(x, y) for x, y in zip(scatter.x, scatter.y, strict=True) if x is not None}
 
 
 def test_filmstrip_shows_each_frame_with_the_digit_boxes_and_titles(trace):
@@ -237,6 +269,7 @@ def test_chunk_input_and_events_speak_of_the_digit(trace):
 
 # -- the page ------------------------------------------------------------------------------------------
 
+
 def check_video_page(at, path: Path) -> None:
     """The Occlusion page of the moving-digits checkpoint ``path`` (already open in ``at``) shows the video view."""
     ok(at.switch_page("views/occlusion.py").run())
@@ -245,7 +278,8 @@ def check_video_page(at, path: Path) -> None:
     b = belief(sample)
     film = chart(at, "the clip")
     assert [a["text"] for a in film["layout"]["annotations"]] == [
-        f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}" for t in range(sample.num_chunks)]
+        f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}" for t in range(sample.num_chunks)
+    ]
     metrics = {m.label: m.value for m in at.metric}
     hidden = b["occluded"]
     assert metrics["Right on hidden frames"] == f"{b['joint_correct'][hidden].mean():.0%}"
@@ -280,8 +314,10 @@ def test_the_page_plays_the_clip_of_a_small_model(tiny, monkeypatch):
     check_video_page(start(), tiny)
 
 
-@pytest.mark.skipif(not (SHIPPED / "config.json").is_file(),
-                    reason="checkpoints/moving_digits-tensor is not shipped yet (being trained into runs/grid/)")
+@pytest.mark.skipif(
+    not (SHIPPED / "config.json").is_file(),
+    reason="checkpoints/moving_digits-tensor is not shipped yet (being trained into runs/grid/)",
+)
 def test_the_page_plays_the_clip_of_the_shipped_checkpoint():
     at = start()
     ok(at.selectbox(key="checkpoint_choice").set_value("moving_digits-tensor").run())

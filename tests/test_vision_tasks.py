@@ -10,21 +10,20 @@ import torch
 import torch.nn.functional as F
 from skimage.metrics import structural_similarity
 
-from tensor_memory.tasks.data import images as I
 from tensor_memory.backbone import BackboneConfig
 from tensor_memory.memory import MemoryConfig
-from tensor_memory.tasks import TaskModel
-from tensor_memory.tasks import make_task
+from tensor_memory.tasks import TaskModel, make_task
 from tensor_memory.tasks import masked_patches as MP
-from tensor_memory.tasks.patches import patchify, unpatchify
 from tensor_memory.tasks import moving_digits as MD
+from tensor_memory.tasks.data import images as I
 from tensor_memory.tasks.masked_patches import MaskedPatchesConfig
 from tensor_memory.tasks.moving_digits import MovingDigitsConfig
-
+from tensor_memory.tasks.patches import patchify, unpatchify
 
 # ---------------------------------------------------------------------------------------
 # masked_patches: data
 # ---------------------------------------------------------------------------------------
+
 
 def test_patches_are_raster_order_and_invert():
     images = torch.rand(2, 8, 8, 3)
@@ -38,7 +37,11 @@ def test_patches_are_raster_order_and_invert():
 
 def test_photographs_and_faces_go_whole_to_one_split():
     names = {split: set(I.PHOTO_SPLITS[split]) for split in I.SPLITS}
-    assert not names["train"] & names["test"] and not names["train"] & names["valid"] and not names["valid"] & names["test"]
+    assert (
+        not names["train"] & names["test"]
+        and not names["train"] & names["valid"]
+        and not names["valid"] & names["test"]
+    )
     faces = {split: set(I.face_indices(split)) for split in I.SPLITS}
     assert set().union(*faces.values()) == set(range(200))
     assert sum(len(f) for f in faces.values()) == 200  # disjoint
@@ -92,13 +95,15 @@ def test_visible_statistics_against_numpy():
         hidden = MP.hidden_pixels(batch.mask[b].numpy(), 24, 4)
         visible = batch.meta["image"][b].numpy()[~hidden]
         assert math.isclose(float(batch.meta["visible_mean"][b, 0]), float(visible.mean()), rel_tol=1e-5)
-        assert math.isclose(float(batch.meta["visible_spread"][b, 0]), max(float(visible.std()), MP.MIN_SPREAD),
-                            rel_tol=1e-4)
+        assert math.isclose(
+            float(batch.meta["visible_spread"][b, 0]), max(float(visible.std()), MP.MIN_SPREAD), rel_tol=1e-4
+        )
 
 
 # ---------------------------------------------------------------------------------------
 # masked_patches: scores
 # ---------------------------------------------------------------------------------------
+
 
 def test_to_pixels_inverts_the_standardisation():
     task = make_task("masked_patches")
@@ -156,10 +161,20 @@ def test_true_places_lay_patches_on_the_memory_plane():
     assert torch.allclose(places[35], torch.tensor([1.0, 1.0, MP.PLANE_Z]))
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"source": "flickr"}, "source"), ({"source": "cub"}, "path"), ({"image_size": 30}, "image_size"),
-    ({"patch": 5}, "patch"), ({"patch": 24}, "tokens"), ({"channels": 2}, "channels"), ({"mask_rate": 1.0}, "mask_rate"),
-    ({"mask_rate": 0.0}, "mask_rate"), ({"image_size": 4}, "image_size")])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"source": "flickr"}, "source"),
+        ({"source": "cub"}, "path"),
+        ({"image_size": 30}, "image_size"),
+        ({"patch": 5}, "patch"),
+        ({"patch": 24}, "tokens"),
+        ({"channels": 2}, "channels"),
+        ({"mask_rate": 1.0}, "mask_rate"),
+        ({"mask_rate": 0.0}, "mask_rate"),
+        ({"image_size": 4}, "image_size"),
+    ],
+)
 def test_masked_patches_config_refusals(params, field):
     with pytest.raises(ValueError, match="MaskedPatchesConfig"):
         MaskedPatchesConfig(**params)
@@ -192,10 +207,14 @@ def test_masked_patches_model_trains_on_its_loss(kind):
 # moving_digits
 # ---------------------------------------------------------------------------------------
 
+
 def test_digit_splits_are_disjoint_and_hold_every_digit():
     splits = {s: set(MD.digit_indices(s).tolist()) for s in I.SPLITS}
-    assert not splits["train"] & splits["test"] and not splits["train"] & splits["valid"] \
+    assert (
+        not splits["train"] & splits["test"]
+        and not splits["train"] & splits["valid"]
         and not splits["valid"] & splits["test"]
+    )
     assert set().union(*splits.values()) == set(range(1797))
     labels = MD._digits()[1]
     for indices in splits.values():
@@ -221,7 +240,9 @@ def test_targets_name_identity_and_cell_on_every_frame_occluded_ones_included():
     batch = task.sample(8, seed=2)
     P, S = task.config.tokens_per_frame, task.config.size
     scored = batch.targets[batch.mask].view(8, task.config.frames)
-    expected = batch.meta["digit"][:, None] * S * S + batch.meta["positions"][..., 0] * S + batch.meta["positions"][..., 1]
+    expected = (
+        batch.meta["digit"][:, None] * S * S + batch.meta["positions"][..., 0] * S + batch.meta["positions"][..., 1]
+    )
     assert torch.equal(scored, expected)
     assert batch.mask.view(8, -1, P)[..., -1].all() and batch.mask.sum() == 8 * task.config.frames
     hidden = batch.meta["frames"][batch.meta["occluded"]]
@@ -244,15 +265,18 @@ def test_digit_head_factorises_into_identity_row_and_column():
     assert logits.shape == (5, 640)
     target = torch.randint(640, (5,))
     joint = F.cross_entropy(logits, target)
-    apart = F.cross_entropy(head.digit(features), target // 64) + F.cross_entropy(head.row(features), target % 64 // 8) \
+    apart = (
+        F.cross_entropy(head.digit(features), target // 64)
+        + F.cross_entropy(head.row(features), target % 64 // 8)
         + F.cross_entropy(head.col(features), target % 8)
+    )
     assert torch.allclose(joint, apart, atol=1e-5)
 
 
 def test_digit_counts_split_place_and_identity():
     task = make_task("moving_digits")
     batch = task.sample(4, seed=1)
-    cells = task.config.size ** 2
+    cells = task.config.size**2
     right_place = batch.targets % cells + ((batch.targets // cells + 1) % 10) * cells  # wrong digit, right cell
     counts = task.counts(F.one_hot(right_place, task.num_classes).float(), batch)
     n = float(batch.mask.sum())

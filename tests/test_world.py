@@ -5,10 +5,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.traces.capture import capture
 from analysis.figures.world import decoded_map_figure, write_position_figure
-from analysis.measures.world import (apply_linear, decoded_map, fit_linear, map_probe, r_squared, world_readout,
-                                     write_position_fit)
+from analysis.measures.world import (
+    apply_linear,
+    decoded_map,
+    fit_linear,
+    map_probe,
+    r_squared,
+    world_readout,
+    write_position_fit,
+)
+from analysis.traces.capture import capture
 from tensor_memory import load_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -42,8 +49,9 @@ def test_write_position_fit_scores_unseen_samples(occlusion):
     trace = capture(occlusion, seed=1, progress=False)
     layer = trace.layer(fit["layer"])
     fig = write_position_figure(fit, layer.mu_write, trace.meta["positions"], trace.meta["occluded"])
-    assert len(fig.data) == 2 and np.allclose(np.c_[fig.data[1].y, fig.data[1].x],
-                                              apply_linear(fit["weights"], layer.mu_write.astype(np.float64)))
+    assert len(fig.data) == 2 and np.allclose(
+        np.c_[fig.data[1].y, fig.data[1].x], apply_linear(fit["weights"], layer.mu_write.astype(np.float64))
+    )
 
 
 def test_map_probe_and_the_decoded_map(occlusion):

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from tensor_memory import MemoryConfig, TensorMemory, gaussian_write
-from tensor_memory.memory.local_update import local_scan, update_regions
 from tensor_memory.memory.geometry import gaussian_profiles, voxel_centres, write_box
+from tensor_memory.memory.local_update import local_scan, update_regions
 from tensor_memory.memory.reference import ReferenceMemory
 from tensor_memory.memory.update import convlstm_scan, write_factors
 
@@ -51,8 +51,15 @@ def _trained_looking(cfg: MemoryConfig, seed: int = 0) -> TensorMemory:
 @pytest.mark.parametrize("mode", ["windowed", "local"])
 @pytest.mark.parametrize("grid,chunk_size,length", [((6, 6, 6), 1, 9), ((8, 5, 7), 2, 11)])
 def test_layer_matches_the_literal_reference_in_values_and_gradients(mode, grid, chunk_size, length):
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=grid, chunk_size=chunk_size, write={"mode": mode, "window_k": 1.5},
-                       sigma_init=0.2, sigma_min=0.02)
+    cfg = MemoryConfig(
+        token_dim=16,
+        channels=4,
+        grid=grid,
+        chunk_size=chunk_size,
+        write={"mode": mode, "window_k": 1.5},
+        sigma_init=0.2,
+        sigma_min=0.02,
+    )
     memory = _trained_looking(cfg)
     reference = ReferenceMemory(memory)
     x = torch.randn(3, length, 16)
@@ -71,10 +78,12 @@ def test_layer_matches_the_literal_reference_in_values_and_gradients(mode, grid,
     torch.testing.assert_close(new.c, c_ref, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(xf.grad, xr.grad, atol=1e-5, rtol=1e-4)
     for name in ("summary", "coord_head", "content", "spread", "out_proj"):
-        torch.testing.assert_close(getattr(memory, name).weight.grad, getattr(reference, name).weight.grad,
-                                   atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(memory.mix.weight.grad, reference.mix.weight.grad.view_as(memory.mix.weight),
-                               atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            getattr(memory, name).weight.grad, getattr(reference, name).weight.grad, atol=1e-4, rtol=1e-4
+        )
+    torch.testing.assert_close(
+        memory.mix.weight.grad, reference.mix.weight.grad.view_as(memory.mix.weight), atol=1e-4, rtol=1e-4
+    )
 
 
 def _one_chunk_write(grid=(10, 9, 8), B=4, seed=1):
@@ -117,7 +126,10 @@ def test_local_update_equals_dense_inside_its_region_and_keeps_every_other_cell_
     # Regions reported as voxel bounds agree with the independent region.
     for b in range(3):
         zs, ys, xs = region[b].nonzero().unbind(-1)
-        assert [lo[0, b].tolist(), hi[0, b].tolist()] == [[zs.min(), ys.min(), xs.min()], [zs.max(), ys.max(), xs.max()]]
+        assert [lo[0, b].tolist(), hi[0, b].tolist()] == [
+            [zs.min(), ys.min(), xs.min()],
+            [zs.max(), ys.max(), xs.max()],
+        ]
 
 
 def test_a_batch_whose_writes_reach_no_voxel_centre_keeps_its_state_exactly():
@@ -143,8 +155,15 @@ def test_local_update_with_a_box_covering_the_grid_is_the_dense_update():
 def test_the_region_is_the_box_even_where_the_gaussian_underflows_to_zero():
     # k = 20 with σ of a fraction of a voxel: exp(-r²/2σ²) is exactly 0.0 in float32 well inside the box,
     # yet those cells are in the box and must be updated, as the literal reference does.
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=(8, 8, 8), chunk_size=1, write={"mode": "local", "window_k": 20.0},
-                       sigma_init=0.04, sigma_min=0.02)
+    cfg = MemoryConfig(
+        token_dim=16,
+        channels=4,
+        grid=(8, 8, 8),
+        chunk_size=1,
+        write={"mode": "local", "window_k": 20.0},
+        sigma_init=0.04,
+        sigma_min=0.02,
+    )
     memory = _trained_looking(cfg, seed=7)
     x = torch.randn(2, 5, 16)
     y, state = memory(x)
@@ -170,8 +189,15 @@ def test_options_leave_the_default_dense_layer_untouched():
 
 @pytest.mark.parametrize("mode", ["windowed", "local"])
 def test_streaming_in_segments_equals_one_pass(mode):
-    cfg = MemoryConfig(token_dim=16, channels=4, grid=(6, 6, 6), chunk_size=3, write={"mode": mode, "window_k": 2.0},
-                       sigma_init=0.2, sigma_min=0.02)
+    cfg = MemoryConfig(
+        token_dim=16,
+        channels=4,
+        grid=(6, 6, 6),
+        chunk_size=3,
+        write={"mode": mode, "window_k": 2.0},
+        sigma_init=0.2,
+        sigma_min=0.02,
+    )
     memory = _trained_looking(cfg, seed=5)
     x = torch.randn(2, 14, 16)
     y_whole, s_whole = memory(x)
@@ -183,11 +209,14 @@ def test_streaming_in_segments_equals_one_pass(mode):
     torch.testing.assert_close(state.h, s_whole.h, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("mode", "sparse", "write.mode must be one of 'dense', 'windowed', 'local'"),
-    ("window_k", 0.0, "write.window_k must be a finite number in \\(0.0"),
-    ("window_k", float("nan"), "write.window_k must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("mode", "sparse", "write.mode must be one of 'dense', 'windowed', 'local'"),
+        ("window_k", 0.0, "write.window_k must be a finite number in \\(0.0"),
+        ("window_k", float("nan"), "write.window_k must be a finite number"),
+    ],
+)
 def test_bad_write_options_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         MemoryConfig(write={field: value})

@@ -84,12 +84,12 @@ def test_the_steps_learn_and_the_streams_state_keeps_the_place():
     y.square().sum().backward()
     assert memory.addressing.path.step_head.weight.grad.abs().sum() > 0
     with streaming(memory) as stream:
-        memory(x[:, :CHUNK + 1])
+        memory(x[:, : CHUNK + 1])
         carried = stream.states[""]
         stream.detach()  # keeps every value, the place included, without its history
         assert torch.equal(stream.states[""].place, carried.place) and not stream.states[""].place.requires_grad
-        y_streamed, _ = memory(x[:, CHUNK + 1:])
-    torch.testing.assert_close(y_streamed, memory(x)[0][:, CHUNK + 1:])
+        y_streamed, _ = memory(x[:, CHUNK + 1 :])
+    torch.testing.assert_close(y_streamed, memory(x)[0][:, CHUNK + 1 :])
 
 
 def test_bad_settings_and_states_are_refused():

@@ -21,14 +21,53 @@ Conventions, as in the mechanism (``tensor_memory/memory/``):
 """
 
 from analysis.figures.addressing import GATE_LINES, gates_figure, sigma_figure, trajectory_figure
-from analysis.figures.base import (AXIS_TITLES, COLORSCALE, CURRENT_COLOUR, MARGIN, PREDICTION_COLOUR, READ_COLOUR,
-                                   TEMPLATE, TRUTH_COLOUR, WRITE_COLOUR, chunk_span, finish, flag_runs, mark_current,
-                                   rgb, templated, use_template_by_default, voxel_scene)
+from analysis.figures.base import (
+    AXIS_TITLES,
+    COLORSCALE,
+    CURRENT_COLOUR,
+    MARGIN,
+    PREDICTION_COLOUR,
+    READ_COLOUR,
+    TEMPLATE,
+    TRUTH_COLOUR,
+    WRITE_COLOUR,
+    chunk_span,
+    finish,
+    flag_runs,
+    mark_current,
+    rgb,
+    templated,
+    use_template_by_default,
+    voxel_scene,
+)
 from analysis.figures.state import slices_figure, volume_figure
 from analysis.figures.timeline import belief_figure, frame_figure, timeline_figure
 
-__all__ = ["TEMPLATE", "MARGIN", "COLORSCALE", "READ_COLOUR", "WRITE_COLOUR", "CURRENT_COLOUR", "TRUTH_COLOUR",
-           "PREDICTION_COLOUR", "AXIS_TITLES", "GATE_LINES", "finish", "templated", "use_template_by_default", "rgb",
-           "flag_runs", "chunk_span", "voxel_scene", "mark_current",
-           "volume_figure", "slices_figure", "trajectory_figure", "sigma_figure", "gates_figure", "timeline_figure",
-           "belief_figure", "frame_figure"]
+__all__ = [
+    "TEMPLATE",
+    "MARGIN",
+    "COLORSCALE",
+    "READ_COLOUR",
+    "WRITE_COLOUR",
+    "CURRENT_COLOUR",
+    "TRUTH_COLOUR",
+    "PREDICTION_COLOUR",
+    "AXIS_TITLES",
+    "GATE_LINES",
+    "finish",
+    "templated",
+    "use_template_by_default",
+    "rgb",
+    "flag_runs",
+    "chunk_span",
+    "voxel_scene",
+    "mark_current",
+    "volume_figure",
+    "slices_figure",
+    "trajectory_figure",
+    "sigma_figure",
+    "gates_figure",
+    "timeline_figure",
+    "belief_figure",
+    "frame_figure",
+]

@@ -9,16 +9,22 @@ newcomer should see first.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import plotly.graph_objects as go
 
 from analysis.figures.base import chunk_span, templated
 from analysis.traces.trace import Trace
 
-EVENT_COLOURS = {"occluded": "#7f7f7f", "write": "#1f77b4", "query": "#9467bd", "observation": "#17becf",
-                 "distractor": "#bcbd22", "hidden": "#7f7f7f", "correct": "#2ca02c", "wrong": "#d62728"}
+EVENT_COLOURS = {
+    "occluded": "#7f7f7f",
+    "write": "#1f77b4",
+    "query": "#9467bd",
+    "observation": "#17becf",
+    "distractor": "#bcbd22",
+    "hidden": "#7f7f7f",
+    "correct": "#2ca02c",
+    "wrong": "#d62728",
+}
 PROBES = ("occluded", "query", "hidden")  # the events a memory is tested on, in the order key_chunk looks for them
 
 
@@ -81,7 +87,7 @@ def key_chunk(trace: Trace) -> int:
     return trace.num_chunks - 1
 
 
-def annotation_figure(trace: Trace, current: int, span: Optional[tuple[int, int]] = None) -> go.Figure:
+def annotation_figure(trace: Trace, current: int, span: tuple[int, int] | None = None) -> go.Figure:
     """One row of marks per event over the chunks, predictions last, the current chunk highlighted; ``span``
     (first, last): only those chunks."""
     K = trace.num_chunks
@@ -90,25 +96,42 @@ def annotation_figure(trace: Trace, current: int, span: Optional[tuple[int, int]
     first, last = (0, max(K, 1) - 1) if span is None else (int(chunk_span(span, K, current)[0]), int(span[1]))
     events = chunk_events(trace)
     rows = [name for name in events if name not in ("correct", "wrong")] + (
-        [] if trace.predicts_values or not trace.has_predictions else ["prediction"])
+        [] if trace.predicts_values or not trace.has_predictions else ["prediction"]
+    )
     shown = last - first + 1
     size = float(np.clip(520 / shown, 4, 14))
-    fig = go.Figure(go.Scatter(x=[-10] * len(rows), y=rows, mode="markers", marker=dict(opacity=0),
-                               hoverinfo="skip", showlegend=False))  # every row shows, even without marks
+    fig = go.Figure(
+        go.Scatter(
+            x=[-10] * len(rows), y=rows, mode="markers", marker=dict(opacity=0), hoverinfo="skip", showlegend=False
+        )
+    )  # every row shows, even without marks
     for name, flags in events.items():
-        chunks = np.flatnonzero(flags[first:last + 1]) + first
+        chunks = np.flatnonzero(flags[first : last + 1]) + first
         row = "prediction" if name in ("correct", "wrong") else name
-        fig.add_trace(go.Scatter(
-            x=chunks, y=[row] * len(chunks), mode="markers", name=name, showlegend=False,
-            marker=dict(symbol="square" if row != "prediction" else ("circle" if name == "correct" else "x"),
-                        size=size, color=EVENT_COLOURS.get(name, "#555555")),
-            hovertemplate=f"chunk %{{x}}: {name}<extra></extra>"))
-    fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="#ff7f0e", opacity=0.25, line_width=0,
-                  layer="below")
-    fig.update_layout(**templated(height=34 + 24 * len(rows), margin=dict(l=10, r=10, t=6, b=24), showlegend=False,
-                                  hovermode="closest"))
-    fig.update_xaxes(range=[first - 0.5, last + 0.5], dtick=1 if shown <= 40 else None, showgrid=False, zeroline=False,
-                     title=None)
+        fig.add_trace(
+            go.Scatter(
+                x=chunks,
+                y=[row] * len(chunks),
+                mode="markers",
+                name=name,
+                showlegend=False,
+                marker=dict(
+                    symbol="square" if row != "prediction" else ("circle" if name == "correct" else "x"),
+                    size=size,
+                    color=EVENT_COLOURS.get(name, "#555555"),
+                ),
+                hovertemplate=f"chunk %{{x}}: {name}<extra></extra>",
+            )
+        )
+    fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="#ff7f0e", opacity=0.25, line_width=0, layer="below")
+    fig.update_layout(
+        **templated(
+            height=34 + 24 * len(rows), margin=dict(l=10, r=10, t=6, b=24), showlegend=False, hovermode="closest"
+        )
+    )
+    fig.update_xaxes(
+        range=[first - 0.5, last + 0.5], dtick=1 if shown <= 40 else None, showgrid=False, zeroline=False, title=None
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1], showgrid=False, title=None)
     return fig
 

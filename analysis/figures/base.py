@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
+
 # Imported whole before any figure is built: Plotly looks pandas up in sys.modules without importing it, so a figure
 # built in one thread while another thread is still importing pandas fails ("partially initialized module 'pandas'
 # has no attribute 'Series'"). The app's sessions are threads: eight visitors on a cold server met it. A thread past
@@ -42,11 +43,15 @@ def use_template_by_default() -> None:
     pio.templates.default = TEMPLATE
 
 
-def voxel_scene(shape: Optional[Sequence[int]] = None) -> dict:
+def voxel_scene(shape: Sequence[int] | None = None) -> dict:
     """A 3D scene in voxel-index axes with true proportions; with the grid's ``shape`` (D, H, W) the axes span
     the whole grid whatever is drawn (a point cloud may cover a corner of it)."""
-    scene = dict(xaxis=dict(title=AXIS_TITLES["x"]), yaxis=dict(title=AXIS_TITLES["y"]),
-                 zaxis=dict(title=AXIS_TITLES["z"]), aspectmode="data")
+    scene = dict(
+        xaxis=dict(title=AXIS_TITLES["x"]),
+        yaxis=dict(title=AXIS_TITLES["y"]),
+        zaxis=dict(title=AXIS_TITLES["z"]),
+        aspectmode="data",
+    )
     if shape is not None:
         D, H, W = shape
         for axis, n in (("xaxis", W), ("yaxis", H), ("zaxis", D)):
@@ -58,19 +63,27 @@ def voxel_scene(shape: Optional[Sequence[int]] = None) -> dict:
 
 def mark_current(fig: go.Figure, current: int) -> None:
     """A dashed vertical line at chunk ``current``."""
-    fig.add_vline(x=current, line_dash="dash", line_color=CURRENT_COLOUR, line_width=1,
-                  annotation_text=f"chunk {current}", annotation_position="top right")
+    fig.add_vline(
+        x=current,
+        line_dash="dash",
+        line_color=CURRENT_COLOUR,
+        line_width=1,
+        annotation_text=f"chunk {current}",
+        annotation_position="top right",
+    )
 
 
-def chunk_span(span: Optional[tuple[int, int]], count: int, current: int) -> np.ndarray:
+def chunk_span(span: tuple[int, int] | None, count: int, current: int) -> np.ndarray:
     """The chunks a figure over time draws: all ``count`` of them, or those of ``span`` (first, last), which must
     hold ``current`` (a long trace's figures draw the stepper's window of it, not thousands of chunks each)."""
     if span is None:
         return np.arange(count)
     first, last = (int(i) for i in span)
     if not 0 <= first <= current <= last < count:
-        raise ValueError(f"span must be (first, last) with 0 <= first <= current <= last < {count}, got {span} "
-                         f"around chunk {current}")
+        raise ValueError(
+            f"span must be (first, last) with 0 <= first <= current <= last < {count}, got {span} "
+            f"around chunk {current}"
+        )
     return np.arange(first, last + 1)
 
 
@@ -84,4 +97,4 @@ def flag_runs(flags: np.ndarray) -> list[tuple[int, int]]:
     """(first, last) index of each run of True in a 1D boolean array."""
     padded = np.concatenate([[False], flags.astype(bool), [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
-    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)]

@@ -11,7 +11,7 @@ A chunk's prediction is the model's at the chunk's last scored token, as in the 
 from __future__ import annotations
 
 import html
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -25,8 +25,12 @@ from tensor_memory.tasks.masked_patches import hidden_pixels
 from tensor_memory.tasks.moving_digits import DIGIT
 
 PATCH_COLOUR = "#d62728"  # the current patch's outline
-KEY_AXES = dict(xaxis=dict(title="x", range=[-1.1, 1.1]), yaxis=dict(title="y", range=[-1.1, 1.1]),
-                zaxis=dict(title="z", range=[-1.1, 1.1]), aspectmode="cube")
+KEY_AXES = dict(
+    xaxis=dict(title="x", range=[-1.1, 1.1]),
+    yaxis=dict(title="y", range=[-1.1, 1.1]),
+    zaxis=dict(title="z", range=[-1.1, 1.1]),
+    aspectmode="cube",
+)
 
 
 def _token(trace: Trace, chunk: int) -> int:
@@ -60,7 +64,8 @@ def model_chunk_event(trace: Trace, chunk: int) -> str:
     """A chunk of a trace without a task of ours, in words: its positions and, when recorded, its text."""
     positions = trace.chunk_positions(chunk)
     where = f"chunk {chunk}, position{'s' if len(positions) > 1 else ''} {positions[0]}" + (
-        f"–{positions[-1]}" if len(positions) > 1 else "")
+        f"–{positions[-1]}" if len(positions) > 1 else ""
+    )
     if trace.tokens is None:
         return where
     text = "".join(trace.tokens[i] for i in positions).replace("\n", "⏎")
@@ -87,12 +92,20 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
         event = f"frame {frame}" + (", occluded" if bool(meta["occluded"][frame]) else ", visible")
     elif task == "coordinate_binding":
         writes, filler = int(params["writes"]), int(params.get("distractors", 0))
-        event = (f"write {t + 1} of {writes}" if t < writes else f"distractor {t - writes + 1} of {filler}"
-                 if t < writes + filler else f"query {t - writes - filler + 1} of {int(params['queries'])}")
+        event = (
+            f"write {t + 1} of {writes}"
+            if t < writes
+            else f"distractor {t - writes + 1} of {filler}"
+            if t < writes + filler
+            else f"query {t - writes - filler + 1} of {int(params['queries'])}"
+        )
     elif task == "map_building":
         observations = int(params["observations"])
-        event = (f"observation {t + 1} of {observations}" if t < observations
-                 else f"query {t - observations + 1} of {int(params['queries'])}")
+        event = (
+            f"observation {t + 1} of {observations}"
+            if t < observations
+            else f"query {t - observations + 1} of {int(params['queries'])}"
+        )
     elif task == "no_harm":
         event = f"token {t}: value {int(meta['sequence'][t])}"
     elif task == "masked_patches":
@@ -101,16 +114,31 @@ def chunk_outcome(trace: Trace, chunk: int) -> dict[str, Any]:
     else:
         event = model_chunk_event(trace, k)
     scored = bool(trace.chunks["scored"][k])
-    out: dict[str, Any] = {"event": event, "scored": scored, "prediction": None, "truth": None, "correct": None,
-                           "p_truth": None, "p_prediction": None}
+    out: dict[str, Any] = {
+        "event": event,
+        "scored": scored,
+        "prediction": None,
+        "truth": None,
+        "correct": None,
+        "p_truth": None,
+        "p_prediction": None,
+    }
     if scored and trace.predicts_values:  # a reconstructed patch: its error stands for right or wrong
-        out.update(prediction="the hidden patch, reconstructed", truth="the patch's pixels",
-                   error=float(chunk_errors(trace)[k]))
+        out.update(
+            prediction="the hidden patch, reconstructed",
+            truth="the patch's pixels",
+            error=float(chunk_errors(trace)[k]),
+        )
     elif scored:
         prediction, target = int(trace.chunks["prediction"][k]), int(trace.chunks["target"][k])
         p_truth, p_prediction = (float(p[k]) for p in trace.target_probabilities())
-        out.update(prediction=class_label(trace, prediction), truth=class_label(trace, target),
-                   correct=prediction == target, p_truth=p_truth, p_prediction=p_prediction)
+        out.update(
+            prediction=class_label(trace, prediction),
+            truth=class_label(trace, target),
+            correct=prediction == target,
+            p_truth=p_truth,
+            p_prediction=p_prediction,
+        )
     return out
 
 
@@ -120,21 +148,30 @@ def prediction_card(outcome: dict[str, Any], predicts: bool) -> str:
     the trace holds predictions at all."""
     event = html.escape(outcome["event"][:1].upper() + outcome["event"][1:])
     if not predicts:
-        return (f"<div class='card'>{event}. This trace was recorded without targets, so it holds no predictions "
-                f"(trace_model(..., targets=...) adds them).</div>")
+        return (
+            f"<div class='card'>{event}. This trace was recorded without targets, so it holds no predictions "
+            f"(trace_model(..., targets=...) adds them).</div>"
+        )
     if not outcome["scored"]:
         return f"<div class='card'>{event}: nothing to predict here; the model only takes it in.</div>"
     if "error" in outcome:
-        return (f"<div class='card plain'>Reconstructed the hidden patch · RMS pixel error "
-                f"<b>{outcome['error']:.3f}</b> (pixels in [0, 1]); the Images page shows the whole picture.</div>")
-    verdict = "<span style='color:#177233'>✓ right</span>" if outcome["correct"] else \
-        "<span style='color:#b42318'>✗ wrong</span>"
-    return (f"<div class='card plain'>Predicted <b>{html.escape(outcome['prediction'])}</b> · truth "
-            f"<b>{html.escape(outcome['truth'])}</b> {verdict}<br>p(truth) = {outcome['p_truth']:.1%}, "
-            f"p(prediction) = {outcome['p_prediction']:.1%}</div>")
+        return (
+            f"<div class='card plain'>Reconstructed the hidden patch · RMS pixel error "
+            f"<b>{outcome['error']:.3f}</b> (pixels in [0, 1]); the Images page shows the whole picture.</div>"
+        )
+    verdict = (
+        "<span style='color:#177233'>✓ right</span>"
+        if outcome["correct"]
+        else "<span style='color:#b42318'>✗ wrong</span>"
+    )
+    return (
+        f"<div class='card plain'>Predicted <b>{html.escape(outcome['prediction'])}</b> · truth "
+        f"<b>{html.escape(outcome['truth'])}</b> {verdict}<br>p(truth) = {outcome['p_truth']:.1%}, "
+        f"p(prediction) = {outcome['p_prediction']:.1%}</div>"
+    )
 
 
-def _occlusion_figure(trace: Trace, k: int, box: Optional[int] = None, thing: str = "the ball") -> go.Figure:
+def _occlusion_figure(trace: Trace, k: int, box: int | None = None, thing: str = "the ball") -> go.Figure:
     """The frame with the curtain, the true and the predicted ``box`` × ``box`` object (default the ball)."""
     params, meta = trace.info["task_params"], trace.meta
     frame = _frame_index(trace, k)
@@ -143,8 +180,13 @@ def _occlusion_figure(trace: Trace, k: int, box: Optional[int] = None, thing: st
     prediction = divmod(cell, size) if trace.chunks["scored"][k] else None
     occluded = bool(meta["occluded"][frame])
     title = f"frame {frame}" + (f" · occluded: {thing} is behind the curtain" if occluded else "")
-    return figures.frame_figure(meta["frames"][frame], truth=tuple(meta["positions"][frame]), prediction=prediction,
-                                title=title, ball=int(params["ball"]) if box is None else box)
+    return figures.frame_figure(
+        meta["frames"][frame],
+        truth=tuple(meta["positions"][frame]),
+        prediction=prediction,
+        title=title,
+        ball=int(params["ball"]) if box is None else box,
+    )
 
 
 def _digits_figure(trace: Trace, k: int) -> go.Figure:
@@ -157,27 +199,61 @@ def _binding_figure(trace: Trace, k: int) -> go.Figure:
     writes, t = int(params["writes"]), _token(trace, k)
     keys, values = np.asarray(meta["keys"]), np.asarray(meta["values"])
     shown = min(t + 1, writes)
-    fig = go.Figure(go.Scatter3d(
-        x=keys[:shown, 0], y=keys[:shown, 1], z=keys[:shown, 2], mode="markers+text", name="written keys",
-        text=[str(int(v)) for v in values[:shown]], textposition="top center",
-        marker=dict(size=4, color="#1f77b4", opacity=0.6),
-        hovertemplate="key (%{x:.2f}, %{y:.2f}, %{z:.2f})<br>value %{text}<extra></extra>"))
+    fig = go.Figure(
+        go.Scatter3d(
+            x=keys[:shown, 0],
+            y=keys[:shown, 1],
+            z=keys[:shown, 2],
+            mode="markers+text",
+            name="written keys",
+            text=[str(int(v)) for v in values[:shown]],
+            textposition="top center",
+            marker=dict(size=4, color="#1f77b4", opacity=0.6),
+            hovertemplate="key (%{x:.2f}, %{y:.2f}, %{z:.2f})<br>value %{text}<extra></extra>",
+        )
+    )
     if t < writes:
         title = f"write {t + 1} of {writes}: value {int(values[t])} at key ({', '.join(f'{v:.2f}' for v in keys[t])})"
-        fig.add_trace(go.Scatter3d(x=keys[t:t + 1, 0], y=keys[t:t + 1, 1], z=keys[t:t + 1, 2], mode="markers",
-                                   name="this write", marker=dict(size=9, color="#d62728"), hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter3d(
+                x=keys[t : t + 1, 0],
+                y=keys[t : t + 1, 1],
+                z=keys[t : t + 1, 2],
+                mode="markers",
+                name="this write",
+                marker=dict(size=9, color="#d62728"),
+                hoverinfo="skip",
+            )
+        )
     elif t < writes + int(params.get("distractors", 0)):
         title = f"distractor {t - writes + 1}: a key with no value, between the writes and the queries"
     else:
         q = t - writes - int(params.get("distractors", 0))
         query, near = np.asarray(meta["query_keys"])[q], keys[int(meta["nearest"][q])]
         title = f"query {q + 1}: which value sits nearest this key?"
-        fig.add_trace(go.Scatter3d(x=[query[0]], y=[query[1]], z=[query[2]], mode="markers", name="query key",
-                                   marker=dict(size=8, color="#9467bd", symbol="diamond"), hoverinfo="name"))
-        fig.add_trace(go.Scatter3d(x=[query[0], near[0]], y=[query[1], near[1]], z=[query[2], near[2]],
-                                   mode="lines+markers", name="nearest written key",
-                                   line=dict(color="#2ca02c", width=5),
-                                   marker=dict(size=[0, 9], color="#2ca02c", symbol="circle-open"), hoverinfo="name"))
+        fig.add_trace(
+            go.Scatter3d(
+                x=[query[0]],
+                y=[query[1]],
+                z=[query[2]],
+                mode="markers",
+                name="query key",
+                marker=dict(size=8, color="#9467bd", symbol="diamond"),
+                hoverinfo="name",
+            )
+        )
+        fig.add_trace(
+            go.Scatter3d(
+                x=[query[0], near[0]],
+                y=[query[1], near[1]],
+                z=[query[2], near[2]],
+                mode="lines+markers",
+                name="nearest written key",
+                line=dict(color="#2ca02c", width=5),
+                marker=dict(size=[0, 9], color="#2ca02c", symbol="circle-open"),
+                hoverinfo="name",
+            )
+        )
     return figures.finish(fig, title, scene=KEY_AXES, legend=dict(orientation="h", y=-0.05))
 
 
@@ -187,23 +263,52 @@ def _map_figure(trace: Trace, k: int) -> go.Figure:
     hidden = np.asarray(meta["map"]).astype(float)
     positions = np.asarray(meta["obs_positions"])
     seen = np.zeros_like(hidden, dtype=bool)
-    for row, col in positions[:min(t + 1, observations)]:
-        seen[row:row + patch, col:col + patch] = True
+    for row, col in positions[: min(t + 1, observations)]:
+        seen[row : row + patch, col : col + patch] = True
     if t < observations:
         (row, col), height, title = positions[t], patch, f"observation {t + 1} of {observations}"
     else:
-        (row, col), height, title = np.asarray(meta["query_cells"])[t - observations], 1, \
-            f"query {t - observations + 1}: is this cell occupied?"
+        (row, col), height, title = (
+            np.asarray(meta["query_cells"])[t - observations],
+            1,
+            f"query {t - observations + 1}: is this cell occupied?",
+        )
     fig = make_subplots(rows=1, cols=2, subplot_titles=("observed so far", "hidden map"), horizontal_spacing=0.08)
     scale = [[0.0, "#f7f7f7"], [1.0, "#333333"]]
     for col_index, grid in ((1, np.where(seen, hidden, np.nan)), (2, hidden)):
-        fig.add_trace(go.Heatmap(z=grid, zmin=0, zmax=1, colorscale=scale, showscale=False, xgap=1, ygap=1,
-                                 hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"), row=1, col=col_index)
-        fig.add_shape(type="rect", x0=col - 0.5, x1=col + height - 0.5, y0=row - 0.5, y1=row + height - 0.5,
-                      line=dict(color="#d62728", width=3), row=1, col=col_index)
+        fig.add_trace(
+            go.Heatmap(
+                z=grid,
+                zmin=0,
+                zmax=1,
+                colorscale=scale,
+                showscale=False,
+                xgap=1,
+                ygap=1,
+                hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>",
+            ),
+            row=1,
+            col=col_index,
+        )
+        fig.add_shape(
+            type="rect",
+            x0=col - 0.5,
+            x1=col + height - 0.5,
+            y0=row - 0.5,
+            y1=row + height - 0.5,
+            line=dict(color="#d62728", width=3),
+            row=1,
+            col=col_index,
+        )
         fig.update_xaxes(showticklabels=False, constrain="domain", row=1, col=col_index)
-        fig.update_yaxes(showticklabels=False, autorange="reversed", constrain="domain",
-                         scaleanchor="x" if col_index == 1 else "x2", row=1, col=col_index)
+        fig.update_yaxes(
+            showticklabels=False,
+            autorange="reversed",
+            constrain="domain",
+            scaleanchor="x" if col_index == 1 else "x2",
+            row=1,
+            col=col_index,
+        )
     fig = figures.finish(fig, title, plot_bgcolor="#fde0dd")  # pink: cells not observed yet
     return fig.update_layout(margin_t=70)  # the title above the panels' own titles
 
@@ -212,9 +317,17 @@ def _counter_figure(trace: Trace, k: int) -> go.Figure:
     sequence = np.asarray(trace.meta["sequence"])
     t = _token(trace, k)
     tokens = sequence[:-1]
-    fig = go.Figure(go.Heatmap(z=[tokens], text=[[str(int(v)) for v in tokens]], texttemplate="%{text}",
-                               colorscale="Blues", showscale=False, xgap=2,
-                               hovertemplate="token %{x}: %{z}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=[tokens],
+            text=[[str(int(v)) for v in tokens]],
+            texttemplate="%{text}",
+            colorscale="Blues",
+            showscale=False,
+            xgap=2,
+            hovertemplate="token %{x}: %{z}<extra></extra>",
+        )
+    )
     fig.add_shape(type="rect", x0=t - 0.5, x1=t + 0.5, y0=-0.5, y1=0.5, line=dict(color="#d62728", width=3))
     fig.update_yaxes(showticklabels=False)
     return figures.finish(fig, f"token {t}: what comes next?", height=160, xaxis_title="position")
@@ -235,8 +348,14 @@ def _patches_figure(trace: Trace, k: int) -> go.Figure:
     return figures.finish(fig, f"patch {t} ({state}); grey patches are hidden")
 
 
-BUILDERS = {"occlusion": _occlusion_figure, "moving_digits": _digits_figure, "coordinate_binding": _binding_figure,
-            "map_building": _map_figure, "no_harm": _counter_figure, "masked_patches": _patches_figure}
+BUILDERS = {
+    "occlusion": _occlusion_figure,
+    "moving_digits": _digits_figure,
+    "coordinate_binding": _binding_figure,
+    "map_building": _map_figure,
+    "no_harm": _counter_figure,
+    "masked_patches": _patches_figure,
+}
 
 
 TOKENS_PER_ROW = 6  # a chunk's tokens wrap at this many per row
@@ -246,15 +365,30 @@ TOKEN_CHARS = 9  # longer tokens are cut, with "…", in the cells (the hover sh
 def _token_cells(trace: Trace, positions: np.ndarray, x: np.ndarray, y: np.ndarray, coloured: bool) -> go.Scatter:
     """Tokens as labelled cells, coloured by p(target) when ``coloured``, else grey."""
     words = [trace.tokens[i] if trace.tokens is not None else str(i) for i in positions]
-    shown = [w if len(w) <= TOKEN_CHARS else w[:TOKEN_CHARS - 1] + "…" for w in words]
+    shown = [w if len(w) <= TOKEN_CHARS else w[: TOKEN_CHARS - 1] + "…" for w in words]
     colour = trace.per_token["p_target"][positions].astype(float) if coloured else "#e8eef6"
     return go.Scatter(
-        x=x, y=y, mode="markers+text", text=shown, customdata=np.stack([positions, words], axis=1),
-        showlegend=False, textfont=dict(size=12, color="#000000"),
-        marker=dict(size=34, symbol="square", color=colour, colorscale="RdYlGn", cmin=0.0, cmax=1.0,
-                    showscale=coloured, colorbar=dict(title="p(target)", thickness=10)),
+        x=x,
+        y=y,
+        mode="markers+text",
+        text=shown,
+        customdata=np.stack([positions, words], axis=1),
+        showlegend=False,
+        textfont=dict(size=12, color="#000000"),
+        marker=dict(
+            size=34,
+            symbol="square",
+            color=colour,
+            colorscale="RdYlGn",
+            cmin=0.0,
+            cmax=1.0,
+            showscale=coloured,
+            colorbar=dict(title="p(target)", thickness=10),
+        ),
         hovertemplate="position %{customdata[0]}: %{customdata[1]}"
-                      + ("<br>p(target) %{marker.color:.3f}" if coloured else "") + "<extra></extra>")
+        + ("<br>p(target) %{marker.color:.3f}" if coloured else "")
+        + "<extra></extra>",
+    )
 
 
 def tokens_figure(trace: Trace, chunk: int) -> go.Figure:
@@ -271,14 +405,18 @@ def tokens_figure(trace: Trace, chunk: int) -> go.Figure:
         if part.any():
             fig.add_trace(_token_cells(trace, positions[part], x[part], y[part], coloured))
     title = f"chunk {chunk}: its tokens" + ("" if trace.tokens is not None else " (positions; no tokens recorded)")
-    return figures.finish(fig, title, xaxis=dict(visible=False, range=[-0.6, TOKENS_PER_ROW - 0.4]),
-                          yaxis=dict(visible=False, autorange="reversed"))
+    return figures.finish(
+        fig,
+        title,
+        xaxis=dict(visible=False, range=[-0.6, TOKENS_PER_ROW - 0.4]),
+        yaxis=dict(visible=False, autorange="reversed"),
+    )
 
 
 def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
     """The chunk's input drawn for its task (a note for tasks without a picture)."""
     k = _check(trace, chunk)
-    builder: Optional[Any] = BUILDERS.get(trace.info.get("task"))
+    builder: Any | None = BUILDERS.get(trace.info.get("task"))
     if trace.is_model_trace:
         return tokens_figure(trace, k)
     if builder is None:

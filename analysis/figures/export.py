@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -22,21 +22,27 @@ PNG_SIZE = (900, 600)  # pixels, before the scale factor
 
 def figures_html(figs: Mapping[str, go.Figure], title: str) -> str:
     """One self-contained HTML page (Plotly's JavaScript inlined once) with every figure under its name."""
-    parts = [f"<section><h2>{html.escape(name)}</h2>"
-             f"{fig.to_html(full_html=False, include_plotlyjs=False, config={'displaylogo': False})}</section>"
-             for name, fig in figs.items()]
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-            "h2{font-size:1.1em;border-bottom:1px solid #ddd}</style>"
-            f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
-            f"<body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>")
+    parts = [
+        f"<section><h2>{html.escape(name)}</h2>"
+        f"{fig.to_html(full_html=False, include_plotlyjs=False, config={'displaylogo': False})}</section>"
+        for name, fig in figs.items()
+    ]
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "h2{font-size:1.1em;border-bottom:1px solid #ddd}</style>"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
+        f"<body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>"
+    )
 
 
 def figure_pngs(figs: Mapping[str, go.Figure], scale: float = 2.0, browser: Path = CHROMIUM) -> dict[str, bytes]:
     """``{name: PNG bytes}`` of each figure, drawn by Plotly.js in headless Chromium at ``scale``× pixels."""
     if not Path(browser).exists():
-        raise RuntimeError(f"PNG export draws the figures in Chromium, which is not at {browser}; install it with "
-                           "`sudo apt-get install -y chromium`, or use the camera icon above each figure")
+        raise RuntimeError(
+            f"PNG export draws the figures in Chromium, which is not at {browser}; install it with "
+            "`sudo apt-get install -y chromium`, or use the camera icon above each figure"
+        )
     from playwright.sync_api import sync_playwright
 
     width, height = PNG_SIZE
@@ -45,8 +51,9 @@ def figure_pngs(figs: Mapping[str, go.Figure], scale: float = 2.0, browser: Path
         chromium = playwright.chromium.launch(executable_path=str(browser), args=["--no-sandbox"])
         try:
             page = chromium.new_page()
-            page.set_content(f"<html><head><script>{get_plotlyjs()}</script></head><body><div id='plot'></div>"
-                             "</body></html>")
+            page.set_content(
+                f"<html><head><script>{get_plotlyjs()}</script></head><body><div id='plot'></div></body></html>"
+            )
             for name, fig in figs.items():
                 url = page.evaluate(
                     """async ([spec, width, height, scale]) => {
@@ -56,7 +63,9 @@ def figure_pngs(figs: Mapping[str, go.Figure], scale: float = 2.0, browser: Path
                         const url = await Plotly.toImage(div, {format: 'png', width, height, scale});
                         Plotly.purge(div);
                         return url;
-                    }""", [fig.to_json(), width, height, scale])
+                    }""",
+                    [fig.to_json(), width, height, scale],
+                )
                 out[name] = base64.b64decode(url.split(",", 1)[1])
         finally:
             chromium.close()

@@ -9,13 +9,14 @@ and opacity range is fixed by ``clim``), at a fraction of the cost.
 from __future__ import annotations
 
 import io
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 
-def volume_frames(values: np.ndarray, clim: Sequence[float], cmap: str = "viridis",
-                  window_size: Optional[Sequence[int]] = None) -> list[np.ndarray]:
+def volume_frames(
+    values: np.ndarray, clim: Sequence[float], cmap: str = "viridis", window_size: Sequence[int] | None = None
+) -> list[np.ndarray]:
     """Volume renderings (H, W, 3) uint8 of each (D, H, W) volume in ``values`` (N, D, H, W), one colour range.
 
     ``window_size`` defaults to :func:`analysis.figures.render.volume_plotter`'s. PyVista is imported here, on

@@ -3,8 +3,6 @@ chunk, the page of chunks loaded for stepping shaded and the current chunk marke
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -29,8 +27,9 @@ def binned(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
     return (edges[:-1] + edges[1:] - 1) / 2.0, means
 
 
-def overview_figure(overview: dict[str, np.ndarray], current: int, span: Optional[tuple[int, int]] = None,
-                    max_points: int = MAX_POINTS) -> go.Figure:
+def overview_figure(
+    overview: dict[str, np.ndarray], current: int, span: tuple[int, int] | None = None, max_points: int = MAX_POINTS
+) -> go.Figure:
     """Each series of ``overview`` over the chunks (binned past ``max_points``), ``span`` (first, last) shaded as
     the chunks loaded, chunk ``current`` marked. A click on a point names its chunk (the app jumps there)."""
     rows = [name for name in overview if name in SERIES]
@@ -45,18 +44,36 @@ def overview_figure(overview: dict[str, np.ndarray], current: int, span: Optiona
         x, y = binned(np.asarray(overview[name], dtype=np.float64), max_points)
         short, meaning = SERIES[name]
         label = meaning + (" (mean of a bin)" if binned_note else "")
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines" if K > 80 else "lines+markers", name=short,
-                                 connectgaps=False, line=dict(width=1),
-                                 hovertemplate=f"chunk %{{x:.0f}}<br>{label} = %{{y:.3f}}<extra></extra>"),
-                      row=row, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines" if K > 80 else "lines+markers",
+                name=short,
+                connectgaps=False,
+                line=dict(width=1),
+                hovertemplate=f"chunk %{{x:.0f}}<br>{label} = %{{y:.3f}}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
         fig.update_yaxes(title_text=short, title_font=dict(size=11), row=row, col=1)
         if span is not None:
-            fig.add_vrect(x0=span[0] - 0.5, x1=span[1] + 0.5, fillcolor="#ff7f0e", opacity=0.15, line_width=0,
-                          layer="below", row=row, col=1)
+            fig.add_vrect(
+                x0=span[0] - 0.5,
+                x1=span[1] + 0.5,
+                fillcolor="#ff7f0e",
+                opacity=0.15,
+                line_width=0,
+                layer="below",
+                row=row,
+                col=1,
+            )
         fig.add_vline(x=current, line_dash="dash", line_color=CURRENT_COLOUR, line_width=1, row=row, col=1)
     fig.update_xaxes(title_text="chunk", row=len(rows), col=1)
-    title = f"the whole trace, {K:,} chunks" + (f" (each point the mean of {K / max_points:.1f} chunks)"
-                                                 if binned_note else "")
+    title = f"the whole trace, {K:,} chunks" + (
+        f" (each point the mean of {K / max_points:.1f} chunks)" if binned_note else ""
+    )
     return finish(fig, title, height=90 + 95 * len(rows), showlegend=False, hovermode="x unified")
 
 

@@ -17,14 +17,14 @@ import os
 
 os.environ.setdefault("VTK_DEFAULT_OPENGL_WINDOW", "vtkEGLRenderWindow")
 
-from typing import Optional, Sequence  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pyvista as pv  # noqa: E402
 
 from analysis.measures.volumes import colour_range  # noqa: E402
-from tensor_memory.memory.geometry import in_voxels, sigma_voxels_per_axis  # noqa: E402
 from analysis.traces.trace import LayerTrace  # noqa: E402
+from tensor_memory.memory.geometry import in_voxels, sigma_voxels_per_axis  # noqa: E402
 
 WINDOW_SIZE = (480, 400)
 BACKGROUND = "white"
@@ -42,7 +42,7 @@ def _plotter(title: str, window_size: Sequence[int]) -> pv.Plotter:
     return plotter
 
 
-def _frame_scene(plotter: pv.Plotter, bounds: Optional[Sequence[float]]) -> None:
+def _frame_scene(plotter: pv.Plotter, bounds: Sequence[float] | None) -> None:
     """Labelled axes on the outer edges of ``bounds`` (default: everything shown), seen from an oblique view."""
     plotter.show_bounds(bounds=bounds, **AXIS_TITLES, color="black", font_size=10, location="outer")
     plotter.camera_position = "iso"
@@ -63,8 +63,13 @@ def voxel_image(values: np.ndarray) -> pv.ImageData:
     return image
 
 
-def volume_plotter(values: np.ndarray, title: str = "", cmap: str = "viridis",
-                   clim: Optional[Sequence[float]] = None, window_size: Sequence[int] = WINDOW_SIZE) -> pv.Plotter:
+def volume_plotter(
+    values: np.ndarray,
+    title: str = "",
+    cmap: str = "viridis",
+    clim: Sequence[float] | None = None,
+    window_size: Sequence[int] = WINDOW_SIZE,
+) -> pv.Plotter:
     """Volume rendering of (D, H, W) ``values``: low values transparent, the grid's outline, labelled axes.
 
     ``clim`` (low, high) fixes the colour and opacity range (e.g. across chunks); by default the
@@ -74,10 +79,24 @@ def volume_plotter(values: np.ndarray, title: str = "", cmap: str = "viridis",
     image = voxel_image(values)
     plotter = _plotter(title, window_size)
     limits = list(colour_range(image.point_data["value"], clim))
-    plotter.add_volume(image, scalars="value", cmap=cmap, clim=limits, opacity="linear",
-                       scalar_bar_args=dict(title="value", color="black", vertical=True, position_x=0.84,
-                                            position_y=0.1, width=0.07, height=0.55, title_font_size=12,
-                                            label_font_size=10))
+    plotter.add_volume(
+        image,
+        scalars="value",
+        cmap=cmap,
+        clim=limits,
+        opacity="linear",
+        scalar_bar_args=dict(
+            title="value",
+            color="black",
+            vertical=True,
+            position_x=0.84,
+            position_y=0.1,
+            width=0.07,
+            height=0.55,
+            title_font_size=12,
+            label_font_size=10,
+        ),
+    )
     plotter.add_mesh(image.outline(), color="black", line_width=1)
     _frame_scene(plotter, bounds=None)
     return plotter
@@ -91,8 +110,9 @@ def _trajectory_meshes(points: np.ndarray, tail: int) -> tuple[pv.PolyData, pv.P
     return path, recent_path, pv.PolyData(points)
 
 
-def footprint_plotter(layer: LayerTrace, upto: int, tail: int = 8,
-                      window_size: Sequence[int] = WINDOW_SIZE) -> pv.Plotter:
+def footprint_plotter(
+    layer: LayerTrace, upto: int, tail: int = 8, window_size: Sequence[int] = WINDOW_SIZE
+) -> pv.Plotter:
     """Meshes of chunks 0..``upto``: grid box, read (blue) and write (red) paths, the write's 1σ/2σ surfaces.
 
     The paths are thin over all chunks and thick over the last ``tail``; the current read and write
@@ -110,7 +130,7 @@ def footprint_plotter(layer: LayerTrace, upto: int, tail: int = 8,
     plotter = _plotter(f"chunk {upto}: read (blue), write (red), 1 and 2 sigma", window_size)
     plotter.add_mesh(pv.Box(bounds=box).outline(), color="grey", line_width=1)
     for mu, colour in ((layer.mu_read, READ_COLOUR), (layer.mu_write, WRITE_COLOUR)):
-        points = in_voxels(mu[:upto + 1], layer.grid)
+        points = in_voxels(mu[: upto + 1], layer.grid)
         path, recent_path, dots = _trajectory_meshes(points, tail)
         plotter.add_mesh(path, color=colour, opacity=0.3, line_width=1)
         plotter.add_mesh(recent_path, color=colour, line_width=4)
@@ -144,8 +164,10 @@ def plotter_html(plotter: pv.Plotter) -> str:
     try:
         buffer = plotter.trame.export_html(None)
     except Exception as error:  # any failure of the optional export stack is reported the same way
-        raise RuntimeError(f"PyVista's HTML export failed ({type(error).__name__}: {error}); it needs trame, "
-                           "trame-vtk, trame-vuetify, trame-pyvista and nest_asyncio2") from error
+        raise RuntimeError(
+            f"PyVista's HTML export failed ({type(error).__name__}: {error}); it needs trame, "
+            "trame-vtk, trame-vuetify, trame-pyvista and nest_asyncio2"
+        ) from error
     return buffer.read()
 
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
-
-from tensor_memory.storage.files import atomic_write_text
-from tensor_memory.memory.hookpoints import GATE_POINTS
 
 from analysis import figures
 from analysis.figures.occlusion_views import energy_figure
@@ -26,6 +23,8 @@ from analysis.measures.images import chunk_errors
 from analysis.measures.occlusion import belief, occlusion_memory
 from analysis.measures.volumes import volume_values
 from analysis.traces.trace import Trace, TraceError
+from tensor_memory.memory.hookpoints import GATE_POINTS
+from tensor_memory.storage.files import atomic_write_text
 
 
 def gate_numbers(trace: Trace) -> dict[str, Any]:
@@ -49,14 +48,19 @@ def prediction_numbers(trace: Trace) -> dict[str, Any]:
         return {"accuracy": None, "scored_chunks": 0, "correct": [None] * trace.num_chunks}
     if trace.predicts_values:
         errors = chunk_errors(trace)
-        return {"rms_error": float(np.sqrt(np.nanmean(np.square(errors)))) if scored.any() else None,
-                "scored_chunks": int(scored.sum()), "errors": [None if np.isnan(e) else float(e) for e in errors]}
+        return {
+            "rms_error": float(np.sqrt(np.nanmean(np.square(errors)))) if scored.any() else None,
+            "scored_chunks": int(scored.sum()),
+            "errors": [None if np.isnan(e) else float(e) for e in errors],
+        }
     correct = trace.chunks["prediction"] == trace.chunks["target"]
-    out: dict[str, Any] = {"accuracy": float(correct[scored].mean()) if scored.any() else None,
-                           "scored_chunks": int(scored.sum()),
-                           "correct": [bool(c) if s else None for c, s in zip(correct, scored)]}
+    out: dict[str, Any] = {
+        "accuracy": float(correct[scored].mean()) if scored.any() else None,
+        "scored_chunks": int(scored.sum()),
+        "correct": [bool(c) if s else None for c, s in zip(correct, scored, strict=True)],
+    }
     if "occluded" in trace.meta:
-        hidden = trace.meta["occluded"][:trace.num_chunks].astype(bool) & scored
+        hidden = trace.meta["occluded"][: trace.num_chunks].astype(bool) & scored
         out["occluded_accuracy"] = float(correct[hidden].mean()) if hidden.any() else None
         out["visible_accuracy"] = float(correct[scored & ~hidden].mean()) if (scored & ~hidden).any() else None
     return out
@@ -65,16 +69,26 @@ def prediction_numbers(trace: Trace) -> dict[str, Any]:
 def report_numbers(trace: Trace) -> dict[str, Any]:
     """``{"trace", "addressing", "gates", "predictions", "occlusion"}`` — what ``report --json`` prints."""
     if not trace.layers:
-        raise TraceError("the trace holds no memory layers (the predictions of a checkpoint without Tensor "
-                         "Memory); a report needs the trace of a tensor checkpoint")
+        raise TraceError(
+            "the trace holds no memory layers (the predictions of a checkpoint without Tensor "
+            "Memory); a report needs the trace of a tensor checkpoint"
+        )
     addressing = addressing_report(trace)
-    out: dict[str, Any] = {"trace": trace.info, "addressing": addressing, "gates": gate_numbers(trace),
-                           "predictions": prediction_numbers(trace), "occlusion": None}
+    out: dict[str, Any] = {
+        "trace": trace.info,
+        "addressing": addressing,
+        "gates": gate_numbers(trace),
+        "predictions": prediction_numbers(trace),
+        "occlusion": None,
+    }
     if trace.info.get("task") == "occlusion":
         b = belief(trace)
-        out["occlusion"] = {"truth_probability": b["truth_probability"].tolist(),
-                            "occluded": b["occluded"].tolist(), "correct": b["correct"].tolist(),
-                            "memory": occlusion_memory(trace)}
+        out["occlusion"] = {
+            "truth_probability": b["truth_probability"].tolist(),
+            "occluded": b["occluded"].tolist(),
+            "correct": b["correct"].tolist(),
+            "memory": occlusion_memory(trace),
+        }
     return out
 
 
@@ -98,25 +112,36 @@ def _key_chunk(trace: Trace, numbers: dict[str, Any]) -> tuple[int, str]:
 def _verdict_html(addressing: dict[str, Any]) -> str:
     healthy = addressing["verdict"] == "healthy"
     items = "".join(f"<li>{html.escape(r)}</li>" for r in addressing["reasons"])
-    remedies = "".join(f"<li><b>{html.escape(failure)}</b>: {html.escape(text)}</li>"
-                       for failure, text in addressing.get("remedies", {}).items())
-    return (f"<p class='verdict {'ok' if healthy else 'bad'}'>Addressing verdict for "
-            f"<code>{html.escape(addressing['layer'])}</code>: <b>{html.escape(addressing['verdict'])}</b></p>"
-            f"<ul>{items}</ul>" + (f"<p>What usually helps:</p><ul>{remedies}</ul>" if remedies else ""))
+    remedies = "".join(
+        f"<li><b>{html.escape(failure)}</b>: {html.escape(text)}</li>"
+        for failure, text in addressing.get("remedies", {}).items()
+    )
+    return (
+        f"<p class='verdict {'ok' if healthy else 'bad'}'>Addressing verdict for "
+        f"<code>{html.escape(addressing['layer'])}</code>: <b>{html.escape(addressing['verdict'])}</b></p>"
+        f"<ul>{items}</ul>" + (f"<p>What usually helps:</p><ul>{remedies}</ul>" if remedies else "")
+    )
 
 
 def _occlusion_html(trace: Trace, numbers: dict[str, Any]) -> str:
     b = belief(trace)
     memory = numbers["occlusion"]["memory"]
     hidden = np.flatnonzero(b["occluded"])
-    parts = [_figure(figures.belief_figure(trace.chunks["probs"][:trace.num_chunks], b["truth"], b["occluded"],
-                                           size=b["probs"].shape[1]))]
+    parts = [
+        _figure(
+            figures.belief_figure(
+                trace.chunks["probs"][: trace.num_chunks], b["truth"], b["occluded"], size=b["probs"].shape[1]
+            )
+        )
+    ]
     if memory.get("last_visible") is not None:
         held = ", ".join(f"{d:.2f}" for d in memory["read_distance_voxels"])
-        parts.append(f"<p>The last visible frame ({memory['last_visible']}) wrote at voxel "
-                     f"(x, y, z) = ({', '.join(f'{v:.2f}' for v in memory['write_voxel'])}) with σ = "
-                     f"{memory['sigma_voxels']:.2f} voxels. Reads during the occlusion (frames "
-                     f"{hidden[0]}–{hidden[-1]}) land {held} voxels from it.</p>")
+        parts.append(
+            f"<p>The last visible frame ({memory['last_visible']}) wrote at voxel "
+            f"(x, y, z) = ({', '.join(f'{v:.2f}' for v in memory['write_voxel'])}) with σ = "
+            f"{memory['sigma_voxels']:.2f} voxels. Reads during the occlusion (frames "
+            f"{hidden[0]}–{hidden[-1]}) land {held} voxels from it.</p>"
+        )
         fig = energy_figure(trace.layer(), trace.num_chunks - 1, b["occluded"])
         parts.append(_figure(fig))
     return "".join(parts)
@@ -132,54 +157,80 @@ td, th { padding: .2em .8em; border-bottom: 1px solid #eee; text-align: left; }
 """
 
 
-def report_html(trace: Trace, numbers: Optional[dict[str, Any]] = None) -> str:
+def report_html(trace: Trace, numbers: dict[str, Any] | None = None) -> str:
     """The whole report as one HTML string, Plotly's JavaScript inlined."""
     numbers = numbers or report_numbers(trace)
     info, layer = trace.info, trace.layer()
     K = trace.num_chunks
     key, key_reason = _key_chunk(trace, numbers)
     predictions = numbers["predictions"]
-    rows = [("checkpoint", info.get("checkpoint_name")), ("task", info.get("task")),
-            ("task parameters", info.get("task_params")), ("backbone", info.get("backbone")),
-            ("sample", f"seed {info.get('seed')}, index {info.get('index')}"), ("chunks", K),
-            ("memory layers", ", ".join(trace.layer_names)),
-            ("RMS pixel error (hidden patches)", predictions["rms_error"]) if trace.predicts_values
-            else ("accuracy (scored chunks)", predictions["accuracy"])]
+    rows = [
+        ("checkpoint", info.get("checkpoint_name")),
+        ("task", info.get("task")),
+        ("task parameters", info.get("task_params")),
+        ("backbone", info.get("backbone")),
+        ("sample", f"seed {info.get('seed')}, index {info.get('index')}"),
+        ("chunks", K),
+        ("memory layers", ", ".join(trace.layer_names)),
+        ("RMS pixel error (hidden patches)", predictions["rms_error"])
+        if trace.predicts_values
+        else ("accuracy (scored chunks)", predictions["accuracy"]),
+    ]
     if "occluded_accuracy" in predictions:
-        rows += [("occluded / visible accuracy", f"{predictions['occluded_accuracy']} / "
-                                                  f"{predictions['visible_accuracy']}")]
+        rows += [
+            ("occluded / visible accuracy", f"{predictions['occluded_accuracy']} / {predictions['visible_accuracy']}")
+        ]
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
 
     values = volume_values(layer.h[key].astype(np.float32), "norm")
     sections = [
         _section("Sample", f"<table>{table}</table>"),
         _section("Addressing", _verdict_html(numbers["addressing"])),
-        _section("Predictions", _figure(figures.timeline_figure(trace, K - 1)),
-                 "The pixel error of each hidden patch's reconstruction." if trace.predicts_values
-                 else "Probability the model gives to the true answer at each chunk."),
+        _section(
+            "Predictions",
+            _figure(figures.timeline_figure(trace, K - 1)),
+            "The pixel error of each hidden patch's reconstruction."
+            if trace.predicts_values
+            else "Probability the model gives to the true answer at each chunk.",
+        ),
     ]
     if numbers["occlusion"] is not None:
-        sections.append(_section("Occlusion: belief frame by frame", _occlusion_html(trace, numbers),
-                                 "Predicted position distribution per frame; the true position is marked."))
+        sections.append(
+            _section(
+                "Occlusion: belief frame by frame",
+                _occlusion_html(trace, numbers),
+                "Predicted position distribution per frame; the true position is marked.",
+            )
+        )
     sections += [
-        _section("Where the memory reads and writes",
-                 f"<div class='row'><div>{_figure(figures.trajectory_figure(layer, K - 1))}</div>"
-                 f"<div>{_figure(figures.sigma_figure(layer.sigma, K - 1, layer.grid))}</div></div>",
-                 "Read (blue) and write (red) coordinates in voxel units, the last write's 1σ and 2σ "
-                 "footprint, and σ over time."),
-        _section(f"Hidden state ‖h‖ at chunk {key}",
-                 f"<div class='row'><div>{_figure(figures.volume_figure(values, 'volume'))}</div>"
-                 f"<div>{_figure(figures.slices_figure(values))}</div></div>", f"Chunk {key}: {key_reason}."),
-        _section("Gates", _figure(figures.gates_figure(layer, K - 1)),
-                 "Mean input, forget and output gates and |g| over the volume per chunk; σ(γ) is the read gate."),
+        _section(
+            "Where the memory reads and writes",
+            f"<div class='row'><div>{_figure(figures.trajectory_figure(layer, K - 1))}</div>"
+            f"<div>{_figure(figures.sigma_figure(layer.sigma, K - 1, layer.grid))}</div></div>",
+            "Read (blue) and write (red) coordinates in voxel units, the last write's 1σ and 2σ "
+            "footprint, and σ over time.",
+        ),
+        _section(
+            f"Hidden state ‖h‖ at chunk {key}",
+            f"<div class='row'><div>{_figure(figures.volume_figure(values, 'volume'))}</div>"
+            f"<div>{_figure(figures.slices_figure(values))}</div></div>",
+            f"Chunk {key}: {key_reason}.",
+        ),
+        _section(
+            "Gates",
+            _figure(figures.gates_figure(layer, K - 1)),
+            "Mean input, forget and output gates and |g| over the volume per chunk; σ(γ) is the read gate.",
+        ),
     ]
     title = f"Tensor Memory report — {info.get('checkpoint_name')} ({info.get('task')})"
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
-            f"<body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>")
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
+        f"<body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>"
+    )
 
 
-def write_report(trace: Trace, out: Union[str, Path]) -> Path:
+def write_report(trace: Trace, out: str | Path) -> Path:
     """Write :func:`report_html` to ``out`` atomically; returns the path."""
     path = Path(out)
     atomic_write_text(path, report_html(trace))

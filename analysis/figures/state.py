@@ -3,7 +3,7 @@ drawn in 3D or as three slices."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -22,8 +22,13 @@ VOLUME_KINDS = {"points": "point cloud", "isosurface": "isosurfaces", "volume": 
 POINT_FLOOR = 0.2  # the point cloud leaves out voxels below this share of the colour range (as the volume fades them)
 
 
-def volume_figure(values: np.ndarray, kind: str = "volume", title: str = "", opacity: Optional[float] = None,
-                  value_range: Optional[Sequence[float]] = None) -> go.Figure:
+def volume_figure(
+    values: np.ndarray,
+    kind: str = "volume",
+    title: str = "",
+    opacity: float | None = None,
+    value_range: Sequence[float] | None = None,
+) -> go.Figure:
     """A 3D rendering of (D, H, W) ``values`` in voxel-index axes.
 
     ``kind`` ``"volume"`` (go.Volume: 15 surfaces, default opacity 0.2), ``"isosurface"`` (go.Isosurface: 4
@@ -44,25 +49,49 @@ def volume_figure(values: np.ndarray, kind: str = "volume", title: str = "", opa
         else:
             share = (array - low) / (high - low)  # colour_range keeps high > low
         shown = share >= POINT_FLOOR  # (D, H, W) mask
-        trace = go.Scatter3d(x=x[shown], y=y[shown], z=z[shown], mode="markers", customdata=array[shown],
-                             marker=dict(color=array[shown], size=3 + 9 * np.clip(share[shown], 0, 1),
-                                         opacity=0.8 if opacity is None else opacity, line=dict(width=0), **colours),
-                             hovertemplate=hover)
+        trace = go.Scatter3d(
+            x=x[shown],
+            y=y[shown],
+            z=z[shown],
+            mode="markers",
+            customdata=array[shown],
+            marker=dict(
+                color=array[shown],
+                size=3 + 9 * np.clip(share[shown], 0, 1),
+                opacity=0.8 if opacity is None else opacity,
+                line=dict(width=0),
+                **colours,
+            ),
+            hovertemplate=hover,
+        )
     elif kind in ("volume", "isosurface"):
-        common = dict(x=x.ravel(), y=y.ravel(), z=z.ravel(), value=array.ravel(), isomin=low, isomax=high,
-                      hovertemplate=hover.replace("customdata", "value"), **colours)
+        common = dict(
+            x=x.ravel(),
+            y=y.ravel(),
+            z=z.ravel(),
+            value=array.ravel(),
+            isomin=low,
+            isomax=high,
+            hovertemplate=hover.replace("customdata", "value"),
+            **colours,
+        )
         if kind == "volume":
             trace = go.Volume(**common, opacity=0.2 if opacity is None else opacity, surface_count=15)
         else:
-            trace = go.Isosurface(**common, opacity=0.6 if opacity is None else opacity, surface_count=4,
-                                  caps=dict(x_show=False, y_show=False, z_show=False))
+            trace = go.Isosurface(
+                **common,
+                opacity=0.6 if opacity is None else opacity,
+                surface_count=4,
+                caps=dict(x_show=False, y_show=False, z_show=False),
+            )
     else:
         raise ValueError(f"kind must be one of {', '.join(map(repr, VOLUME_KINDS))}, got {kind!r}")
     return finish(go.Figure(trace), title, scene=voxel_scene(array.shape))
 
 
-def slices_figure(values: np.ndarray, index: Optional[Sequence[int]] = None, title: str = "",
-                  value_range: Optional[Sequence[float]] = None) -> go.Figure:
+def slices_figure(
+    values: np.ndarray, index: Sequence[int] | None = None, title: str = "", value_range: Sequence[float] | None = None
+) -> go.Figure:
     """Three axis-aligned slices of (D, H, W) ``values`` through voxel ``index`` = (z, y, x).
 
     Left to right: the z-slice (y against x), the y-slice (z against x), the x-slice (z against y),
@@ -75,17 +104,29 @@ def slices_figure(values: np.ndarray, index: Optional[Sequence[int]] = None, tit
         index = (D // 2, H // 2, W // 2)
     if len(index) != 3:
         raise ValueError(f"index must be (z, y, x), got {tuple(index)}")
-    z, y, x = (check_index(i, n, name) for i, n, name in zip(index, (D, H, W), ("z index", "y index", "x index")))
+    z, y, x = (
+        check_index(i, n, name) for i, n, name in zip(index, (D, H, W), ("z index", "y index", "x index"), strict=True)
+    )
     low, high = colour_range(array, value_range)
     panels = ((array[z], "x", "y"), (array[:, y, :], "x", "z"), (array[:, :, x], "y", "z"))
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
-                        subplot_titles=(f"z = {z}: y against x", f"y = {y}: z against x", f"x = {x}: z against y"))
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        horizontal_spacing=0.08,
+        subplot_titles=(f"z = {z}: y against x", f"y = {y}: z against x", f"x = {x}: z against y"),
+    )
     for col, (plane, across, up) in enumerate(panels, start=1):
-        fig.add_trace(go.Heatmap(z=plane, coloraxis="coloraxis",
-                                 hovertemplate=f"{across} %{{x}}, {up} %{{y}}<br>value %{{z:.3f}}<extra></extra>"),
-                      row=1, col=col)
+        fig.add_trace(
+            go.Heatmap(
+                z=plane,
+                coloraxis="coloraxis",
+                hovertemplate=f"{across} %{{x}}, {up} %{{y}}<br>value %{{z:.3f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_xaxes(title_text=AXIS_TITLES[across], constrain="domain", row=1, col=col)
-        fig.update_yaxes(title_text=AXIS_TITLES[up], scaleanchor="x" if col == 1 else f"x{col}",
-                         constrain="domain", row=1, col=col)
-    return finish(fig, title, coloraxis=dict(colorscale=COLORSCALE, cmin=low, cmax=high,
-                                              colorbar=dict(thickness=12)))
+        fig.update_yaxes(
+            title_text=AXIS_TITLES[up], scaleanchor="x" if col == 1 else f"x{col}", constrain="domain", row=1, col=col
+        )
+    return finish(fig, title, coloraxis=dict(colorscale=COLORSCALE, cmin=low, cmax=high, colorbar=dict(thickness=12)))

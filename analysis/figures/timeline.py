@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.figures.base import (COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, chunk_span, finish, flag_runs,
-                                   mark_current)
+from analysis.figures.base import (
+    COLORSCALE,
+    PREDICTION_COLOUR,
+    TRUTH_COLOUR,
+    chunk_span,
+    finish,
+    flag_runs,
+    mark_current,
+)
 from analysis.measures.checks import check_array, check_index
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
 
 
-def timeline_figure(trace: Trace, current: int, span: Optional[tuple[int, int]] = None) -> go.Figure:
+def timeline_figure(trace: Trace, current: int, span: tuple[int, int] | None = None) -> go.Figure:
     """The probability given to the target class per chunk, correct/incorrect marks, occlusion shaded.
 
     Chunks not scored (target −1, or ``scored`` false) are gaps. For the occlusion task, runs of
@@ -37,63 +44,125 @@ def timeline_figure(trace: Trace, current: int, span: Optional[tuple[int, int]] 
             raise ValueError(f"a target is {int(target.max())}, beyond the {probs.shape[1]} classes of probs")
         count = probs.shape[0]
     if not len(target) == len(prediction) == len(scored) == count:
-        raise ValueError(f"chunks disagree on the number of chunks: probs {count}, target {len(target)}, "
-                         f"prediction {len(prediction)}, scored {len(scored)}")
+        raise ValueError(
+            f"chunks disagree on the number of chunks: probs {count}, target {len(target)}, "
+            f"prediction {len(prediction)}, scored {len(scored)}"
+        )
     current = check_index(current, count, "current (a chunk index)")
     chunks = chunk_span(span, count, current)
     valid = (scored & (target >= 0))[chunks]
     p_target = trace.target_probabilities()[0][chunks]
     prediction, target = prediction[chunks], target[chunks]
-    fig = go.Figure(go.Scatter(x=chunks, y=p_target, mode="lines", name="p(target)", line=dict(color="#555555"),
-                               hovertemplate="chunk %{x}<br>p(target) = %{y:.3f}<extra></extra>"))
-    for name, hits, colour, symbol in (("correct", valid & (prediction == target), TRUTH_COLOUR, "circle"),
-                                       ("incorrect", valid & (prediction != target), "#d62728", "x")):
-        fig.add_trace(go.Scatter(x=chunks[hits], y=p_target[hits], mode="markers", name=name,
-                                 marker=dict(color=colour, symbol=symbol, size=9),
-                                 hovertemplate=f"chunk %{{x}}: {name}<extra></extra>"))
-    if "occluded" in trace.meta:
-        occluded = check_array(trace.meta["occluded"], 1, "meta['occluded']", "(K,)")
-        if len(occluded) != count:
-            raise ValueError(f"meta['occluded'] has {len(occluded)} entries for {count} chunks")
-        for first, last in flag_runs(occluded[chunks]):
-            first, last = chunks[first], chunks[last]
-            fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="grey", opacity=0.2, line_width=0, layer="below",
-                          annotation_text="occluded", annotation_position="top left")
+    fig = go.Figure(
+        go.Scatter(
+            x=chunks,
+            y=p_target,
+            mode="lines",
+            name="p(target)",
+            line=dict(color="#555555"),
+            hovertemplate="chunk %{x}<br>p(target) = %{y:.3f}<extra></extra>",
+        )
+    )
+    for name, hits, colour, symbol in (
+        ("correct", valid & (prediction == target), TRUTH_COLOUR, "circle"),
+        ("incorrect", valid & (prediction != target), "#d62728", "x"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=chunks[hits],
+                y=p_target[hits],
+                mode="markers",
+                name=name,
+                marker=dict(color=colour, symbol=symbol, size=9),
+                hovertemplate=f"chunk %{{x}}: {name}<extra></extra>",
+            )
+        )
+    _shade_occluded(fig, trace, chunks, count)
     mark_current(fig, current)
     task = trace.info.get("task") or trace.info.get("checkpoint_name", "trace")
-    return finish(fig, f"{task}: probability of the target", xaxis_title="chunk", yaxis_title="p(target)",
-                   yaxis_range=[0, 1.05])
+    return finish(
+        fig, f"{task}: probability of the target", xaxis_title="chunk", yaxis_title="p(target)", yaxis_range=[0, 1.05]
+    )
 
 
-def _unscored_timeline(trace: Trace, current: int, span: Optional[tuple[int, int]]) -> go.Figure:
+def _shade_occluded(fig: go.Figure, trace: Trace, chunks: np.ndarray, count: int) -> None:
+    """Grey rectangles labelled "occluded" over the runs of shown chunks whose ``meta["occluded"]`` is true."""
+    if "occluded" not in trace.meta:
+        return
+    occluded = check_array(trace.meta["occluded"], 1, "meta['occluded']", "(K,)")
+    if len(occluded) != count:
+        raise ValueError(f"meta['occluded'] has {len(occluded)} entries for {count} chunks")
+    for first, last in flag_runs(occluded[chunks]):
+        first, last = chunks[first], chunks[last]
+        fig.add_vrect(
+            x0=first - 0.5,
+            x1=last + 0.5,
+            fillcolor="grey",
+            opacity=0.2,
+            line_width=0,
+            layer="below",
+            annotation_text="occluded",
+            annotation_position="top left",
+        )
+
+
+def _unscored_timeline(trace: Trace, current: int, span: tuple[int, int] | None) -> go.Figure:
     """A trace recorded without targets: the chunks and the current one, and why there is no curve."""
     current = check_index(current, trace.num_chunks, "current (a chunk index)")
     chunks = chunk_span(span, trace.num_chunks, current)
-    fig = go.Figure(go.Scatter(x=chunks, y=np.zeros(len(chunks)), mode="markers",
-                               name="chunk", marker=dict(color="#bbbbbb", size=5), hoverinfo="x"))
-    fig.add_annotation(text="no predictions in this trace (recorded without targets)", showarrow=False,
-                       xref="paper", yref="paper", x=0.5, y=0.6)
+    fig = go.Figure(
+        go.Scatter(
+            x=chunks,
+            y=np.zeros(len(chunks)),
+            mode="markers",
+            name="chunk",
+            marker=dict(color="#bbbbbb", size=5),
+            hoverinfo="x",
+        )
+    )
+    fig.add_annotation(
+        text="no predictions in this trace (recorded without targets)",
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=0.5,
+        y=0.6,
+    )
     mark_current(fig, current)
-    return finish(fig, f"{trace.info.get('checkpoint_name', 'trace')}: chunks", xaxis_title="chunk",
-                  yaxis_visible=False)
+    return finish(
+        fig, f"{trace.info.get('checkpoint_name', 'trace')}: chunks", xaxis_title="chunk", yaxis_visible=False
+    )
 
 
-def _error_timeline(trace: Trace, current: int, span: Optional[tuple[int, int]]) -> go.Figure:
+def _error_timeline(trace: Trace, current: int, span: tuple[int, int] | None) -> go.Figure:
     """Masked patches: the RMS pixel error of each hidden patch's reconstruction, per chunk."""
     errors = chunk_errors(trace)
     current = check_index(current, len(errors), "current (a chunk index)")
     chunks = chunk_span(span, len(errors), current)
     errors = errors[chunks]
-    fig = go.Figure(go.Bar(x=chunks, y=errors, name="hidden patch", marker_color=PREDICTION_COLOUR,
-                           hovertemplate="chunk %{x}: RMS error %{y:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=chunks,
+            y=errors,
+            name="hidden patch",
+            marker_color=PREDICTION_COLOUR,
+            hovertemplate="chunk %{x}: RMS error %{y:.3f}<extra></extra>",
+        )
+    )
     mark_current(fig, current)
     high = float(np.nanmax(errors)) if np.isfinite(errors).any() else 1.0
-    return finish(fig, f"{trace.info.get('task', 'trace')}: pixel error of each hidden patch (visible ones are given)",
-                  xaxis_title="chunk (patch)", yaxis_title="RMS error", yaxis_range=[0, 1.05 * high])
+    return finish(
+        fig,
+        f"{trace.info.get('task', 'trace')}: pixel error of each hidden patch (visible ones are given)",
+        xaxis_title="chunk (patch)",
+        yaxis_title="RMS error",
+        yaxis_range=[0, 1.05 * high],
+    )
 
 
-def belief_figure(probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16,
-                  frames: Optional[Sequence[int]] = None) -> go.Figure:
+def belief_figure(
+    probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16, frames: Sequence[int] | None = None
+) -> go.Figure:
     """The predicted position distribution of each frame as a (size, size) heatmap, truth marked.
 
     ``probs`` (T, size²) with class ``y * size + x``; ``positions`` (T, 2) the true (y, x);
@@ -107,35 +176,65 @@ def belief_figure(probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray
     positions = check_array(positions, 2, "positions", f"({count}, 2)")
     occluded = check_array(occluded, 1, "occluded", f"({count},)")
     if positions.shape != (count, 2) or occluded.shape != (count,):
-        raise ValueError(f"positions must be ({count}, 2) and occluded ({count},) for {count} frames, got "
-                         f"{tuple(positions.shape)} and {tuple(occluded.shape)}")
+        raise ValueError(
+            f"positions must be ({count}, 2) and occluded ({count},) for {count} frames, got "
+            f"{tuple(positions.shape)} and {tuple(occluded.shape)}"
+        )
     shown = list(range(count)) if frames is None else [check_index(t, count, "frame") for t in frames]
     if not shown:
         raise ValueError("frames must name at least one frame")
     titles = [f"frame {t}" + (" · occluded" if occluded[t] else "") for t in shown]
-    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=titles,
-                        horizontal_spacing=min(0.02, 1 / max(len(shown) - 1, 1)))
+    fig = make_subplots(
+        rows=1, cols=len(shown), subplot_titles=titles, horizontal_spacing=min(0.02, 1 / max(len(shown) - 1, 1))
+    )
     for col, t in enumerate(shown, start=1):
-        fig.add_trace(go.Heatmap(z=probs[t].reshape(size, size), coloraxis="coloraxis",
-                                 hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}<br>p = %{{z:.3f}}<extra></extra>"),
-                      row=1, col=col)
-        fig.add_trace(go.Scatter(x=[positions[t, 1]], y=[positions[t, 0]], mode="markers", name="truth",
-                                 legendgroup="truth", showlegend=col == 1,
-                                 marker=dict(symbol="circle-open", size=10, color=TRUTH_COLOUR, line=dict(width=2)),
-                                 hovertemplate=f"frame {t}: truth at x %{{x}}, y %{{y}}<extra></extra>"),
-                      row=1, col=col)
+        fig.add_trace(
+            go.Heatmap(
+                z=probs[t].reshape(size, size),
+                coloraxis="coloraxis",
+                hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}<br>p = %{{z:.3f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[positions[t, 1]],
+                y=[positions[t, 0]],
+                mode="markers",
+                name="truth",
+                legendgroup="truth",
+                showlegend=col == 1,
+                marker=dict(symbol="circle-open", size=10, color=TRUTH_COLOUR, line=dict(width=2)),
+                hovertemplate=f"frame {t}: truth at x %{{x}}, y %{{y}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_xaxes(showticklabels=False, range=[-0.5, size - 0.5], constrain="domain", row=1, col=col)
-        fig.update_yaxes(showticklabels=False, range=[size - 0.5, -0.5], constrain="domain",
-                         scaleanchor="x" if col == 1 else f"x{col}", row=1, col=col)
+        fig.update_yaxes(
+            showticklabels=False,
+            range=[size - 0.5, -0.5],
+            constrain="domain",
+            scaleanchor="x" if col == 1 else f"x{col}",
+            row=1,
+            col=col,
+        )
     high = float(probs[shown].max())
     fig.update_annotations(font_size=11)
-    return finish(fig, "belief: predicted position per frame (○ truth)", height=230,
-                   coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=high if high > 0 else 1.0,
-                                  colorbar=dict(title="p", thickness=10)))
+    return finish(
+        fig,
+        "belief: predicted position per frame (○ truth)",
+        height=230,
+        coloraxis=dict(
+            colorscale=COLORSCALE, cmin=0.0, cmax=high if high > 0 else 1.0, colorbar=dict(title="p", thickness=10)
+        ),
+    )
 
 
-def object_box(name: str, position: Sequence[int], side: int, colour: str, dash: str,
-               frame: Optional[int] = None) -> go.Scatter:
+def object_box(
+    name: str, position: Sequence[int], side: int, colour: str, dash: str, frame: int | None = None
+) -> go.Scatter:
     """The outline of a ``side`` × ``side`` object whose top-left pixel is ``position`` (y, x).
 
     The tasks' objects wrap at the edges of their ``frame`` × ``frame`` frames, so does the box: one that runs
@@ -153,12 +252,24 @@ def object_box(name: str, position: Sequence[int], side: int, colour: str, dash:
             top, left = y - dy - 0.5, x - dx - 0.5
             xs += [None, left, left + side, left + side, left, left]
             ys += [None, top, top, top + side, top + side, top]
-    return go.Scatter(x=xs[1:], y=ys[1:], mode="lines", name=name, legendgroup=name,
-                      line=dict(color=colour, width=3, dash=dash), hoverinfo="name")
+    return go.Scatter(
+        x=xs[1:],
+        y=ys[1:],
+        mode="lines",
+        name=name,
+        legendgroup=name,
+        line=dict(color=colour, width=3, dash=dash),
+        hoverinfo="name",
+    )
 
 
-def frame_figure(frame: np.ndarray, truth: Optional[Sequence[int]] = None,
-                 prediction: Optional[Sequence[int]] = None, title: str = "", ball: int = 2) -> go.Figure:
+def frame_figure(
+    frame: np.ndarray,
+    truth: Sequence[int] | None = None,
+    prediction: Sequence[int] | None = None,
+    title: str = "",
+    ball: int = 2,
+) -> go.Figure:
     """An input frame (S, S) in greyscale with the true and the predicted ball outlined.
 
     ``truth`` and ``prediction`` are the top-left pixel (y, x) of a ``ball`` × ``ball`` ball (or digit),
@@ -167,11 +278,20 @@ def frame_figure(frame: np.ndarray, truth: Optional[Sequence[int]] = None,
     """
     image = check_array(frame, 2, "frame", "(S, S)").astype(np.float32)
     rows, cols = image.shape
-    fig = go.Figure(go.Heatmap(z=image, colorscale=[[0.0, "black"], [1.0, "white"]], showscale=False,
-                               zmin=min(0.0, float(image.min())), zmax=max(1.0, float(image.max())),
-                               hovertemplate="x %{x}, y %{y}<br>%{z:.2f}<extra></extra>"))
-    for name, position, colour, dash in (("truth", truth, TRUTH_COLOUR, "solid"),
-                                         ("prediction", prediction, PREDICTION_COLOUR, "dash")):
+    fig = go.Figure(
+        go.Heatmap(
+            z=image,
+            colorscale=[[0.0, "black"], [1.0, "white"]],
+            showscale=False,
+            zmin=min(0.0, float(image.min())),
+            zmax=max(1.0, float(image.max())),
+            hovertemplate="x %{x}, y %{y}<br>%{z:.2f}<extra></extra>",
+        )
+    )
+    for name, position, colour, dash in (
+        ("truth", truth, TRUTH_COLOUR, "solid"),
+        ("prediction", prediction, PREDICTION_COLOUR, "dash"),
+    ):
         if position is not None:
             fig.add_trace(object_box(name, position, ball, colour, dash, frame=rows))
     fig.update_xaxes(range=[-0.5, cols - 0.5], constrain="domain", title_text="x")

@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.figures.base import finish
 from tensor_memory.training.evaluation import metric_unit
 
-from analysis.figures.base import finish
-
 # The panels of the figure: (title, measures drawn in it, y-axis title).
-PANELS = (("where writes go", ("write_spread_voxels", "read_write_distance_voxels"), "voxels"),
-          ("write spread σ", ("sigma_voxels",), "voxels"),
-          ("pinned at a face", ("boundary_fraction",), "share"),
-          ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"))
-LABELS = {"write_spread_voxels": "write spread", "read_write_distance_voxels": "read–write distance",
-          "sigma_voxels": "median σ", "boundary_fraction": "coordinates at a face", "gate_scale": "σ(γ)",
-          "gate_i_mean": "mean i", "gate_f_mean": "mean f", "gate_o_mean": "mean o"}
+PANELS = (
+    ("where writes go", ("write_spread_voxels", "read_write_distance_voxels"), "voxels"),
+    ("write spread σ", ("sigma_voxels",), "voxels"),
+    ("pinned at a face", ("boundary_fraction",), "share"),
+    ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"),
+)
+LABELS = {
+    "write_spread_voxels": "write spread",
+    "read_write_distance_voxels": "read–write distance",
+    "sigma_voxels": "median σ",
+    "boundary_fraction": "coordinates at a face",
+    "gate_scale": "σ(γ)",
+    "gate_i_mean": "mean i",
+    "gate_f_mean": "mean f",
+    "gate_o_mean": "mean o",
+}
 
 
-def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = None,
-                              scaffold_steps: int = 0) -> go.Figure:
+def addressing_history_figure(history: dict[str, Any], layer: str | None = None, scaffold_steps: int = 0) -> go.Figure:
     """The addressing measures of ``layer`` (default: the last) against the training step, with the
     validation accuracy in the last panel. A ValueError when the log holds no addressing.
 
@@ -31,8 +38,10 @@ def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = No
     """
     layers = history["layers"]
     if not layers:
-        raise ValueError("this training log holds no addressing measures (logs written by training before "
-                         "addressing was recorded, or a model without memory layers)")
+        raise ValueError(
+            "this training log holds no addressing measures (logs written by training before "
+            "addressing was recorded, or a model without memory layers)"
+        )
     layer = layer or sorted(layers)[-1]
     if layer not in layers:
         raise ValueError(f"no addressing measures for layer {layer!r} in this log; it has {sorted(layers)}")
@@ -44,8 +53,13 @@ def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = No
         for name in names:
             if name in measures:
                 steps, values = measures[name]
-                fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=LABELS.get(name, name),
-                                         legendgroup=str(column)), row=1, col=column)
+                fig.add_trace(
+                    go.Scatter(
+                        x=steps, y=values, mode="lines+markers", name=LABELS.get(name, name), legendgroup=str(column)
+                    ),
+                    row=1,
+                    col=column,
+                )
         fig.update_yaxes(title_text=unit, row=1, col=column)
     steps, values = history[f"val_{metric}"]
     fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=titles[-1]), row=1, col=len(titles))
@@ -57,8 +71,16 @@ def addressing_history_figure(history: dict[str, Any], layer: Optional[str] = No
     if scaffold_steps > 0:
         for column in range(1, len(titles) + 1):
             fig.add_vrect(x0=0, x1=scaffold_steps, fillcolor="gray", opacity=0.12, line_width=0, row=1, col=column)
-        fig.add_annotation(text=f"address scaffold, withdrawn by step {scaffold_steps:,}", xref="paper", yref="paper",
-                           x=0, y=1.12, showarrow=False, xanchor="left", font=dict(size=11, color="gray"))
+        fig.add_annotation(
+            text=f"address scaffold, withdrawn by step {scaffold_steps:,}",
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=1.12,
+            showarrow=False,
+            xanchor="left",
+            font=dict(size=11, color="gray"),
+        )
     return finish(fig, f"Addressing during training · {layer}", legend=dict(orientation="h", y=-0.25))
 
 

@@ -9,15 +9,16 @@ Pure like every figure builder: arrays or a trace in, a new Plotly figure out.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.figures.base import COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, finish, flag_runs, mark_current
-from analysis.measures.checks import check_array, check_index
 from analysis.figures.timeline import object_box
+from analysis.measures.checks import check_array, check_index
 from analysis.measures.occlusion import belief as clip_belief
 from analysis.traces.trace import Trace
 from tensor_memory.tasks.moving_digits import DIGIT
@@ -39,7 +40,7 @@ def _digit_belief(trace: Trace) -> dict[str, np.ndarray]:
     return b
 
 
-def filmstrip_figure(trace: Trace, frames: Optional[Sequence[int]] = None) -> go.Figure:
+def filmstrip_figure(trace: Trace, frames: Sequence[int] | None = None) -> go.Figure:
     """The clip's frames side by side (occluded ones show the curtain), the true digit's box (solid green) and
     the predicted one (dashed orange) on each, titled "true → predicted digit": green when the model has
     digit and place right (what the task scores), red otherwise. ``frames`` picks the frames (default all)."""
@@ -50,25 +51,51 @@ def filmstrip_figure(trace: Trace, frames: Optional[Sequence[int]] = None) -> go
     if not shown:
         raise ValueError("frames must name at least one frame")
     titles = [f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}" for t in shown]
-    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=titles,
-                        horizontal_spacing=min(0.01, 1 / max(len(shown) - 1, 1)))
+    fig = make_subplots(
+        rows=1, cols=len(shown), subplot_titles=titles, horizontal_spacing=min(0.01, 1 / max(len(shown) - 1, 1))
+    )
     for col, t in enumerate(shown, start=1):
-        fig.add_trace(go.Heatmap(z=pictures[t], coloraxis="coloraxis",
-                                 hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}: %{{z:.2f}}<extra></extra>"),
-                      row=1, col=col)
-        for name, position, colour, dash in (("truth", b["truth"][t], TRUTH_COLOUR, "solid"),
-                                             ("prediction", b["predicted"][t], PREDICTION_COLOUR, "dash")):
+        fig.add_trace(
+            go.Heatmap(
+                z=pictures[t],
+                coloraxis="coloraxis",
+                hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}: %{{z:.2f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        for name, position, colour, dash in (
+            ("truth", b["truth"][t], TRUTH_COLOUR, "solid"),
+            ("prediction", b["predicted"][t], PREDICTION_COLOUR, "dash"),
+        ):
             fig.add_trace(digit_box(name, position, size, colour, dash), row=1, col=col)
-        fig.update_xaxes(showticklabels=False, range=[-0.5, size - 0.5], constrain="domain",
-                         title=dict(text=f"{t}" + (" · hidden" if b["occluded"][t] else ""), font_size=10),
-                         row=1, col=col)
-        fig.update_yaxes(showticklabels=False, range=[size - 0.5, -0.5], constrain="domain", constraintoward="top",
-                         scaleanchor="x" if col == 1 else f"x{col}", row=1, col=col)  # frames just under their titles
-    for annotation, t in zip(fig.layout.annotations, shown):
+        fig.update_xaxes(
+            showticklabels=False,
+            range=[-0.5, size - 0.5],
+            constrain="domain",
+            title=dict(text=f"{t}" + (" · hidden" if b["occluded"][t] else ""), font_size=10),
+            row=1,
+            col=col,
+        )
+        fig.update_yaxes(
+            showticklabels=False,
+            range=[size - 0.5, -0.5],
+            constrain="domain",
+            constraintoward="top",
+            scaleanchor="x" if col == 1 else f"x{col}",
+            row=1,
+            col=col,
+        )  # frames just under their titles
+    for annotation, t in zip(fig.layout.annotations, shown, strict=True):
         annotation.update(font=dict(size=12, color=RIGHT_COLOUR if b["joint_correct"][t] else WRONG_COLOUR))
-    return finish(fig, "the clip: true → predicted digit per frame, green when digit and place are right "
-                       "(box: truth solid, prediction dashed)", height=160, showlegend=False,
-                  coloraxis=dict(colorscale=GREYS, cmin=0.0, cmax=1.0, showscale=False))
+    return finish(
+        fig,
+        "the clip: true → predicted digit per frame, green when digit and place are right "
+        "(box: truth solid, prediction dashed)",
+        height=160,
+        showlegend=False,
+        coloraxis=dict(colorscale=GREYS, cmin=0.0, cmax=1.0, showscale=False),
+    )
 
 
 def identity_belief_figure(belief: dict[str, Any], current: int) -> go.Figure:
@@ -83,28 +110,66 @@ def identity_belief_figure(belief: dict[str, Any], current: int) -> go.Figure:
     predicted = check_array(belief["identity_predicted"], 1, "belief['identity_predicted']", f"({count},)")
     occluded = check_array(belief["occluded"], 1, "belief['occluded']", f"({count},)").astype(bool)
     if not len(truth) == len(predicted) == len(occluded) == count:
-        raise ValueError(f"belief's arrays disagree on the number of frames: identity_probs {count}, identity_truth "
-                         f"{len(truth)}, identity_predicted {len(predicted)}, occluded {len(occluded)}")
+        raise ValueError(
+            f"belief's arrays disagree on the number of frames: identity_probs {count}, identity_truth "
+            f"{len(truth)}, identity_predicted {len(predicted)}, occluded {len(occluded)}"
+        )
     current = check_index(current, count, "current (a frame index)")
     frames = np.arange(count)
-    fig = go.Figure(go.Heatmap(x=frames, y=np.arange(identities), z=probs.T, colorscale=COLORSCALE, zmin=0.0,
-                               zmax=1.0, colorbar=dict(title="p", thickness=10),
-                               hovertemplate="frame %{x}: p(digit %{y}) = %{z:.3f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=frames, y=truth, mode="markers", name="truth",
-                             marker=dict(symbol="circle-open", size=13, color=TRUTH_COLOUR, line=dict(width=3)),
-                             hovertemplate="frame %{x}: the digit is %{y}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=frames, y=predicted, mode="markers", name="prediction",
-                             marker=dict(symbol="x", size=8, color=PREDICTION_COLOUR),
-                             hovertemplate="frame %{x}: predicted %{y}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            x=frames,
+            y=np.arange(identities),
+            z=probs.T,
+            colorscale=COLORSCALE,
+            zmin=0.0,
+            zmax=1.0,
+            colorbar=dict(title="p", thickness=10),
+            hovertemplate="frame %{x}: p(digit %{y}) = %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=frames,
+            y=truth,
+            mode="markers",
+            name="truth",
+            marker=dict(symbol="circle-open", size=13, color=TRUTH_COLOUR, line=dict(width=3)),
+            hovertemplate="frame %{x}: the digit is %{y}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=frames,
+            y=predicted,
+            mode="markers",
+            name="prediction",
+            marker=dict(symbol="x", size=8, color=PREDICTION_COLOUR),
+            hovertemplate="frame %{x}: predicted %{y}<extra></extra>",
+        )
+    )
     for first, last in flag_runs(occluded):  # above the heatmap, which would hide a band below it
-        fig.add_vrect(x0=first - 0.5, x1=last + 0.5, fillcolor="white", opacity=0.15, layer="above",
-                      line=dict(color="#7f7f7f", width=2, dash="dot"), annotation_text="occluded",
-                      annotation_position="outside top")  # above the plot, clear of the current frame's label
+        fig.add_vrect(
+            x0=first - 0.5,
+            x1=last + 0.5,
+            fillcolor="white",
+            opacity=0.15,
+            layer="above",
+            line=dict(color="#7f7f7f", width=2, dash="dot"),
+            annotation_text="occluded",
+            annotation_position="outside top",
+        )  # above the plot, clear of the current frame's label
     mark_current(fig, current)
     fig.update_xaxes(range=[-0.5, count - 0.5], dtick=1)
     fig.update_yaxes(range=[-0.5, identities - 0.5], dtick=1)
-    return finish(fig, "identity belief: p(digit) per frame (○ truth, × prediction)", xaxis_title="frame",
-                  yaxis_title="digit", height=320, legend=dict(orientation="h", y=-0.25))
+    return finish(
+        fig,
+        "identity belief: p(digit) per frame (○ truth, × prediction)",
+        xaxis_title="frame",
+        yaxis_title="digit",
+        height=320,
+        legend=dict(orientation="h", y=-0.25),
+    )
 
 
 __all__ = ["filmstrip_figure", "identity_belief_figure", "digit_box"]

@@ -7,20 +7,22 @@ read/write trajectories with the current footprint, σ over time and the gates o
 
 from __future__ import annotations
 
-from typing import Optional
-
 import plotly.graph_objects as go
 
 from analysis import figures
 from analysis.figures.chunk_input import chunk_input_figure
-from analysis.traces.trace import Trace
 from analysis.measures.volumes import VolumeSeries
+from analysis.traces.trace import Trace
 from tensor_memory.memory.geometry import nearest_voxel
 
-SLICE_ANCHORS = {"write": "through this chunk's write", "read": "through this chunk's read", "centre": "through the centre"}
+SLICE_ANCHORS = {
+    "write": "through this chunk's write",
+    "read": "through this chunk's read",
+    "centre": "through the centre",
+}
 
 
-def slice_index(trace: Trace, layer: Optional[str], chunk: int, anchor: str) -> Optional[tuple[int, int, int]]:
+def slice_index(trace: Trace, layer: str | None, chunk: int, anchor: str) -> tuple[int, int, int] | None:
     """The voxel (z, y, x) the slices go through: nearest the chunk's write or read, or None for the centre."""
     if anchor not in SLICE_ANCHORS:
         raise ValueError(f"anchor must be one of {', '.join(SLICE_ANCHORS)}, got {anchor!r}")
@@ -31,9 +33,15 @@ def slice_index(trace: Trace, layer: Optional[str], chunk: int, anchor: str) -> 
     return nearest_voxel(mu, lay.grid)
 
 
-def explore_figures(trace: Trace, chunk: int, layer: Optional[str] = None, series: Optional[VolumeSeries] = None,
-                    kind: str = "volume", anchor: str = "write",
-                    span: Optional[tuple[int, int]] = None) -> dict[str, go.Figure]:
+def explore_figures(
+    trace: Trace,
+    chunk: int,
+    layer: str | None = None,
+    series: VolumeSeries | None = None,
+    kind: str = "volume",
+    anchor: str = "write",
+    span: tuple[int, int] | None = None,
+) -> dict[str, go.Figure]:
     """``{"input", "timeline"}`` and, with ``series`` (the layer's volumes), ``"volume"``, ``"slices"``,
     ``"trajectory"``, ``"sigma"``, ``"gates"`` — all at ``chunk``; the figures over time show the chunks of
     ``span`` (first, last) only, when it is given (a long trace's stepping window)."""
@@ -42,9 +50,12 @@ def explore_figures(trace: Trace, chunk: int, layer: Optional[str] = None, serie
         return out
     lay = trace.layer(layer)
     values = series.values[chunk]
-    out["volume"] = figures.volume_figure(values, kind, f"{series.label} after chunk {chunk}", value_range=series.value_range)
-    out["slices"] = figures.slices_figure(values, slice_index(trace, layer, chunk, anchor), "",
-                                          value_range=series.value_range)
+    out["volume"] = figures.volume_figure(
+        values, kind, f"{series.label} after chunk {chunk}", value_range=series.value_range
+    )
+    out["slices"] = figures.slices_figure(
+        values, slice_index(trace, layer, chunk, anchor), "", value_range=series.value_range
+    )
     out["trajectory"] = figures.trajectory_figure(lay, chunk, since=0 if span is None else span[0])
     out["sigma"] = figures.sigma_figure(lay.sigma, chunk, lay.grid, span)
     out["gates"] = figures.gates_figure(lay, chunk, span)

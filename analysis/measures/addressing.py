@@ -13,20 +13,34 @@ every grid size.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from tensor_memory.memory.measures import (BOUNDARY_EPS, boundary_fraction, median, median_sigma_voxels,
-                                           read_write_distances, write_spread_voxels)
+from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, sigma_voxels_per_axis
 from tensor_memory.memory.hookpoints import GATE_POINTS
+from tensor_memory.memory.measures import (
+    BOUNDARY_EPS,
+    boundary_fraction,
+    median,
+    median_sigma_voxels,
+    read_write_distances,
+    write_spread_voxels,
+)
 
-from analysis.traces.trace import LayerTrace, Trace
-
-VERDICTS = ("dead memory", "coordinate collapse", "sigma collapse", "sigma explosion", "boundary saturation",
-            "unread writes", "gate saturation", "healthy")
+VERDICTS = (
+    "dead memory",
+    "coordinate collapse",
+    "sigma collapse",
+    "sigma explosion",
+    "boundary saturation",
+    "unread writes",
+    "gate saturation",
+    "healthy",
+)
 
 # Thresholds. Each is a point past which the mechanism cannot do its job, not a tuned number.
 COLLAPSE_SPREAD_VOXELS = 0.5  # all writes within half a voxel of their mean: one location for everything
@@ -45,30 +59,39 @@ ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at
 TRAINABILITY = "docs/trainability.md"
 REMEDIES = {
     "dead memory": f"Keep MemoryConfig.forget_bias at 4 (the default) so writes last until they are read, and markers "
-                   f"small beside the content ({TRAINABILITY}#table-m)",
-    "coordinate collapse": f"Keep MemoryConfig.summary_norm on and anneal σ broad → narrow (training.sigma_anneal_steps "
-                           f"= 1000, sigma_anneal_from = 1.0) ({TRAINABILITY}#table-rb)",
+    f"small beside the content ({TRAINABILITY}#table-m)",
+    "coordinate collapse": f"Keep MemoryConfig.summary_norm on and anneal σ broad → narrow "
+    f"(training.sigma_anneal_steps = 1000, sigma_anneal_from = 1.0) ({TRAINABILITY}#table-rb)",
     "sigma collapse": "Raise MemoryConfig.sigma_min, so each write reaches the voxel centres around it (not measured)",
     "sigma explosion": f"Pull σ toward sigma_init (training.sigma_pull = 0.1) ({TRAINABILITY}#table-rd)",
-    "boundary saturation": f"Soft-argmax coordinates (MemoryConfig.addressing.coordinates = \"soft_argmax\") with "
-                           f"training.sigma_pull = 0.3 ({TRAINABILITY}#language-model-healthy)",
+    "boundary saturation": f'Soft-argmax coordinates (MemoryConfig.addressing.coordinates = "soft_argmax") with '
+    f"training.sigma_pull = 0.3 ({TRAINABILITY}#language-model-healthy)",
     "unread writes": f"Share one coordinate head (MemoryConfig.addressing.separate_heads off) and leave "
-                     f"training.occupancy_weight and recall_weight off ({TRAINABILITY}#table-rs)",
+    f"training.occupancy_weight and recall_weight off ({TRAINABILITY}#table-rs)",
     "gate saturation": "Lower training.lr: saturated gates pass no gradient (not measured)",
 }
 
-THRESHOLDS = {name: value for name, value in globals().items()
-              if name.isupper() and isinstance(value, (int, float)) and name != "VERDICTS"}
+THRESHOLDS = {
+    name: value
+    for name, value in globals().items()
+    if name.isupper() and isinstance(value, (int, float)) and name != "VERDICTS"
+}
 
 
 def write_mass(layer: LayerTrace) -> np.ndarray:
     """(K, D, H, W): the Gaussian weight of each chunk's write at every voxel (content left out)."""
-    gz, gy, gx = (g.numpy() for g in gaussian_profiles(torch.from_numpy(layer.mu_write.astype(np.float64)),
-                                                     torch.from_numpy(layer.sigma.astype(np.float64)), layer.grid))
+    gz, gy, gx = (
+        g.numpy()
+        for g in gaussian_profiles(
+            torch.from_numpy(layer.mu_write.astype(np.float64)),
+            torch.from_numpy(layer.sigma.astype(np.float64)),
+            layer.grid,
+        )
+    )
     return gz[:, :, None, None] * gy[:, None, :, None] * gx[:, None, None, :]
 
 
-def _layers(traces: Sequence[Trace], name: Optional[str]) -> tuple[str, list[LayerTrace]]:
+def _layers(traces: Sequence[Trace], name: str | None) -> tuple[str, list[LayerTrace]]:
     first = traces[0]
     name = name or first.layer_names[-1]
     layers = [t.layer(name) for t in traces]
@@ -78,16 +101,25 @@ def _layers(traces: Sequence[Trace], name: Optional[str]) -> tuple[str, list[Lay
     return name, layers
 
 
-def measure(traces: Sequence[Trace], layer: Optional[str] = None) -> dict[str, Any]:
+def measure(traces: Sequence[Trace], layer: str | None = None) -> dict[str, Any]:
     """Every addressing measure over ``traces`` for one memory layer (the last by default)."""
     name, layers = _layers(traces, layer)
     grid = layers[0].grid
     D, H, W = grid
     frozen = [part for part in traces[0].info.get("training_frozen", []) if "coord_head" in part]
-    return {"layer": name, "samples": len(layers), "coordinates_frozen": bool(frozen),
-            "chunks": int(sum(len(lay.mu_write) for lay in layers)), "grid": list(grid), "voxels": int(D * H * W),
-            **_where_writes_go(layers, grid), **_reads_against_writes(layers, grid), **_spreads(layers, grid),
-            **_read_path(layers), "gates": _gate_statistics(layers)}
+    return {
+        "layer": name,
+        "samples": len(layers),
+        "coordinates_frozen": bool(frozen),
+        "chunks": int(sum(len(lay.mu_write) for lay in layers)),
+        "grid": list(grid),
+        "voxels": int(D * H * W),
+        **_where_writes_go(layers, grid),
+        **_reads_against_writes(layers, grid),
+        **_spreads(layers, grid),
+        **_read_path(layers),
+        "gates": _gate_statistics(layers),
+    }
 
 
 def _coordinates(layers: Sequence[LayerTrace], field: str) -> list[torch.Tensor]:
@@ -112,44 +144,56 @@ def _where_writes_go(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -
     dependence = None
     if len(writes) > 1 and spread_all > 0:
         dependence = float(stacked.var(0).sum(-1).mean() / max(stacked.reshape(-1, 3).var(0).sum(), 1e-30))
-    return {"write_entropy": entropy, "effective_voxels": float(np.exp(entropy)),
-            "effective_fraction": float(np.exp(entropy) / p.size),
-            "ever_active_fraction": float((mass.max(0) >= ACTIVE_WEIGHT).mean()),
-            "write_spread_voxels": spread_all,
-            "write_spread_within_sample": float(np.mean([write_spread_voxels(w, grid) for w in mu_writes])),
-            "write_spread_across_samples": across, "input_dependence": dependence}
+    return {
+        "write_entropy": entropy,
+        "effective_voxels": float(np.exp(entropy)),
+        "effective_fraction": float(np.exp(entropy) / p.size),
+        "ever_active_fraction": float((mass.max(0) >= ACTIVE_WEIGHT).mean()),
+        "write_spread_voxels": spread_all,
+        "write_spread_within_sample": float(np.mean([write_spread_voxels(w, grid) for w in mu_writes])),
+        "write_spread_across_samples": across,
+        "input_dependence": dependence,
+    }
 
 
 def _reads_against_writes(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
     """Each read's distance to the nearest earlier write, the share within 2σ of one, and the pinned coordinates."""
     mu_reads, mu_writes = _coordinates(layers, "mu_read"), _coordinates(layers, "mu_write")
-    distances = torch.cat([read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes)])
+    distances = torch.cat(
+        [read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes, strict=True)]
+    )
     within_reach = []
-    for lay, r, w in zip(layers, mu_reads, mu_writes):
+    for lay, r, w in zip(layers, mu_reads, mu_writes, strict=True):
         r, w = in_voxels(r.numpy(), grid), in_voxels(w.numpy(), grid)
         sig = sigma_voxels_per_axis(lay.sigma, grid)  # (K, 3) σ in voxels per axis
         for k in range(1, min(len(r), len(w) + 1)):
             z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
-            within_reach.append(bool((np.sqrt((z ** 2).sum(-1)) <= 2.0).any()))
-    return {"read_write_distance_voxels": median(distances) if len(distances) else None,
-            "reads_within_2sigma": float(np.mean(within_reach)) if within_reach else None,
-            "boundary_fraction": boundary_fraction(*mu_reads, *mu_writes, grid=grid)}
+            within_reach.append(bool((np.sqrt((z**2).sum(-1)) <= 2.0).any()))
+    return {
+        "read_write_distance_voxels": median(distances) if len(distances) else None,
+        "reads_within_2sigma": float(np.mean(within_reach)) if within_reach else None,
+        "boundary_fraction": boundary_fraction(*mu_reads, *mu_writes, grid=grid),
+    }
 
 
 def _spreads(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
     """The writes' σ: its median in normalised units, in voxels and as a share of the grid's extent."""
     sigma = np.concatenate([lay.sigma for lay in layers]).astype(np.float64)
-    return {"sigma_median": float(np.median(sigma)),
-            "sigma_voxels": median_sigma_voxels(torch.from_numpy(sigma), grid),
-            "sigma_extent": float(np.median(sigma) / 2.0)}  # the grid's extent is 2 in normalised units
+    return {
+        "sigma_median": float(np.median(sigma)),
+        "sigma_voxels": median_sigma_voxels(torch.from_numpy(sigma), grid),
+        "sigma_extent": float(np.median(sigma) / 2.0),
+    }  # the grid's extent is 2 in normalised units
 
 
 def _read_path(layers: Sequence[LayerTrace]) -> dict[str, Any]:
     """What the read carries: σ(γ), how much the read vectors vary, the largest |h|."""
     reads = np.concatenate([lay.read for lay in layers]).astype(np.float64)
-    return {"gate_scale": float(np.mean([lay.gate_scale for lay in layers])),
-            "read_variation": float(reads.std(0).mean()),
-            "state_peak": float(max(np.abs(lay.h.astype(np.float32)).max() for lay in layers))}
+    return {
+        "gate_scale": float(np.mean([lay.gate_scale for lay in layers])),
+        "read_variation": float(reads.std(0).mean()),
+        "state_peak": float(max(np.abs(lay.h.astype(np.float32)).max() for lay in layers)),
+    }
 
 
 def _gate_statistics(layers: Sequence[LayerTrace]) -> dict[str, Any]:
@@ -159,74 +203,147 @@ def _gate_statistics(layers: Sequence[LayerTrace]) -> dict[str, Any]:
     gates = {}
     for field in GATE_POINTS[:3]:
         values = np.concatenate([getattr(lay, field).astype(np.float32).ravel() for lay in layers])
-        gates[field] = {"mean": float(values.mean()),
-                        "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean())}
+        gates[field] = {
+            "mean": float(values.mean()),
+            "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean()),
+        }
     return gates
 
 
 def _findings(m: dict[str, Any]) -> list[tuple[str, str]]:
     """(verdict, reason) for every failure the measures show, in the order of VERDICTS."""
+    return _dead_memory(m) + _where_findings(m) + _unread_and_gate_findings(m)
+
+
+def _dead_memory(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """A read scaled to nothing, or reads and a state that carry nothing."""
     found = []
     if m["gate_scale"] < DEAD_GATE_SCALE:
-        found.append(("dead memory", f"σ(γ) = {m['gate_scale']:.2g}: the read is scaled to nothing before it reaches "
-                                     f"the tokens (threshold {DEAD_GATE_SCALE:g})"))
+        found.append(
+            (
+                "dead memory",
+                f"σ(γ) = {m['gate_scale']:.2g}: the read is scaled to nothing before it reaches "
+                f"the tokens (threshold {DEAD_GATE_SCALE:g})",
+            )
+        )
     elif m["read_variation"] < DEAD_READ_RATIO or m["state_peak"] < DEAD_READ_RATIO:
-        found.append(("dead memory", f"reads vary by {m['read_variation']:.2g} across chunks and samples and the "
-                                     f"state peaks at {m['state_peak']:.2g}: the memory holds nothing the model "
-                                     f"could use (threshold {DEAD_READ_RATIO:g})"))
+        found.append(
+            (
+                "dead memory",
+                f"reads vary by {m['read_variation']:.2g} across chunks and samples and the "
+                f"state peaks at {m['state_peak']:.2g}: the memory holds nothing the model "
+                f"could use (threshold {DEAD_READ_RATIO:g})",
+            )
+        )
+    return found
+
+
+def _where_findings(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """Writes in one place, σ too narrow or too wide, coordinates pinned at a face."""
+    found = []
     if m["write_spread_voxels"] < COLLAPSE_SPREAD_VOXELS:
-        why = (" — by design: this checkpoint was trained with its coordinate head frozen (training.frozen), "
-               "so the memory is used as one location" if m["coordinates_frozen"] else "")
-        found.append(("coordinate collapse", f"all {m['chunks']} writes land within {m['write_spread_voxels']:.2f} "
-                                             f"voxels of one point (threshold {COLLAPSE_SPREAD_VOXELS} voxel); "
-                                             f"they fill {m['effective_voxels']:.1f} of {m['voxels']} voxels{why}"))
+        why = (
+            " — by design: this checkpoint was trained with its coordinate head frozen (training.frozen), "
+            "so the memory is used as one location"
+            if m["coordinates_frozen"]
+            else ""
+        )
+        found.append(
+            (
+                "coordinate collapse",
+                f"all {m['chunks']} writes land within {m['write_spread_voxels']:.2f} "
+                f"voxels of one point (threshold {COLLAPSE_SPREAD_VOXELS} voxel); "
+                f"they fill {m['effective_voxels']:.1f} of {m['voxels']} voxels{why}",
+            )
+        )
     if m["sigma_voxels"] < SIGMA_COLLAPSE_VOXELS:
-        found.append(("sigma collapse", f"median σ = {m['sigma_median']:.3f} = {m['sigma_voxels']:.2f} voxel "
-                                        f"spacings (threshold {SIGMA_COLLAPSE_VOXELS}): writes are points that "
-                                        f"miss voxel centres and give reads no gradient"))
+        found.append(
+            (
+                "sigma collapse",
+                f"median σ = {m['sigma_median']:.3f} = {m['sigma_voxels']:.2f} voxel "
+                f"spacings (threshold {SIGMA_COLLAPSE_VOXELS}): writes are points that "
+                f"miss voxel centres and give reads no gradient",
+            )
+        )
     if m["sigma_extent"] > SIGMA_EXPLOSION_EXTENT:
-        found.append(("sigma explosion", f"median σ = {m['sigma_median']:.2f} = {m['sigma_extent']:.0%} of the "
-                                         f"grid's extent (threshold {SIGMA_EXPLOSION_EXTENT:.0%}): every write "
-                                         f"covers the whole grid, so its location carries nothing"))
+        found.append(
+            (
+                "sigma explosion",
+                f"median σ = {m['sigma_median']:.2f} = {m['sigma_extent']:.0%} of the "
+                f"grid's extent (threshold {SIGMA_EXPLOSION_EXTENT:.0%}): every write "
+                f"covers the whole grid, so its location carries nothing",
+            )
+        )
     if m["boundary_fraction"] > BOUNDARY_FRACTION:
-        found.append(("boundary saturation", f"{m['boundary_fraction']:.0%} of read/write coordinates are pinned at "
-                                             f"a face of the grid (|μ| > {BOUNDARY_EPS}; threshold "
-                                             f"{BOUNDARY_FRACTION:.0%}): tanh is saturated there"))
+        found.append(
+            (
+                "boundary saturation",
+                f"{m['boundary_fraction']:.0%} of read/write coordinates are pinned at "
+                f"a face of the grid (|μ| > {BOUNDARY_EPS}; threshold "
+                f"{BOUNDARY_FRACTION:.0%}): tanh is saturated there",
+            )
+        )
+    return found
+
+
+def _unread_and_gate_findings(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """Reads that land where nothing was written; gates saturated."""
+    found = []
     if m["reads_within_2sigma"] is not None and m["reads_within_2sigma"] < UNREAD_FRACTION:
-        found.append(("unread writes", f"{m['reads_within_2sigma']:.0%} of reads land within 2σ of an earlier write "
-                                       f"(threshold {UNREAD_FRACTION:.0%}): the reads look where nothing was written, "
-                                       f"so however the writes spread, the memory is not read back"))
+        found.append(
+            (
+                "unread writes",
+                f"{m['reads_within_2sigma']:.0%} of reads land within 2σ of an earlier write "
+                f"(threshold {UNREAD_FRACTION:.0%}): the reads look where nothing was written, "
+                f"so however the writes spread, the memory is not read back",
+            )
+        )
     saturated = {k: v["saturated"] for k, v in m["gates"].items() if v["saturated"] > GATE_SATURATION_FRACTION}
     if saturated:
         listed = ", ".join(f"{k[-1]} {v:.0%}" for k, v in saturated.items())
-        found.append(("gate saturation", f"gate values within {GATE_EPS} of 0 or 1: {listed} (threshold "
-                                         f"{GATE_SATURATION_FRACTION:.0%}): the update no longer learns"))
+        found.append(
+            (
+                "gate saturation",
+                f"gate values within {GATE_EPS} of 0 or 1: {listed} (threshold "
+                f"{GATE_SATURATION_FRACTION:.0%}): the update no longer learns",
+            )
+        )
     return found
 
 
 def _summary(m: dict[str, Any]) -> list[str]:
     """The plain-words numbers every report carries, whatever the verdict."""
-    lines = [f"writes spread {m['write_spread_voxels']:.2f} voxels overall"
-             + (f", {m['write_spread_across_samples']:.2f} across samples at the same chunk"
-                if m["write_spread_across_samples"] is not None else "")
-             + f"; write mass fills {m['effective_voxels']:.1f} of {m['voxels']} voxels "
-               f"({m['ever_active_fraction']:.0%} ever written)",
-             f"median σ = {m['sigma_median']:.3f} ({m['sigma_voxels']:.2f} voxels, "
-             f"{m['sigma_extent']:.0%} of the grid)"]
+    lines = [
+        f"writes spread {m['write_spread_voxels']:.2f} voxels overall"
+        + (
+            f", {m['write_spread_across_samples']:.2f} across samples at the same chunk"
+            if m["write_spread_across_samples"] is not None
+            else ""
+        )
+        + f"; write mass fills {m['effective_voxels']:.1f} of {m['voxels']} voxels "
+        f"({m['ever_active_fraction']:.0%} ever written)",
+        f"median σ = {m['sigma_median']:.3f} ({m['sigma_voxels']:.2f} voxels, {m['sigma_extent']:.0%} of the grid)",
+    ]
     if m["read_write_distance_voxels"] is not None:
-        lines.append(f"reads land a median {m['read_write_distance_voxels']:.2f} voxels from the nearest earlier "
-                     f"write; {m['reads_within_2sigma']:.0%} within 2σ of one")
+        lines.append(
+            f"reads land a median {m['read_write_distance_voxels']:.2f} voxels from the nearest earlier "
+            f"write; {m['reads_within_2sigma']:.0%} within 2σ of one"
+        )
     if m["input_dependence"] is not None:
-        lines.append(f"{m['input_dependence']:.0%} of the write coordinates' variance depends on the input "
-                     f"(the rest follows the chunk index)")
+        lines.append(
+            f"{m['input_dependence']:.0%} of the write coordinates' variance depends on the input "
+            f"(the rest follows the chunk index)"
+        )
     lines.append(f"σ(γ) = {m['gate_scale']:.3f}; {m['boundary_fraction']:.0%} of coordinates at the boundary")
     if m["gates"]:
-        lines.append("gates (mean, saturated): " + ", ".join(
-            f"{k[-1]} {v['mean']:.2f}/{v['saturated']:.0%}" for k, v in m["gates"].items()))
+        lines.append(
+            "gates (mean, saturated): "
+            + ", ".join(f"{k[-1]} {v['mean']:.2f}/{v['saturated']:.0%}" for k, v in m["gates"].items())
+        )
     return lines
 
 
-def addressing_report(traces: Union[Trace, Sequence[Trace]], layer: Optional[str] = None) -> dict[str, Any]:
+def addressing_report(traces: Trace | Sequence[Trace], layer: str | None = None) -> dict[str, Any]:
     """``{"verdict", "reasons", "failures", "remedies", "layer", "measures", "thresholds"}`` for one or many traces.
 
     ``remedies`` maps each failure found to what usually helps (:data:`REMEDIES`); a failure that is
@@ -238,7 +355,12 @@ def addressing_report(traces: Union[Trace, Sequence[Trace]], layer: Optional[str
     m = measure(traces, layer)
     found = _findings(m)
     verdict = found[0][0] if found else "healthy"
-    return {"verdict": verdict, "reasons": [r for _, r in found] + _summary(m),
-            "failures": [v for v, _ in found], "layer": m["layer"], "measures": m, "thresholds": dict(THRESHOLDS),
-            "remedies": {v: REMEDIES[v] for v, _ in found
-                         if not (v == "coordinate collapse" and m["coordinates_frozen"])}}
+    return {
+        "verdict": verdict,
+        "reasons": [r for _, r in found] + _summary(m),
+        "failures": [v for v, _ in found],
+        "layer": m["layer"],
+        "measures": m,
+        "thresholds": dict(THRESHOLDS),
+        "remedies": {v: REMEDIES[v] for v, _ in found if not (v == "coordinate collapse" and m["coordinates_frozen"])},
+    }

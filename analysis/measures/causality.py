@@ -18,7 +18,8 @@ per layer): each is audited and the verdict is "leaks" if any one leaks.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,12 +37,16 @@ def _outputs(fn: Callable, x: torch.Tensor) -> dict[str, torch.Tensor]:
     if isinstance(out, torch.Tensor):
         out = {"output": out}
     if not isinstance(out, dict) or not all(isinstance(v, torch.Tensor) for v in out.values()):
-        raise ValueError("causality_audit: the callable must return a tensor (B, N, ...), a tuple starting with "
-                         f"one, or a dict of them; got {type(out).__name__}")
+        raise ValueError(
+            "causality_audit: the callable must return a tensor (B, N, ...), a tuple starting with "
+            f"one, or a dict of them; got {type(out).__name__}"
+        )
     for name, value in out.items():
         if value.dim() < 2 or value.shape[:2] != x.shape[:2]:
-            raise ValueError(f"causality_audit: output {name!r} has shape {tuple(value.shape)}; expected "
-                             f"(B, N, ...) with B, N = {tuple(x.shape[:2])} as in the input")
+            raise ValueError(
+                f"causality_audit: output {name!r} has shape {tuple(value.shape)}; expected "
+                f"(B, N, ...) with B, N = {tuple(x.shape[:2])} as in the input"
+            )
     return {name: value.detach().float() for name, value in out.items()}
 
 
@@ -58,9 +63,13 @@ def default_positions(n: int, count: int = MAX_AUDITED) -> list[int]:
     return sorted({round(i * last / max(1, k - 1)) for i in range(k)})
 
 
-def causality_audit(fn_or_module: Union[Callable, nn.Module], x: torch.Tensor,
-                    positions: Optional[Sequence[int]] = None, seed: int = 0,
-                    tolerance: float = TOLERANCE) -> dict[str, Any]:
+def causality_audit(
+    fn_or_module: Callable | nn.Module,
+    x: torch.Tensor,
+    positions: Sequence[int] | None = None,
+    seed: int = 0,
+    tolerance: float = TOLERANCE,
+) -> dict[str, Any]:
     """Audit ``fn_or_module`` (mapping (B, N, d) → (B, N, …)) for leaks from later inputs to earlier outputs.
 
     Returns ``{"verdict": "causal" | "leaks", "max_change": float, "tolerance", "positions": [t …],
@@ -91,17 +100,19 @@ def causality_audit(fn_or_module: Union[Callable, nn.Module], x: torch.Tensor,
             by_position: dict[str, list[float]] = {name: [] for name in base}
             for t in positions:
                 moved = x.clone()
-                noise = torch.randn(moved[:, t + 1:].shape, generator=g, dtype=torch.float32).to(x)
-                moved[:, t + 1:] = noise * scale
+                noise = torch.randn(moved[:, t + 1 :].shape, generator=g, dtype=torch.float32).to(x)
+                moved[:, t + 1 :] = noise * scale
                 out = _outputs(fn_or_module, moved)
                 for name, value in out.items():
-                    change = _per_position(value - base[name])[:t + 1].max() / rms[name]
+                    change = _per_position(value - base[name])[: t + 1].max() / rms[name]
                     by_position[name].append(float(change))
             heat_name = list(base)[-1]
             rows = []
             for p in positions:
                 moved = x.clone()
-                moved[:, p] = moved[:, p] + torch.randn(moved[:, p].shape, generator=g, dtype=torch.float32).to(x) * scale
+                moved[:, p] = (
+                    moved[:, p] + torch.randn(moved[:, p].shape, generator=g, dtype=torch.float32).to(x) * scale
+                )
                 value = _outputs(fn_or_module, moved)[heat_name]
                 rows.append((_per_position(value - base[heat_name]) / rms[heat_name]).tolist())
     finally:
@@ -109,15 +120,20 @@ def causality_audit(fn_or_module: Union[Callable, nn.Module], x: torch.Tensor,
             module.train(was_training)
     outputs = {}
     for name, changes in by_position.items():
-        leak_from = next((t for t, c in zip(positions, changes) if c > tolerance), None)
+        leak_from = next((t for t, c in zip(positions, changes, strict=True) if c > tolerance), None)
         outputs[name] = {"max_change": max(changes, default=0.0), "by_position": changes, "leak_from": leak_from}
     max_change = max((o["max_change"] for o in outputs.values()), default=0.0)
     # A single-position perturbation that moves an earlier output is a leak too.
-    heat_leak = max((row[q] for row, p in zip(rows, positions) for q in range(p)), default=0.0)
+    heat_leak = max((row[q] for row, p in zip(rows, positions, strict=True) for q in range(p)), default=0.0)
     max_change = max(max_change, heat_leak)
-    return {"verdict": "leaks" if max_change > tolerance else "causal", "max_change": max_change,
-            "tolerance": tolerance, "positions": list(positions), "outputs": outputs,
-            "heatmap": {"name": heat_name, "perturbed": list(positions), "output": list(range(N)), "change": rows}}
+    return {
+        "verdict": "leaks" if max_change > tolerance else "causal",
+        "max_change": max_change,
+        "tolerance": tolerance,
+        "positions": list(positions),
+        "outputs": outputs,
+        "heatmap": {"name": heat_name, "perturbed": list(positions), "output": list(range(N)), "change": rows},
+    }
 
 
 def checkpoint_audit_fn(model: nn.Module) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
@@ -133,7 +149,8 @@ def checkpoint_audit_fn(model: nn.Module) -> Callable[[torch.Tensor], dict[str, 
         N = x.shape[1]
 
         def keep(name: str):  # a block returns (h, state); h holds any register tokens first
-            return lambda _module, _inputs, out: captured.__setitem__(name, out[0][:, out[0].shape[1] - N:])
+            return lambda _module, _inputs, out: captured.__setitem__(name, out[0][:, out[0].shape[1] - N :])
+
         handles = [block.register_forward_hook(keep(f"layer {i}")) for i, block in enumerate(backbone.blocks)]
         try:
             features, _ = backbone(x)
@@ -141,6 +158,7 @@ def checkpoint_audit_fn(model: nn.Module) -> Callable[[torch.Tensor], dict[str, 
             for handle in handles:
                 handle.remove()
         return {**captured, "logits": head(features)}
+
     return run
 
 
@@ -152,6 +170,11 @@ def audit_checkpoint(ckpt, seed: int = 0, samples: int = 2) -> dict[str, Any]:
     with torch.no_grad():
         x = model.encoder(**batch.inputs)  # (B, N, d)
     result = causality_audit(checkpoint_audit_fn(model), x, seed=seed)
-    return {"checkpoint": str(ckpt.path), "task": task.name, "backbone": model.backbone.config.kind,
-            "share_state": model.backbone.config.share_state, "bidirectional": not model.backbone.config.causal,
-            **result}
+    return {
+        "checkpoint": str(ckpt.path),
+        "task": task.name,
+        "backbone": model.backbone.config.kind,
+        "share_state": model.backbone.config.share_state,
+        "bidirectional": not model.backbone.config.causal,
+        **result,
+    }

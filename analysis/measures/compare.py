@@ -10,19 +10,18 @@ can be compared for their addressing; their accuracies measure different things,
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
+from analysis.measures.addressing import addressing_report
+from analysis.traces.capture import capture_many, sample_batch
 from tensor_memory import memory_layers
 from tensor_memory.storage.checkpoint import Checkpoint
 from tensor_memory.training.evaluation import format_metric
 
-from analysis.measures.addressing import addressing_report
-from analysis.traces.capture import capture_many, sample_batch
 
-
-def sample_metrics(ckpt: Checkpoint, seed: int = 0, samples: int = 32, **task_params: Any) -> dict[str, Optional[float]]:
+def sample_metrics(ckpt: Checkpoint, seed: int = 0, samples: int = 32, **task_params: Any) -> dict[str, float | None]:
     """The task's metrics (accuracy, occluded accuracy, …) over samples 0..samples-1 of stream ``seed``."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -33,8 +32,9 @@ def sample_metrics(ckpt: Checkpoint, seed: int = 0, samples: int = 32, **task_pa
     return {name: (correct / total if total else None) for name, (correct, total) in task.counts(logits, batch).items()}
 
 
-def checkpoint_summary(ckpt: Checkpoint, seed: int = 0, samples: int = 32, layer: Optional[str] = None,
-                       **task_params: Any) -> dict[str, Any]:
+def checkpoint_summary(
+    ckpt: Checkpoint, seed: int = 0, samples: int = 32, layer: str | None = None, **task_params: Any
+) -> dict[str, Any]:
     """``{"name", "task", "backbone", "samples", "metrics", "addressing", "memory_layers"}`` for one checkpoint.
 
     ``addressing`` is :func:`analysis.measures.addressing.addressing_report` over the same samples (gate
@@ -43,26 +43,36 @@ def checkpoint_summary(ckpt: Checkpoint, seed: int = 0, samples: int = 32, layer
     names = list(memory_layers(ckpt.model))
     addressing = None
     if names:
-        traces = capture_many(ckpt, seed, list(range(samples)), gates=True, cell_state=False, progress=False, **task_params)
+        traces = capture_many(
+            ckpt, seed, list(range(samples)), gates=True, cell_state=False, progress=False, **task_params
+        )
         addressing = addressing_report(traces, layer if layer in names else None)
-    return {"name": ckpt.path.name, "task": ckpt.task.name, "backbone": ckpt.model.backbone.config.kind,
-            "samples": samples, "metrics": sample_metrics(ckpt, seed, samples, **task_params),
-            "addressing": addressing, "memory_layers": names}
+    return {
+        "name": ckpt.path.name,
+        "task": ckpt.task.name,
+        "backbone": ckpt.model.backbone.config.kind,
+        "samples": samples,
+        "metrics": sample_metrics(ckpt, seed, samples, **task_params),
+        "addressing": addressing,
+        "memory_layers": names,
+    }
 
 
-def comparison_note(a: dict[str, Any], b: dict[str, Any]) -> Optional[str]:
+def comparison_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """A warning when the two summaries' accuracies cannot be compared, else None."""
     if a["task"] != b["task"]:
-        return (f"{a['name']} is a {a['task']} checkpoint and {b['name']} a {b['task']} one: their accuracies "
-                f"measure different tasks; compare their addressing")
+        return (
+            f"{a['name']} is a {a['task']} checkpoint and {b['name']} a {b['task']} one: their accuracies "
+            f"measure different tasks; compare their addressing"
+        )
     return None
 
 
-def _percent(value: Optional[float]) -> str:  # an addressing share
+def _percent(value: float | None) -> str:  # an addressing share
     return "—" if value is None else f"{value:.1%}"
 
 
-def _number(value: Optional[float], digits: int = 2) -> str:
+def _number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
@@ -81,6 +91,7 @@ MEASURES = (  # (label, measure key, format, what the threshold means)
 
 def comparison_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
     """Rows ``{"measure", a's name, b's name, "meaning"}``: metrics, verdicts, then addressing measures."""
+
     def row(label: str, va: str, vb: str, meaning: str = "") -> dict[str, str]:
         return {"measure": label, a["name"]: va, b["name"]: vb, "meaning": meaning}
 
@@ -88,13 +99,15 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]
         b = {**b, "name": b["name"] + " (2)"}
     rows = [row("task", a["task"], b["task"]), row("backbone", a["backbone"], b["backbone"])]
     for metric in dict.fromkeys([*a["metrics"], *b["metrics"]]):
-        shown = lambda s: format_metric(metric, s["metrics"].get(metric), percent_digits=1)  # noqa: E731
-        rows.append(row(metric.replace("_", " "), shown(a), shown(b), f"over {a['samples']} and {b['samples']} samples"))
+        shown = lambda s, metric=metric: format_metric(metric, s["metrics"].get(metric), percent_digits=1)  # noqa: E731
+        rows.append(
+            row(metric.replace("_", " "), shown(a), shown(b), f"over {a['samples']} and {b['samples']} samples")
+        )
     verdict = lambda s: s["addressing"]["verdict"] if s["addressing"] else "no memory layers"  # noqa: E731
     rows.append(row("addressing verdict", verdict(a), verdict(b)))
     if a["addressing"] or b["addressing"]:
         for label, key, fmt, meaning in MEASURES:
-            value = lambda s: fmt(s["addressing"]["measures"].get(key)) if s["addressing"] else "—"  # noqa: E731
+            value = lambda s, fmt=fmt, key=key: fmt(s["addressing"]["measures"].get(key)) if s["addressing"] else "—"  # noqa: E731
             rows.append(row(label, value(a), value(b), meaning))
     return rows
 

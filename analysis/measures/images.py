@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import torch
 
-from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.tasks.masked_patches import hidden_pixels, image_metrics
-
-from tensor_memory.memory.geometry import in_voxels
 from analysis.traces.capture import sample_batch
 from analysis.traces.trace import Trace
+from tensor_memory.memory.geometry import in_voxels
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.tasks.masked_patches import hidden_pixels, image_metrics
 
 TASK = "masked_patches"
 
@@ -73,8 +72,9 @@ class Reconstruction:
         return (patch, *divmod(patch, self.patch_grid))
 
 
-def reconstruct(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0,
-                **task_params: Any) -> Reconstruction:
+def reconstruct(
+    checkpoint: str | Path | Checkpoint, seed: int = 0, index: int = 0, **task_params: Any
+) -> Reconstruction:
     """Sample ``index`` of stream ``seed`` (the trace stream: test images) through a masked_patches checkpoint."""
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     _require_images(ckpt.task.name)
@@ -89,9 +89,17 @@ def reconstruct(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: 
     hidden = hidden_pixels(masked, cfg.image_size, cfg.patch)
     predicted = np.clip(task.to_pixels(outputs, batch.meta)[0].numpy(), 0.0, 1.0)
     composite = np.where(hidden[..., None], predicted, image)
-    return Reconstruction(image=image, hidden=hidden, masked=masked, predicted=predicted, composite=composite,
-                          error=np.abs(composite - image).mean(axis=-1), mask_rate=float(batch.meta["mask_rate"][0]),
-                          patch=cfg.patch, **image_metrics(image, predicted, hidden))
+    return Reconstruction(
+        image=image,
+        hidden=hidden,
+        masked=masked,
+        predicted=predicted,
+        composite=composite,
+        error=np.abs(composite - image).mean(axis=-1),
+        mask_rate=float(batch.meta["mask_rate"][0]),
+        patch=cfg.patch,
+        **image_metrics(image, predicted, hidden),
+    )
 
 
 def chunk_errors(trace: Trace) -> np.ndarray:
@@ -115,7 +123,7 @@ def _patch_grid(trace: Trace) -> int:
     return int(params["image_size"]) // int(params["patch"])
 
 
-def grid_aligned(trace: Trace, layer: Optional[str] = None) -> bool:
+def grid_aligned(trace: Trace, layer: str | None = None) -> bool:
     """Whether the memory's H × W grid is the image's patch grid, so that voxel (·, r, c) sits over patch (r, c)."""
     _require_images(trace.info["task"])
     n = _patch_grid(trace)
@@ -123,15 +131,17 @@ def grid_aligned(trace: Trace, layer: Optional[str] = None) -> bool:
     return (H, W) == (n, n)
 
 
-def memory_on_image(trace: Trace, chunk: int, layer: Optional[str] = None, field: str = "h") -> np.ndarray:
+def memory_on_image(trace: Trace, chunk: int, layer: str | None = None, field: str = "h") -> np.ndarray:
     """(n, n): ‖h‖ over channels after ``chunk``, averaged over the depth D, on the image's n × n patch grid.
 
     Needs :func:`grid_aligned`; raises ValueError otherwise (the grid and the image do not line up).
     """
     if not grid_aligned(trace, layer):
         n = _patch_grid(trace)
-        raise ValueError(f"the memory's grid {trace.layer(layer).grid} is not laid over the {n} × {n} patch grid "
-                         f"(its H × W must be {n} × {n}): there is no voxel above each patch")
+        raise ValueError(
+            f"the memory's grid {trace.layer(layer).grid} is not laid over the {n} × {n} patch grid "
+            f"(its H × W must be {n} × {n}): there is no voxel above each patch"
+        )
     if not 0 <= chunk < trace.num_chunks:
         raise ValueError(f"chunk must be in 0..{trace.num_chunks - 1}, got {chunk}")
     volume = getattr(trace.layer(layer), field)[chunk].astype(np.float32)  # (C, D, H, W)
@@ -153,7 +163,7 @@ def patch_places(trace: Trace) -> np.ndarray:
     return np.stack([scale(col), scale(row)], axis=-1)
 
 
-def write_places(trace: Trace, layer: Optional[str] = None) -> dict[str, np.ndarray]:
+def write_places(trace: Trace, layer: str | None = None) -> dict[str, np.ndarray]:
     """Per chunk: ``patch`` (K, 2) the patch's place as (x, y), ``write`` (K, 2) μ_write's (x, y), both in voxel
     units of the memory's W and H axes, and ``hidden`` (K,) whether the chunk's patch was hidden."""
     lay = trace.layer(layer)
@@ -162,7 +172,7 @@ def write_places(trace: Trace, layer: Optional[str] = None) -> dict[str, np.ndar
     patch_voxels = in_voxels(np.concatenate([patch, np.zeros((K, 1))], axis=-1), lay.grid)[:, :2]
     write_voxels = in_voxels(lay.mu_write[:K].astype(np.float64), lay.grid)[:, :2]
     chunk_size = int(trace.info.get("chunk_size", 1))
-    hidden = np.asarray(trace.meta["masked"], dtype=bool)[:K * chunk_size].reshape(K, chunk_size).any(axis=1)
+    hidden = np.asarray(trace.meta["masked"], dtype=bool)[: K * chunk_size].reshape(K, chunk_size).any(axis=1)
     return {"patch": patch_voxels, "write": write_voxels, "hidden": hidden}
 
 
@@ -180,10 +190,21 @@ def write_alignment(places: dict[str, np.ndarray]) -> dict[str, float]:
     fit, *_ = np.linalg.lstsq(design, write, rcond=None)
     residual = np.square(write - design @ fit).sum(axis=0)  # (2,) per axis
     total = np.square(write - write.mean(axis=0)).sum(axis=0)
-    r2 = [1.0 - r / t if t > 1e-12 else 0.0 for r, t in zip(residual, total)]
-    return {"r2_x": float(r2[0]), "r2_y": float(r2[1]),
-            "spread_voxels": float(np.sqrt(total.sum() / max(len(write), 1)))}
+    r2 = [1.0 - r / t if t > 1e-12 else 0.0 for r, t in zip(residual, total, strict=True)]
+    return {
+        "r2_x": float(r2[0]),
+        "r2_y": float(r2[1]),
+        "spread_voxels": float(np.sqrt(total.sum() / max(len(write), 1))),
+    }
 
 
-__all__ = ["Reconstruction", "reconstruct", "chunk_errors", "grid_aligned", "memory_on_image", "patch_places", "write_places",
-           "write_alignment"]
+__all__ = [
+    "Reconstruction",
+    "reconstruct",
+    "chunk_errors",
+    "grid_aligned",
+    "memory_on_image",
+    "patch_places",
+    "write_places",
+    "write_alignment",
+]

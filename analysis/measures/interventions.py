@@ -12,31 +12,31 @@ hooks act on the second part, whose first chunk is the chosen one.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 import numpy as np
 import torch
 
-from tensor_memory import TensorMemory, hooks, memory_layers
-from tensor_memory.memory.hooking import reads_off
-from tensor_memory.backbone import BackboneState
-from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.memory.geometry import nearest_voxel
-from tensor_memory.memory.hookpoints import Hook
-
+from analysis.measures.occlusion import TASKS as OCCLUSION_TASKS
 from analysis.traces.capture import sample_batch
 from analysis.traces.chunk_scorer import per_chunk
 from analysis.traces.segment_recorder import memory_chunk_size
 from analysis.traces.trace import Trace
-from analysis.measures.occlusion import TASKS as OCCLUSION_TASKS
+from tensor_memory import TensorMemory, hooks, memory_layers
+from tensor_memory.backbone import BackboneState
+from tensor_memory.memory.geometry import nearest_voxel
+from tensor_memory.memory.hooking import reads_off
+from tensor_memory.memory.hookpoints import Hook
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 
 # zero, zero_region and gate_off act from the chosen chunk on; move_write and set_sigma on its write alone.
 KINDS = ("zero", "zero_region", "gate_off", "move_write", "set_sigma")
 Region = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]  # ((z0, z1), (y0, y1), (x0, x1)), ends excluded
 
 
-def _chosen(model: torch.nn.Module, layer: Optional[str]) -> dict[str, TensorMemory]:
+def _chosen(model: torch.nn.Module, layer: str | None) -> dict[str, TensorMemory]:
     layers = memory_layers(model)
     if layer is None:
         return layers
@@ -48,13 +48,14 @@ def _chosen(model: torch.nn.Module, layer: Optional[str]) -> dict[str, TensorMem
 def _check_region(region: Region, grid: tuple[int, int, int]) -> None:
     if len(region) != 3:
         raise ValueError(f"region must be ((z0, z1), (y0, y1), (x0, x1)), got {region!r}")
-    for (lo, hi), n, axis in zip(region, grid, "zyx"):
+    for (lo, hi), n, axis in zip(region, grid, "zyx", strict=True):
         if not (0 <= lo < hi <= n):
             raise ValueError(f"region {axis} range ({lo}, {hi}) must satisfy 0 <= start < end <= {n}")
 
 
-def _zeroed(region: Optional[Region]) -> Hook:
+def _zeroed(region: Region | None) -> Hook:
     """A hook on h_in / c_in: the volume with every voxel (or those in ``region``) set to 0, as a new tensor."""
+
     def hook(volume: torch.Tensor) -> torch.Tensor:
         if region is None:
             return torch.zeros_like(volume)
@@ -62,20 +63,28 @@ def _zeroed(region: Optional[Region]) -> Hook:
         out = volume.clone()
         out[:, :, z0:z1, y0:y1, x0:x1] = 0
         return out
+
     return hook
 
 
 def _first_chunk_set(value: torch.Tensor) -> Hook:
     """A hook on mu_write / sigma that sets the first chunk of the call (the chosen one) to ``value``."""
+
     def hook(current: torch.Tensor) -> torch.Tensor:
         out = current.clone()
         out[:, 0] = value.to(current.dtype)
         return out
+
     return hook
 
 
-def intervention_hooks(kind: str, layers: Sequence[str], region: Optional[Region] = None,
-                       to: Optional[Sequence[float]] = None, sigma: Optional[float] = None) -> dict[str, Hook]:
+def intervention_hooks(
+    kind: str,
+    layers: Sequence[str],
+    region: Region | None = None,
+    to: Sequence[float] | None = None,
+    sigma: float | None = None,
+) -> dict[str, Hook]:
     """The hooks ({point path: fn}) of one intervention on ``layers``, for the call that starts at the chosen chunk."""
     if kind in ("zero", "zero_region"):
         zero = _zeroed(region if kind == "zero_region" else None)
@@ -87,7 +96,7 @@ def intervention_hooks(kind: str, layers: Sequence[str], region: Optional[Region
     return {f"{name}.sigma": _first_chunk_set(torch.tensor(float(sigma))) for name in layers}  # set_sigma
 
 
-def _check_setting(kind: str, chosen: dict, region: Optional[Region], to, sigma) -> None:
+def _check_setting(kind: str, chosen: dict, region: Region | None, to, sigma) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown intervention {kind!r}; choose one of {', '.join(KINDS)}")
     if kind == "zero_region":
@@ -104,9 +113,16 @@ def _check_setting(kind: str, chosen: dict, region: Optional[Region], to, sigma)
             raise ValueError(f"intervention 'set_sigma' needs sigma > 0 (normalised units), got {sigma!r}")
 
 
-def run_intervened(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kind: str, chunk: int,
-                   region: Optional[Region] = None, layer: Optional[str] = None,
-                   to: Optional[Sequence[float]] = None, sigma: Optional[float] = None) -> torch.Tensor:
+def run_intervened(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    kind: str,
+    chunk: int,
+    region: Region | None = None,
+    layer: str | None = None,
+    to: Sequence[float] | None = None,
+    sigma: float | None = None,
+) -> torch.Tensor:
     """Logits (B, N, classes) with the intervention applied at chunk ``chunk``.
 
     ``zero``: h and c of the chosen memory layers (all by default) are 0 when ``chunk`` reads them;
@@ -118,20 +134,24 @@ def run_intervened(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kind
         raise ValueError("the model has no Tensor Memory layers to intervene on")
     _check_setting(kind, chosen, region, to, sigma)
     if not model.backbone.config.causal:
-        raise ValueError("interventions cut the sequence at the chosen chunk and carry the state into the rest; a "
-                         "bidirectional model (causal=False, e.g. masked patch reconstruction) reads each image "
-                         "whole and cannot be cut: choose a causal checkpoint")
+        raise ValueError(
+            "interventions cut the sequence at the chosen chunk and carry the state into the rest; a "
+            "bidirectional model (causal=False, e.g. masked patch reconstruction) reads each image "
+            "whole and cannot be cut: choose a causal checkpoint"
+        )
     chunk_size = memory_chunk_size(model)
     N = next(iter(inputs.values())).shape[1]
     num_chunks = -(-N // chunk_size)
     if not 0 <= chunk < num_chunks:
         raise ValueError(f"chunk must be in [0, {num_chunks - 1}], got {chunk}")
     if kind in ("move_write", "set_sigma") and (chunk + 1) * chunk_size > N:
-        raise ValueError(f"chunk {chunk} is not complete, so it writes nothing; choose one in [0, {N // chunk_size - 1}]")
+        raise ValueError(
+            f"chunk {chunk} is not complete, so it writes nothing; choose one in [0, {N // chunk_size - 1}]"
+        )
     split = chunk * chunk_size
     with torch.no_grad():
         head: list[torch.Tensor] = []
-        state: Optional[BackboneState] = None
+        state: BackboneState | None = None
         if split:
             out, state = model({k: v[:, :split] for k, v in inputs.items()})
             head.append(out)
@@ -144,9 +164,9 @@ def run_intervened(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kind
 class InterventionResult:
     kind: str
     chunk: int
-    region: Optional[Region]  # zero_region's box
-    to: Optional[tuple[float, float, float]]  # move_write's place (x, y, z)
-    sigma: Optional[float]  # set_sigma's spread
+    region: Region | None  # zero_region's box
+    to: tuple[float, float, float] | None  # move_write's place (x, y, z)
+    sigma: float | None  # set_sigma's spread
     baseline: dict[str, np.ndarray]  # per chunk: prediction, target, scored, probs (the untouched run)
     intervened: dict[str, np.ndarray]  # the same with the intervention
     meta: dict[str, np.ndarray]  # the sample's task metadata
@@ -169,20 +189,38 @@ class InterventionResult:
         scored = self.baseline["scored"] & after
         acc = lambda run: float((run["prediction"] == run["target"])[scored].mean()) if scored.any() else None  # noqa: E731
         baseline, intervened = acc(self.baseline), acc(self.intervened)
-        out = {"kind": self.kind, "chunk": self.chunk, "region": self.region, "to": self.to, "sigma": self.sigma,
-               "chunks_changed": int(self.changed[after].sum()), "chunks_after": int(after.sum()),
-               "accuracy_baseline": baseline, "accuracy_intervened": intervened,
-               "accuracy_change": None if baseline is None else intervened - baseline,
-               "target_probability_drop": float(np.nanmean(self.target_probability("baseline")[after]
-                                                           - self.target_probability("intervened")[after]))
-               if scored.any() else None}
+        out = {
+            "kind": self.kind,
+            "chunk": self.chunk,
+            "region": self.region,
+            "to": self.to,
+            "sigma": self.sigma,
+            "chunks_changed": int(self.changed[after].sum()),
+            "chunks_after": int(after.sum()),
+            "accuracy_baseline": baseline,
+            "accuracy_intervened": intervened,
+            "accuracy_change": None if baseline is None else intervened - baseline,
+            "target_probability_drop": float(
+                np.nanmean(self.target_probability("baseline")[after] - self.target_probability("intervened")[after])
+            )
+            if scored.any()
+            else None,
+        }
         return out
 
 
-def intervene(checkpoint: Union[str, Path, Checkpoint], kind: str = "zero", chunk: int = 0, seed: int = 0,
-              index: int = 0, region: Optional[Region] = None, layer: Optional[str] = None,
-              to: Optional[Sequence[float]] = None, sigma: Optional[float] = None,
-              **task_params: Any) -> InterventionResult:
+def intervene(
+    checkpoint: str | Path | Checkpoint,
+    kind: str = "zero",
+    chunk: int = 0,
+    seed: int = 0,
+    index: int = 0,
+    region: Region | None = None,
+    layer: str | None = None,
+    to: Sequence[float] | None = None,
+    sigma: float | None = None,
+    **task_params: Any,
+) -> InterventionResult:
     """Run sample ``index`` of stream ``seed`` untouched and with the intervention; per-chunk results side by side."""
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     model = ckpt.model.eval()
@@ -193,25 +231,33 @@ def intervene(checkpoint: Union[str, Path, Checkpoint], kind: str = "zero", chun
         base, _ = model(batch.inputs)
     changed = run_intervened(model, batch.inputs, kind, chunk, region, layer, to, sigma)
     rows = lambda logits: per_chunk(logits[0].cpu(), batch.targets[0], batch.mask[0], chunk_size, K)  # noqa: E731
-    return InterventionResult(kind, chunk, region if kind == "zero_region" else None,
-                              tuple(float(v) for v in to) if kind == "move_write" else None,  # type: ignore[arg-type]
-                              float(sigma) if kind == "set_sigma" else None,  # type: ignore[arg-type]
-                              rows(base), rows(changed), {k: v[0].numpy() for k, v in batch.meta.items()})
+    return InterventionResult(
+        kind,
+        chunk,
+        region if kind == "zero_region" else None,
+        tuple(float(v) for v in to) if kind == "move_write" else None,  # type: ignore[arg-type]
+        float(sigma) if kind == "set_sigma" else None,  # type: ignore[arg-type]
+        rows(base),
+        rows(changed),
+        {k: v[0].numpy() for k, v in batch.meta.items()},
+    )
 
 
-def intervention_defaults(trace: Trace, layer: Optional[str], chunk: int) -> dict[str, Any]:
+def intervention_defaults(trace: Trace, layer: str | None, chunk: int) -> dict[str, Any]:
     """Where an intervention on this sample starts out: ``chunk`` (the first hidden frame of an occlusion, else the
     given chunk), ``region`` ((z0, z1), (y0, y1), (x0, x1), ends included: the voxels within one of the write before
     that chunk) and ``write_voxel`` ((x, y, z): the voxel nearest that chunk's own write)."""
     lay = trace.layer(layer)
-    hidden = (np.flatnonzero(np.asarray(trace.meta["occluded"][:trace.num_chunks], dtype=bool))
-              if trace.info.get("task") in OCCLUSION_TASKS else [])
+    hidden = (
+        np.flatnonzero(np.asarray(trace.meta["occluded"][: trace.num_chunks], dtype=bool))
+        if trace.info.get("task") in OCCLUSION_TASKS
+        else []
+    )
     start = int(hidden[0]) if len(hidden) else int(chunk)
     before = nearest_voxel(lay.mu_write[max(start - 1, 0)], lay.grid)
-    region = tuple((max(v - 1, 0), min(v + 1, n - 1)) for v, n in zip(before, lay.grid))
+    region = tuple((max(v - 1, 0), min(v + 1, n - 1)) for v, n in zip(before, lay.grid, strict=True))
     z, y, x = nearest_voxel(lay.mu_write[min(start, len(lay.mu_write) - 1)], lay.grid)
     return {"chunk": start, "region": region, "write_voxel": (x, y, z)}
 
 
-__all__ = ["intervene", "run_intervened", "intervention_hooks", "intervention_defaults", "InterventionResult",
-           "KINDS"]
+__all__ = ["intervene", "run_intervened", "intervention_hooks", "intervention_defaults", "InterventionResult", "KINDS"]

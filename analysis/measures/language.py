@@ -15,18 +15,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tensor_memory import hooks, memory_layers
-from tensor_memory.storage.checkpoint import Checkpoint
-
 from analysis.measures.checks import check_index
 from analysis.measures.interventions import intervention_hooks
 from analysis.traces.trace import Trace
+from tensor_memory import hooks, memory_layers
+from tensor_memory.storage.checkpoint import Checkpoint
 
 TOP = 5
 READ_FLOOR = 0.05  # a write whose footprint at the read is below this is not what the read draws on
@@ -38,13 +37,13 @@ class TokenLosses:
     tokens: list[str]  # the N input tokens as text
     next_tokens: list[str]  # the N tokens to predict (the targets) as text
     loss: np.ndarray  # (N,) nats, with the memory
-    loss_without_memory: Optional[np.ndarray]  # (N,) with every read gate at 0; None without memory layers
+    loss_without_memory: np.ndarray | None  # (N,) with every read gate at 0; None without memory layers
     top_tokens: list[list[str]]  # (N, 5) the model's five likeliest next tokens
     top_probs: np.ndarray  # (N, 5)
     chunk_size: int  # tokens per memory chunk (1 without memory layers)
 
     @property
-    def contribution(self) -> Optional[np.ndarray]:
+    def contribution(self) -> np.ndarray | None:
         """Loss without the memory minus loss with it, per token (positive: the memory helps)."""
         return None if self.loss_without_memory is None else self.loss_without_memory - self.loss
 
@@ -71,10 +70,15 @@ def token_losses(ckpt: Checkpoint, seed: int = 0, index: int = 0) -> TokenLosses
                 without = _losses(model, batch.inputs, batch.targets)[0].numpy()
     top = probs.topk(TOP, dim=-1)
     chunk = next((m.config.chunk_size for m in memories.values()), 1)
-    return TokenLosses(tokens=task.decode(batch.inputs["tokens"][0]), next_tokens=task.decode(batch.targets[0]),
-                       loss=loss.numpy(), loss_without_memory=without,
-                       top_tokens=[task.decode(row) for row in top.indices], top_probs=top.values.numpy(),
-                       chunk_size=chunk)
+    return TokenLosses(
+        tokens=task.decode(batch.inputs["tokens"][0]),
+        next_tokens=task.decode(batch.targets[0]),
+        loss=loss.numpy(),
+        loss_without_memory=without,
+        top_tokens=[task.decode(row) for row in top.indices],
+        top_probs=top.values.numpy(),
+        chunk_size=chunk,
+    )
 
 
 def read_overlap(mu_read: np.ndarray, mu_write: np.ndarray, sigma: np.ndarray) -> np.ndarray:
@@ -84,15 +88,22 @@ def read_overlap(mu_read: np.ndarray, mu_write: np.ndarray, sigma: np.ndarray) -
     """
     mu_read, mu_write = np.asarray(mu_read, dtype=np.float64), np.asarray(mu_write, dtype=np.float64)
     sigma = np.asarray(sigma, dtype=np.float64)
-    if mu_read.ndim != 2 or mu_read.shape[1] != 3 or mu_write.shape != mu_read.shape or sigma.shape != mu_read.shape[:1]:
-        raise ValueError(f"read_overlap expects mu_read, mu_write (K, 3) and sigma (K,), got {mu_read.shape}, "
-                         f"{mu_write.shape}, {sigma.shape}")
+    if (
+        mu_read.ndim != 2
+        or mu_read.shape[1] != 3
+        or mu_write.shape != mu_read.shape
+        or sigma.shape != mu_read.shape[:1]
+    ):
+        raise ValueError(
+            f"read_overlap expects mu_read, mu_write (K, 3) and sigma (K,), got {mu_read.shape}, "
+            f"{mu_write.shape}, {sigma.shape}"
+        )
     distance2 = ((mu_read[:, None, :] - mu_write[None, :, :]) ** 2).sum(-1)  # (K read, K write)
     footprint = np.exp(-distance2 / (2 * sigma[None, :] ** 2))
     return np.tril(footprint, k=-1)  # only earlier writes
 
 
-def read_source(overlap: np.ndarray, chunk: int, floor: float = READ_FLOOR) -> Optional[tuple[int, float]]:
+def read_source(overlap: np.ndarray, chunk: int, floor: float = READ_FLOOR) -> tuple[int, float] | None:
     """(j, footprint): the earlier chunk whose write chunk ``chunk``'s read lands on most (a :func:`read_overlap`
     row), and its footprint at the read; None when no earlier write's footprint there is above ``floor``."""
     earlier = np.asarray(overlap)[chunk, :chunk]
@@ -109,14 +120,29 @@ def loss_rows(losses: TokenLosses, chunk: int, before: int = BEFORE) -> dict[str
     without it, and the five likeliest next tokens with their probabilities."""
     chunk = min(max(int(chunk), 0), (len(losses.tokens) - 1) // losses.chunk_size)
     start, stop = chunk * losses.chunk_size, min((chunk + 1) * losses.chunk_size, len(losses.tokens))
-    rows = [{"position": i, "token": losses.tokens[i], "next (true)": losses.next_tokens[i],
-             "loss": round(float(losses.loss[i]), 3),
-             **({"loss, memory off": round(float(losses.loss_without_memory[i]), 3)}
-                if losses.loss_without_memory is not None else {}),
-             **{f"top {r + 1}": f"{losses.top_tokens[i][r]!r} {losses.top_probs[i][r]:.0%}" for r in range(TOP)}}
-            for i in range(start, stop)]
-    return {"chunk": chunk, "start": start, "stop": stop, "before": "".join(losses.tokens[max(0, start - before):start]),
-            "text": "".join(losses.tokens[start:stop]), "rows": rows}
+    rows = [
+        {
+            "position": i,
+            "token": losses.tokens[i],
+            "next (true)": losses.next_tokens[i],
+            "loss": round(float(losses.loss[i]), 3),
+            **(
+                {"loss, memory off": round(float(losses.loss_without_memory[i]), 3)}
+                if losses.loss_without_memory is not None
+                else {}
+            ),
+            **{f"top {r + 1}": f"{losses.top_tokens[i][r]!r} {losses.top_probs[i][r]:.0%}" for r in range(TOP)},
+        }
+        for i in range(start, stop)
+    ]
+    return {
+        "chunk": chunk,
+        "start": start,
+        "stop": stop,
+        "before": "".join(losses.tokens[max(0, start - before) : start]),
+        "text": "".join(losses.tokens[start:stop]),
+        "rows": rows,
+    }
 
 
 def chunk_text(trace: Trace, chunk: int, before: int = BEFORE) -> dict[str, Any]:
@@ -132,8 +158,18 @@ def chunk_text(trace: Trace, chunk: int, before: int = BEFORE) -> dict[str, Any]
         row: dict[str, Any] = {"position": i, "token": trace.tokens[i]}
         if trace.per_token:
             target = int(trace.per_token["target"][i])
-            row.update({"target": None if target < 0 else target, "prediction": int(trace.per_token["prediction"][i]),
-                        "p(target)": None if target < 0 else round(float(trace.per_token["p_target"][i]), 4)})
+            row.update(
+                {
+                    "target": None if target < 0 else target,
+                    "prediction": int(trace.per_token["prediction"][i]),
+                    "p(target)": None if target < 0 else round(float(trace.per_token["p_target"][i]), 4),
+                }
+            )
         rows.append(row)
-    return {"start": start, "stop": stop, "before": "".join(trace.tokens[max(0, start - before):start]),
-            "text": "".join(trace.tokens[start:stop]), "rows": rows}
+    return {
+        "start": start,
+        "stop": stop,
+        "before": "".join(trace.tokens[max(0, start - before) : start]),
+        "text": "".join(trace.tokens[start:stop]),
+        "rows": rows,
+    }

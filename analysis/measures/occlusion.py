@@ -19,27 +19,27 @@ For the ``occlusion`` task (a ball) and ``moving_digits`` (a handwritten digit, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 import numpy as np
 import torch
 
-from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
-from tensor_memory.memory.measures import median_sigma_voxels
-from tensor_memory.memory.geometry import in_voxels, nearest_voxel, sigma_voxels_per_axis
-from tensor_memory.training.evaluation import task_with
-
 from analysis.traces.trace import LayerTrace, Trace
-
+from tensor_memory.memory.geometry import in_voxels, nearest_voxel, sigma_voxels_per_axis
+from tensor_memory.memory.measures import median_sigma_voxels
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
+from tensor_memory.training.evaluation import task_with
 
 TASKS = ("occlusion", "moving_digits")  # frames hiding an object; a class is identity · size² + cell
 
 
 def _require_occlusion(task_name: str) -> None:
     if task_name not in TASKS:
-        raise ValueError(f"occlusion diagnostics need an occlusion or moving_digits checkpoint or trace, "
-                         f"got task {task_name!r}")
+        raise ValueError(
+            f"occlusion diagnostics need an occlusion or moving_digits checkpoint or trace, got task {task_name!r}"
+        )
 
 
 def _identities(classes: int, size: int) -> int:
@@ -64,8 +64,9 @@ def identity_marginal(probs: np.ndarray, size: int) -> np.ndarray:
     return joint.sum(-1)
 
 
-def belief_of(probs: np.ndarray, prediction: np.ndarray, meta: dict[str, np.ndarray],
-              size: int) -> dict[str, np.ndarray]:
+def belief_of(
+    probs: np.ndarray, prediction: np.ndarray, meta: dict[str, np.ndarray], size: int
+) -> dict[str, np.ndarray]:
     """:func:`belief` of one run of a clip: class ``probs`` (T, classes) and ``prediction`` (T,) per frame, the
     clip's task metadata ``meta`` (positions, occluded and, for moving digits, digit) — e.g. an intervened run's."""
     T = len(probs)
@@ -74,17 +75,26 @@ def belief_of(probs: np.ndarray, prediction: np.ndarray, meta: dict[str, np.ndar
     identity, cell = np.divmod(np.asarray(prediction)[:T], size * size)
     predicted = np.stack(np.divmod(cell, size), axis=-1)
     correct = (predicted == truth).all(-1)
-    out = {"probs": positions, "truth": truth, "predicted": predicted,
-           "truth_probability": positions[np.arange(T), truth[:, 0], truth[:, 1]], "correct": correct,
-           "occluded": np.asarray(meta["occluded"])[:T].astype(bool)}
+    out = {
+        "probs": positions,
+        "truth": truth,
+        "predicted": predicted,
+        "truth_probability": positions[np.arange(T), truth[:, 0], truth[:, 1]],
+        "correct": correct,
+        "occluded": np.asarray(meta["occluded"])[:T].astype(bool),
+    }
     if "digit" in meta:
         identity_probs = identity_marginal(probs, size)
         identity_truth = np.full(T, int(np.asarray(meta["digit"]).reshape(-1)[0]), dtype=np.int64)
         identity_correct = identity == identity_truth
-        out.update(identity_probs=identity_probs, identity_truth=identity_truth,
-                   identity_predicted=identity.astype(np.int64),
-                   identity_truth_probability=identity_probs[np.arange(T), identity_truth],
-                   identity_correct=identity_correct, joint_correct=correct & identity_correct)
+        out.update(
+            identity_probs=identity_probs,
+            identity_truth=identity_truth,
+            identity_predicted=identity.astype(np.int64),
+            identity_truth_probability=identity_probs[np.arange(T), identity_truth],
+            identity_correct=identity_correct,
+            joint_correct=correct & identity_correct,
+        )
     return out
 
 
@@ -99,11 +109,12 @@ def belief(trace: Trace) -> dict[str, np.ndarray]:
     """
     _require_occlusion(trace.info["task"])
     T = trace.num_chunks
-    return belief_of(trace.chunks["probs"][:T], trace.chunks["prediction"][:T], trace.meta,
-                     int(trace.info["task_params"]["size"]))
+    return belief_of(
+        trace.chunks["probs"][:T], trace.chunks["prediction"][:T], trace.meta, int(trace.info["task_params"]["size"])
+    )
 
 
-def hit_rates(b: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
+def hit_rates(b: dict[str, np.ndarray]) -> dict[str, float | None]:
     """The share of frames right, hidden and visible apart, from a :func:`belief`: ``hidden`` and ``visible`` for
     what the task scores (the place; for moving digits place and digit both) and, for moving digits, each alone:
     ``place_hidden``, ``place_visible``, ``digit_hidden``, ``digit_visible``. None where there is no such frame."""
@@ -111,8 +122,11 @@ def hit_rates(b: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
     scored = {"": b.get("joint_correct", b["correct"])}
     if "identity_correct" in b:
         scored.update(place_=b["correct"], digit_=b["identity_correct"])
-    return {f"{what}{where}": float(np.asarray(right)[flags].mean()) if flags.any() else None
-            for what, right in scored.items() for where, flags in (("hidden", hidden), ("visible", ~hidden))}
+    return {
+        f"{what}{where}": float(np.asarray(right)[flags].mean()) if flags.any() else None
+        for what, right in scored.items()
+        for where, flags in (("hidden", hidden), ("visible", ~hidden))
+    }
 
 
 def frames_around(frame: int, width: int, count: int) -> list[int]:
@@ -126,7 +140,7 @@ def frame_predictions(model: torch.nn.Module, inputs: dict[str, torch.Tensor], f
     with torch.no_grad():
         logits, _ = model(inputs)
     per_frame = logits.shape[1] // frames
-    return logits[:, per_frame - 1::per_frame].argmax(-1).cpu()
+    return logits[:, per_frame - 1 :: per_frame].argmax(-1).cpu()
 
 
 def _survival(correct: np.ndarray, occluded: np.ndarray, offsets: np.ndarray, length: int) -> tuple:
@@ -136,8 +150,9 @@ def _survival(correct: np.ndarray, occluded: np.ndarray, offsets: np.ndarray, le
     return by_offset, hidden, float(correct[~occluded].mean())
 
 
-def belief_survival(checkpoint: Union[str, Path, Checkpoint], lengths: Sequence[int] = (0, 2, 4, 6),
-                    samples: int = 128, seed: int = 0) -> dict[str, Any]:
+def belief_survival(
+    checkpoint: str | Path | Checkpoint, lengths: Sequence[int] = (0, 2, 4, 6), samples: int = 128, seed: int = 0
+) -> dict[str, Any]:
     """For each occlusion length L: accuracy at the j-th hidden frame (j = 1 … L) and overall.
 
     Returns ``{"lengths", "by_offset": {L: [acc_1 … acc_L]}, "occluded_accuracy": {L: acc},
@@ -148,35 +163,42 @@ def belief_survival(checkpoint: Union[str, Path, Checkpoint], lengths: Sequence[
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     _require_occlusion(ckpt.task.name)
     measures = ("by_offset", "occluded_accuracy", "visible_accuracy")
-    parts = ("position", "identity") if ckpt.task.num_classes > ckpt.task.config.size ** 2 else ()
-    out: dict[str, Any] = {"lengths": list(lengths), **{m: {} for m in measures}, "samples": samples,
-                           **{part: {m: {} for m in measures} for part in parts}}
+    parts = ("position", "identity") if ckpt.task.num_classes > ckpt.task.config.size**2 else ()
+    out: dict[str, Any] = {
+        "lengths": list(lengths),
+        **{m: {} for m in measures},
+        "samples": samples,
+        **{part: {m: {} for m in measures} for part in parts},
+    }
     for L in lengths:
         task = task_with(ckpt, {"occlusion_length": int(L)})
         batch = task.draw("survival", samples, seed, int(L))  # a synthetic task: sample(derive_seed("survival", …))
-        T, cells = task.config.frames, task.config.size ** 2
+        T, cells = task.config.frames, task.config.size**2
         predicted = frame_predictions(ckpt.model.eval(), batch.inputs, T)  # (B, T)
-        truth = batch.targets[:, task.chunk_size - 1::task.chunk_size]  # (B, T) the class each frame is scored on
-        right = {"": predicted == truth, "position": predicted % cells == truth % cells,
-                 "identity": predicted // cells == truth // cells}
+        truth = batch.targets[:, task.chunk_size - 1 :: task.chunk_size]  # (B, T) the class each frame is scored on
+        right = {
+            "": predicted == truth,
+            "position": predicted % cells == truth % cells,
+            "identity": predicted // cells == truth // cells,
+        }
         occluded = batch.meta["occluded"].numpy()
         start = batch.meta["occlusion_start"].numpy()
         offsets = np.arange(T)[None, :] - start[:, None] + 1  # 1 at the first hidden frame
         for part in ("", *parts):
             where = out[part] if part else out
-            for name, value in zip(measures, _survival(right[part].numpy(), occluded, offsets, int(L))):
+            for name, value in zip(measures, _survival(right[part].numpy(), occluded, offsets, int(L)), strict=True):
                 where[name][int(L)] = value
     return out
 
 
-def memory_energy(layer: LayerTrace, span: Optional[tuple[int, int]] = None) -> np.ndarray:
+def memory_energy(layer: LayerTrace, span: tuple[int, int] | None = None) -> np.ndarray:
     """(K, D, H, W): the squared norm of ``h`` over channels at every voxel after each chunk (of ``span``, (first,
     last), when given: only those chunks are decoded)."""
-    h = np.asarray(layer.h if span is None else layer.h[span[0]:span[1] + 1], dtype=np.float32)
-    return (h ** 2).sum(axis=1)
+    h = np.asarray(layer.h if span is None else layer.h[span[0] : span[1] + 1], dtype=np.float32)
+    return (h**2).sum(axis=1)
 
 
-def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any]:
+def occlusion_memory(trace: Trace, layer: str | None = None) -> dict[str, Any]:
     """Where the last visible frame's write went, and whether the reads during the occlusion return to it.
 
     Returns ``{"last_visible", "write_voxel" (x, y, z), "sigma_voxels", "occluded_chunks",
@@ -187,7 +209,7 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
     """
     _require_occlusion(trace.info["task"])
     lay = trace.layer(layer)
-    occluded = trace.meta["occluded"][:trace.num_chunks].astype(bool)
+    occluded = trace.meta["occluded"][: trace.num_chunks].astype(bool)
     hidden = np.flatnonzero(occluded)
     if not len(hidden) or hidden[0] == 0:
         return {"last_visible": None, "occluded_chunks": hidden.tolist()}
@@ -198,14 +220,32 @@ def occlusion_memory(trace: Trace, layer: Optional[str] = None) -> dict[str, Any
     in_sigmas = np.sqrt((((reads - write) / sigma_voxels_per_axis(lay.sigma[last], lay.grid)) ** 2).sum(-1))
     z, y, x = nearest_voxel(lay.mu_write[last], lay.grid)
     energy = memory_energy(lay)
-    spread = median_sigma_voxels(torch.from_numpy(lay.sigma[last:last + 1].astype(np.float64)), lay.grid)
+    spread = median_sigma_voxels(torch.from_numpy(lay.sigma[last : last + 1].astype(np.float64)), lay.grid)
     near = in_sigmas <= 2.0
-    return {"last_visible": last, "write_voxel": write.tolist(), "sigma_voxels": spread,
-            "occluded_chunks": hidden.tolist(), "read_distance_voxels": distance.tolist(),
-            "read_within_2sigma": near.tolist(), "reads_within_2sigma_count": int(near.sum()),
-            "median_read_distance_voxels": float(np.median(distance)),
-            "energy_at_write": energy[hidden, z, y, x].tolist(), "energy_total": energy[hidden].sum((1, 2, 3)).tolist()}
+    return {
+        "last_visible": last,
+        "write_voxel": write.tolist(),
+        "sigma_voxels": spread,
+        "occluded_chunks": hidden.tolist(),
+        "read_distance_voxels": distance.tolist(),
+        "read_within_2sigma": near.tolist(),
+        "reads_within_2sigma_count": int(near.sum()),
+        "median_read_distance_voxels": float(np.median(distance)),
+        "energy_at_write": energy[hidden, z, y, x].tolist(),
+        "energy_total": energy[hidden].sum((1, 2, 3)).tolist(),
+    }
 
 
-__all__ = ["belief", "belief_of", "belief_survival", "memory_energy", "occlusion_memory", "frame_predictions",
-           "position_marginal", "identity_marginal", "hit_rates", "frames_around", "TASKS"]
+__all__ = [
+    "belief",
+    "belief_of",
+    "belief_survival",
+    "memory_energy",
+    "occlusion_memory",
+    "frame_predictions",
+    "position_marginal",
+    "identity_marginal",
+    "hit_rates",
+    "frames_around",
+    "TASKS",
+]

@@ -9,11 +9,10 @@ from typing import Any
 
 import torch
 
+from analysis.measures.interventions import intervention_hooks
 from tensor_memory import hooks, memory_layers
 from tensor_memory.pretrained.minilm import CLOSED_GATE, word_pieces
 from tensor_memory.pretrained.recall import RecallModel, recall_batch
-
-from analysis.measures.interventions import intervention_hooks
 
 
 def minilm_trace(model: RecallModel, document: int, name: str, **recording):
@@ -26,8 +25,9 @@ def minilm_trace(model: RecallModel, document: int, name: str, **recording):
     flat = ids.reshape(1, -1)  # (1, windows·L): one window per segment, as the recall model feeds them
     pieces = [word_pieces().id_to_token(int(i)) for i in flat[0]]
     tokens = [p[2:] if p.startswith("##") else f" {p}" for p in pieces]  # as text: "##" continues a word
-    return trace_model(model.encoder, {"input_ids": flat}, tokens=tokens, segment=ids.shape[-1], name=name,
-                       **recording)  # volumes, gates, cells, progress as trace_model takes them
+    return trace_model(
+        model.encoder, {"input_ids": flat}, tokens=tokens, segment=ids.shape[-1], name=name, **recording
+    )  # volumes, gates, cells, progress as trace_model takes them
 
 
 def recall_examples(model: RecallModel, document: int, top: int = 5) -> list[dict[str, Any]]:
@@ -44,9 +44,15 @@ def recall_examples(model: RecallModel, document: int, top: int = 5) -> list[dic
     for i, (k, pos) in enumerate(where):
         guesses = logits[i].softmax(-1).topk(top)
         guesses_off = logits_off[i].softmax(-1).topk(top)
-        rows.append({"window": k, "position": pos, "truth": tokenizer.id_to_token(int(truth[i])),
-                     "with_memory": [(tokenizer.id_to_token(int(t)), float(p)) for p, t in zip(*guesses)],
-                     "memory_off": [(tokenizer.id_to_token(int(t)), float(p)) for p, t in zip(*guesses_off)]})
+        rows.append(
+            {
+                "window": k,
+                "position": pos,
+                "truth": tokenizer.id_to_token(int(truth[i])),
+                "with_memory": [(tokenizer.id_to_token(int(t)), float(p)) for p, t in zip(*guesses, strict=True)],
+                "memory_off": [(tokenizer.id_to_token(int(t)), float(p)) for p, t in zip(*guesses_off, strict=True)],
+            }
+        )
     return rows
 
 

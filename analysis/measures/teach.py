@@ -11,16 +11,14 @@ volumes in), which :func:`walkthrough` reports.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import numpy as np
 import torch
 
+from analysis.traces.trace import LayerTrace, Trace
 from tensor_memory import hooks, memory_layers, record
 from tensor_memory.memory import MemoryState, TensorMemory, gaussian_write
-
 from tensor_memory.memory.geometry import in_voxels, sigma_voxels_per_axis
-from analysis.traces.trace import LayerTrace, Trace
 
 GATES = ("i", "f", "o", "g")
 
@@ -64,7 +62,7 @@ def read_corners(mu_read: np.ndarray, grid: tuple[int, int, int]) -> list[tuple[
     """
     axes = []
     positions = in_voxels(np.clip(np.asarray(mu_read, dtype=np.float64), -1.0, 1.0), grid)  # x, y, z
-    for position, n in zip(positions, grid[::-1]):
+    for position, n in zip(positions, grid[::-1], strict=True):
         left = min(int(np.floor(position)), n - 2)
         frac = position - left
         axes.append(((left, 1.0 - frac), (left + 1, frac)))
@@ -77,8 +75,15 @@ def read_corners(mu_read: np.ndarray, grid: tuple[int, int, int]) -> list[tuple[
     return out
 
 
-def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray, mu_read: np.ndarray,
-                   mu_write: np.ndarray, sigma: float, content: np.ndarray) -> MechanismStep:
+def mechanism_step(
+    memory: TensorMemory,
+    h_prev: np.ndarray,
+    c_prev: np.ndarray,
+    mu_read: np.ndarray,
+    mu_write: np.ndarray,
+    sigma: float,
+    content: np.ndarray,
+) -> MechanismStep:
     """Steps 3–5 of one chunk with ``memory``'s weights, from the state (h_prev, c_prev) before it.
 
     h_prev, c_prev (C, D, H, W); mu_read, mu_write (3,) as (x, y, z) in [-1, 1]; sigma > 0; content (C,).
@@ -93,32 +98,45 @@ def mechanism_step(memory: TensorMemory, h_prev: np.ndarray, c_prev: np.ndarray,
         raise ValueError(f"h_prev and c_prev must be {(C, *grid)}, got {tuple(h0.shape)} and {tuple(c0.shape)}")
     if not float(sigma) > 0:
         raise ValueError(f"sigma must be > 0, got {sigma}")
-    given = {"mu_read": torch.as_tensor(np.asarray(mu_read, dtype=np.float32)).view(1, 1, 3),
-             "mu_write": torch.as_tensor(np.asarray(mu_write, dtype=np.float32)).view(1, 1, 3),
-             "sigma": torch.tensor([[float(sigma)]], dtype=torch.float32),
-             "content": torch.as_tensor(np.asarray(content, dtype=np.float32)).view(1, 1, C)}
+    given = {
+        "mu_read": torch.as_tensor(np.asarray(mu_read, dtype=np.float32)).view(1, 1, 3),
+        "mu_write": torch.as_tensor(np.asarray(mu_write, dtype=np.float32)).view(1, 1, 3),
+        "sigma": torch.tensor([[float(sigma)]], dtype=torch.float32),
+        "content": torch.as_tensor(np.asarray(content, dtype=np.float32)).view(1, 1, C),
+    }
     tokens = torch.zeros(1, cfg.chunk_size, cfg.token_dim)  # every value they would give is set by the hooks
     state = MemoryState(h0[None], c0[None], torch.zeros(1, 0, cfg.token_dim))
-    with torch.no_grad(), hooks(memory, {name: (lambda _, v=v: v) for name, v in given.items()}), \
-            record(memory) as rec:
+    with torch.no_grad(), hooks(memory, {name: (lambda _, v=v: v) for name, v in given.items()}), record(memory) as rec:
         out, _ = memory(tokens, state)
     got = rec[""]
     with torch.no_grad():  # the write volume, for the picture: the forward only ever holds its factors
         write = gaussian_write(given["content"][0], given["mu_write"][0], given["sigma"][0], grid, cfg.write.window)
     first = lambda t: t[0, 0].numpy().copy()  # noqa: E731  (1, 1, …) → (…)
     xyz_read = first(got.mu_read)
-    return MechanismStep(mu_read=xyz_read, mu_write=first(got.mu_write), sigma=float(got.sigma[0, 0]),
-                         content=first(got.content), corners=read_corners(xyz_read, grid), read=first(got.read),
-                         added_norm=float((out - tokens)[0, 0].norm()),  # σ(γ)·out_proj(r), as the forward added it
-                         gate_scale=float(got.gate_scale), write=write[0].numpy().copy(),
-                         gates={g: first(getattr(got, f"gate_{g}")) for g in GATES},
-                         h_prev=h0.numpy().copy(), c_prev=c0.numpy().copy(), h_new=first(got.h), c_new=first(got.c))
+    return MechanismStep(
+        mu_read=xyz_read,
+        mu_write=first(got.mu_write),
+        sigma=float(got.sigma[0, 0]),
+        content=first(got.content),
+        corners=read_corners(xyz_read, grid),
+        read=first(got.read),
+        added_norm=float((out - tokens)[0, 0].norm()),  # σ(γ)·out_proj(r), as the forward added it
+        gate_scale=float(got.gate_scale),
+        write=write[0].numpy().copy(),
+        gates={g: first(getattr(got, f"gate_{g}")) for g in GATES},
+        h_prev=h0.numpy().copy(),
+        c_prev=c0.numpy().copy(),
+        h_new=first(got.h),
+        c_new=first(got.c),
+    )
 
 
 def state_before(layer: LayerTrace, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     """(h, c) a chunk reads and updates: the state after the previous chunk, zeros before the first."""
     if layer.c is None:
-        raise ValueError("the trace holds no cell state c (captured with cell_state=False); capture it with cell_state=True")
+        raise ValueError(
+            "the trace holds no cell state c (captured with cell_state=False); capture it with cell_state=True"
+        )
     if not 0 <= chunk < layer.h.shape[0]:
         raise ValueError(f"chunk must be in 0..{layer.h.shape[0] - 1}, got {chunk}")
     if chunk == 0:
@@ -127,19 +145,23 @@ def state_before(layer: LayerTrace, chunk: int) -> tuple[np.ndarray, np.ndarray]
     return layer.h[chunk - 1].astype(np.float32), layer.c[chunk - 1].astype(np.float32)
 
 
-def walkthrough(trace: Trace, memory: TensorMemory, layer: Optional[str], chunk: int) -> tuple[MechanismStep, float]:
+def walkthrough(trace: Trace, memory: TensorMemory, layer: str | None, chunk: int) -> tuple[MechanismStep, float]:
     """The recorded chunk recomputed by ``memory``, and the largest |difference| from the recorded new h."""
     lay = trace.layer(layer)
     h_prev, c_prev = state_before(lay, chunk)
-    step = mechanism_step(memory, h_prev, c_prev, lay.mu_read[chunk], lay.mu_write[chunk], float(lay.sigma[chunk]),
-                          lay.content[chunk])
+    step = mechanism_step(
+        memory, h_prev, c_prev, lay.mu_read[chunk], lay.mu_write[chunk], float(lay.sigma[chunk]), lay.content[chunk]
+    )
     return step, float(np.abs(step.h_new - lay.h[chunk].astype(np.float32)).max())
 
 
 def voxel_units(step: MechanismStep) -> dict[str, np.ndarray]:
     """The read and write coordinates (x, y, z) and σ per axis, in voxels."""
-    return {"read": in_voxels(step.mu_read, step.grid), "write": in_voxels(step.mu_write, step.grid),
-            "sigma": sigma_voxels_per_axis(step.sigma, step.grid)}
+    return {
+        "read": in_voxels(step.mu_read, step.grid),
+        "write": in_voxels(step.mu_write, step.grid),
+        "sigma": sigma_voxels_per_axis(step.sigma, step.grid),
+    }
 
 
 def step_sizes(step: MechanismStep) -> dict[str, float]:
@@ -148,10 +170,23 @@ def step_sizes(step: MechanismStep) -> dict[str, float]:
     ``h_after``, ``h_change``)."""
     norm = lambda values: float(np.linalg.norm(values))  # noqa: E731  (over every element)
     before, after = norm(step.h_prev), norm(step.h_new)
-    return {"read": norm(step.read), "content": norm(step.content),
-            "write_peak": float(np.sqrt((step.write.astype(np.float64) ** 2).sum(axis=0)).max()),
-            "h_before": before, "h_after": after, "h_change": after - before}
+    return {
+        "read": norm(step.read),
+        "content": norm(step.content),
+        "write_peak": float(np.sqrt((step.write.astype(np.float64) ** 2).sum(axis=0)).max()),
+        "h_before": before,
+        "h_after": after,
+        "h_change": after - before,
+    }
 
 
-__all__ = ["MechanismStep", "mechanism_step", "memory_module", "read_corners", "state_before", "walkthrough",
-           "voxel_units", "step_sizes"]
+__all__ = [
+    "MechanismStep",
+    "mechanism_step",
+    "memory_module",
+    "read_corners",
+    "state_before",
+    "walkthrough",
+    "voxel_units",
+    "step_sizes",
+]

@@ -10,7 +10,7 @@ sequence.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ FIELDS = {"h": "hidden state h", "c": "cell state c"}
 MODES = {"norm": "norm over channels", "channel": "one channel", "pca": "principal component"}
 
 
-def colour_range(values: np.ndarray, value_range: Optional[Sequence[float]] = None) -> tuple[float, float]:
+def colour_range(values: np.ndarray, value_range: Sequence[float] | None = None) -> tuple[float, float]:
     """(low, high) for colours: ``value_range`` when given (high > low), else the data's range.
 
     Constant data gets (value, value + 1), so it shows as the low end rather than an arbitrary colour.
@@ -71,8 +71,9 @@ def pca_basis(volumes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return components, explained
 
 
-def volume_values(volume: np.ndarray, mode: str = "norm", channel: int = 0, component: int = 0,
-                  basis: Optional[np.ndarray] = None) -> np.ndarray:
+def volume_values(
+    volume: np.ndarray, mode: str = "norm", channel: int = 0, component: int = 0, basis: np.ndarray | None = None
+) -> np.ndarray:
     """(D, H, W) float32 values to draw from a (C, D, H, W) state volume.
 
     ``mode``: ``"norm"`` the L2 norm over channels; ``"channel"`` channel ``channel``; ``"pca"`` the
@@ -89,8 +90,9 @@ def volume_values(volume: np.ndarray, mode: str = "norm", channel: int = 0, comp
         raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     components = pca_basis(array)[0] if basis is None else check_array(basis, 2, "basis", f"(k, {channels})")
     if components.shape[1] != channels:
-        raise ValueError(f"basis must have shape (k, {channels}) for a volume of {channels} channels, "
-                         f"got {tuple(components.shape)}")
+        raise ValueError(
+            f"basis must have shape (k, {channels}) for a volume of {channels} channels, got {tuple(components.shape)}"
+        )
     direction = components[check_index(component, len(components), "component")]
     samples = np.moveaxis(array, 0, -1).astype(np.float64)  # (D, H, W, C)
     centred = samples - samples.reshape(-1, channels).mean(axis=0)
@@ -139,9 +141,14 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
     low, high = colour_range(values)
     if mode == "norm":
         low, high = colour_range(values, (0.0, high)) if high > 0 else (0.0, 1.0)
-    return VolumeSeries(values=np.ascontiguousarray(values, dtype=np.float32), value_range=(low, high),
-                        label=label, field=field, mode=mode, index=int(index))
+    return VolumeSeries(
+        values=np.ascontiguousarray(values, dtype=np.float32),
+        value_range=(low, high),
+        label=label,
+        field=field,
+        mode=mode,
+        index=int(index),
+    )
 
 
-__all__ = ["VolumeSeries", "state_series", "colour_range", "pca_basis", "volume_values", "FIELDS",
-           "MODES"]
+__all__ = ["VolumeSeries", "state_series", "colour_range", "pca_basis", "volume_values", "FIELDS", "MODES"]

@@ -16,15 +16,15 @@ are in ``analysis/figures/world.py``.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from tensor_memory.storage.checkpoint import Checkpoint
-
 from analysis.traces.capture import capture_many, run_recorded, sample_batch
 from analysis.traces.segment_recorder import memory_chunk_size
+from tensor_memory.storage.checkpoint import Checkpoint
 
 RIDGE = 1e-3  # a small ridge on the least-squares fits: features that never vary do not blow up
 SAMPLES, FIT_SEED, EVAL_SEEDS = 64, 0, (1, 2, 3)  # a read-out is fitted on one seed's samples, scored on three others'
@@ -54,7 +54,7 @@ def r_squared(truth: np.ndarray, predicted: np.ndarray) -> float:
     return float(1.0 - ((truth - predicted) ** 2).sum() / total) if total > 0 else float("nan")
 
 
-def place_fit(mu: np.ndarray, places: np.ndarray, where: Optional[np.ndarray] = None) -> float:
+def place_fit(mu: np.ndarray, places: np.ndarray, where: np.ndarray | None = None) -> float:
     """Whether writes land where the task's true places are: R² of a linear map from μ (S, K, 3) to the places
     (S, K, p), fitted on the first half of the samples and scored on the other half (0: no better than the mean).
     ``where`` (S, K) bool keeps only those writes (a moving object's visible frames)."""
@@ -70,7 +70,8 @@ def place_fit(mu: np.ndarray, places: np.ndarray, where: Optional[np.ndarray] = 
 # Occlusion: do the writes follow the ball?
 # ---------------------------------------------------------------------------------------
 
-def _writes_and_positions(ckpt: Checkpoint, seed: int, samples: int, layer: Optional[str]):
+
+def _writes_and_positions(ckpt: Checkpoint, seed: int, samples: int, layer: str | None):
     """μ_write (S, K, 3), ball positions (S, K, 2) as (y, x), occluded (S, K) for one seed's samples."""
     traces = capture_many(ckpt, seed, range(samples), gates=False, cell_state=False, progress=False)
     name = layer or traces[0].layer_names[-1]
@@ -81,31 +82,46 @@ def _writes_and_positions(ckpt: Checkpoint, seed: int, samples: int, layer: Opti
     return name, mu, positions, occluded
 
 
-def write_position_fit(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = SAMPLES, fit_seed: int = FIT_SEED,
-                       eval_seeds: Sequence[int] = EVAL_SEEDS) -> dict[str, Any]:
+def write_position_fit(
+    ckpt: Checkpoint,
+    layer: str | None = None,
+    samples: int = SAMPLES,
+    fit_seed: int = FIT_SEED,
+    eval_seeds: Sequence[int] = EVAL_SEEDS,
+) -> dict[str, Any]:
     """How well a linear map of μ_write predicts the ball's (y, x): R² on samples not used to fit it.
 
     Returns ``{"layer", "weights" (4, 2), "r2_visible", "r2_hidden", "fit_frames", "eval_frames"}``.
     """
     _require(ckpt, "occlusion")
     if fit_seed in eval_seeds:
-        raise ValueError(f"fit_seed {fit_seed} is among eval_seeds {list(eval_seeds)}: fit and score on different samples")
+        raise ValueError(
+            f"fit_seed {fit_seed} is among eval_seeds {list(eval_seeds)}: fit and score on different samples"
+        )
     name, mu, positions, occluded = _writes_and_positions(ckpt, fit_seed, samples, layer)
     weights = fit_linear(mu[~occluded], positions[~occluded])
     parts = [_writes_and_positions(ckpt, seed, samples, name)[1:] for seed in eval_seeds]
-    mu_e, pos_e, occ_e = (np.concatenate(p) for p in zip(*parts))
+    mu_e, pos_e, occ_e = (np.concatenate(p) for p in zip(*parts, strict=True))
     scores = {}
     for label, where in (("visible", ~occ_e), ("hidden", occ_e)):
         scores[f"r2_{label}"] = r_squared(pos_e[where], apply_linear(weights, mu_e[where])) if where.any() else None
-    return {"layer": name, "weights": weights, **scores, "fit_frames": int((~occluded).sum()),
-            "eval_frames": int(occ_e.size), "fit_seed": fit_seed, "eval_seeds": list(eval_seeds)}
+    return {
+        "layer": name,
+        "weights": weights,
+        **scores,
+        "fit_frames": int((~occluded).sum()),
+        "eval_frames": int(occ_e.size),
+        "fit_seed": fit_seed,
+        "eval_seeds": list(eval_seeds),
+    }
 
 
 # ---------------------------------------------------------------------------------------
 # Map building: the map decoded from the memory
 # ---------------------------------------------------------------------------------------
 
-def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: Optional[str], **task_params: Any):
+
+def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: str | None, **task_params: Any):
     """Per sample: the layer's read vector at one query per cell, (S, cells, C), the map and what was observed.
 
     Samples are the task's, with their queries replaced by every cell in raster order.
@@ -117,8 +133,9 @@ def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: Opti
     cells = torch.arange(size * size)
     inputs["row"], inputs["col"] = inputs["row"].clone(), inputs["col"].clone()
     inputs["row"][:, T:], inputs["col"][:, T:] = cells // size, cells % size  # (S, cells) raster order
-    _, layers = run_recorded(ckpt.model.eval(), inputs, memory_chunk_size(ckpt.model), gates=False, cell_state=False,
-                             progress=False)
+    _, layers = run_recorded(
+        ckpt.model.eval(), inputs, memory_chunk_size(ckpt.model), gates=False, cell_state=False, progress=False
+    )
     name = layer or sorted(layers)[-1]
     if name not in layers:
         raise ValueError(f"no memory layer {name!r}; this checkpoint has {sorted(layers)}")
@@ -128,8 +145,13 @@ def _cell_reads(ckpt: Checkpoint, seed: int, indices: Sequence[int], layer: Opti
     return name, reads, truth, observed
 
 
-def map_probe(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = SAMPLES, fit_seed: int = FIT_SEED,
-              eval_seeds: Sequence[int] = EVAL_SEEDS) -> dict[str, Any]:
+def map_probe(
+    ckpt: Checkpoint,
+    layer: str | None = None,
+    samples: int = SAMPLES,
+    fit_seed: int = FIT_SEED,
+    eval_seeds: Sequence[int] = EVAL_SEEDS,
+) -> dict[str, Any]:
     """A linear probe from a cell's memory read to its occupancy, scored on unseen samples.
 
     Returns ``{"layer", "weights" (C + 1, 1), "accuracy_observed", "accuracy_all", "cells_observed"}``:
@@ -137,19 +159,28 @@ def map_probe(ckpt: Checkpoint, layer: Optional[str] = None, samples: int = SAMP
     """
     _require(ckpt, "map_building")
     if fit_seed in eval_seeds:
-        raise ValueError(f"fit_seed {fit_seed} is among eval_seeds {list(eval_seeds)}: fit and score on different samples")
+        raise ValueError(
+            f"fit_seed {fit_seed} is among eval_seeds {list(eval_seeds)}: fit and score on different samples"
+        )
     name, reads, truth, observed = _cell_reads(ckpt, fit_seed, range(samples), layer)
     weights = fit_linear(reads[observed], truth[observed][:, None].astype(np.float64))
     parts = [_cell_reads(ckpt, seed, range(samples), name)[1:] for seed in eval_seeds]
-    reads_e, truth_e, observed_e = (np.concatenate(p) for p in zip(*parts))
+    reads_e, truth_e, observed_e = (np.concatenate(p) for p in zip(*parts, strict=True))
     hit = (apply_linear(weights, reads_e)[..., 0] > 0.5) == truth_e.astype(bool)
-    return {"layer": name, "weights": weights, "accuracy_observed": float(hit[observed_e].mean()),
-            "accuracy_all": float(hit.mean()), "cells_observed": float(observed_e.mean()),
-            "fit_seed": fit_seed, "eval_seeds": list(eval_seeds)}
+    return {
+        "layer": name,
+        "weights": weights,
+        "accuracy_observed": float(hit[observed_e].mean()),
+        "accuracy_all": float(hit.mean()),
+        "cells_observed": float(observed_e.mean()),
+        "fit_seed": fit_seed,
+        "eval_seeds": list(eval_seeds),
+    }
 
 
-def decoded_map(ckpt: Checkpoint, probe: dict[str, Any], seed: int = 0, index: int = 0,
-                **task_params: Any) -> dict[str, np.ndarray]:
+def decoded_map(
+    ckpt: Checkpoint, probe: dict[str, Any], seed: int = 0, index: int = 0, **task_params: Any
+) -> dict[str, np.ndarray]:
     """One sample's true map, observed cells and the probe's occupancy estimate, each (size, size).
 
     The sample is sample ``index`` of stream ``seed`` (the one a trace of it shows: only its queries differ).
@@ -157,19 +188,31 @@ def decoded_map(ckpt: Checkpoint, probe: dict[str, Any], seed: int = 0, index: i
     size = ckpt.task.config.map_size
     _, reads, truth, observed = _cell_reads(ckpt, seed, [index], probe["layer"], **task_params)
     estimate = np.clip(apply_linear(probe["weights"], reads[0])[:, 0], 0.0, 1.0)
-    return {"map": truth[0].reshape(size, size), "observed": observed[0].reshape(size, size),
-            "decoded": estimate.reshape(size, size)}
+    return {
+        "map": truth[0].reshape(size, size),
+        "observed": observed[0].reshape(size, size),
+        "decoded": estimate.reshape(size, size),
+    }
 
 
 READOUTS = {"occlusion": write_position_fit, "map_building": map_probe}  # the tasks a linear read-out can check
 
 
-def world_readout(ckpt: Checkpoint, layer: Optional[str] = None) -> Optional[dict[str, Any]]:
+def world_readout(ckpt: Checkpoint, layer: str | None = None) -> dict[str, Any] | None:
     """The checkpoint's task's linear read-out (:data:`READOUTS`), fitted on seed 0 and scored on seeds 1–3; None
     for a task without one."""
     fit = READOUTS.get(ckpt.task.name)
     return None if fit is None else fit(ckpt, layer)
 
 
-__all__ = ["fit_linear", "apply_linear", "r_squared", "write_position_fit", "map_probe", "decoded_map",
-           "world_readout", "READOUTS", "READOUT_SAMPLES"]
+__all__ = [
+    "fit_linear",
+    "apply_linear",
+    "r_squared",
+    "write_position_fit",
+    "map_probe",
+    "decoded_map",
+    "world_readout",
+    "READOUTS",
+    "READOUT_SAMPLES",
+]

@@ -31,13 +31,19 @@ def score_positions(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, np
     0 where there is no target."""
     targets = targets.to(logits.device)
     blocks = []
-    for block, wanted in zip(logits.split(POSITION_BLOCK), targets.split(POSITION_BLOCK)):
+    for block, wanted in zip(logits.split(POSITION_BLOCK), targets.split(POSITION_BLOCK), strict=True):
         scores = block.float()  # (block, classes)
         probs = torch.softmax(scores, dim=-1)
         prediction = scores.argmax(-1)
         p_target = torch.where(wanted >= 0, probs.gather(1, wanted.clamp_min(0)[:, None])[:, 0], 0.0)
-        blocks.append({"target": wanted, "prediction": prediction, "p_target": p_target,
-                       "p_prediction": probs.gather(1, prediction[:, None])[:, 0]})
+        blocks.append(
+            {
+                "target": wanted,
+                "prediction": prediction,
+                "p_target": p_target,
+                "p_prediction": probs.gather(1, prediction[:, None])[:, 0],
+            }
+        )
     return {key: torch.cat([block[key] for block in blocks]).cpu().numpy() for key in blocks[0]}
 
 
@@ -54,8 +60,14 @@ def chunk_positions(scored: np.ndarray, chunk_size: int, num_chunks: int) -> tup
     return np.array([at for at, _ in rows], dtype=np.int64), np.array([has for _, has in rows], dtype=bool)
 
 
-def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, chunk_size: int,
-              num_chunks: int, outputs: str = "classes") -> dict[str, np.ndarray]:
+def per_chunk(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    chunk_size: int,
+    num_chunks: int,
+    outputs: str = "classes",
+) -> dict[str, np.ndarray]:
     """For one sample — logits (N, classes), targets and mask (N,) — the prediction, target, scored flag
     and class probabilities at each chunk's scored position (target −1 where the chunk scores nothing).
 
@@ -66,20 +78,30 @@ def per_chunk(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, c
     positions = torch.from_numpy(at)
     chosen = logits[positions].float()  # (K, classes) or (K, width)
     if outputs == "values":
-        return {"prediction": chosen.numpy().astype(np.float32),
-                "target": targets[positions].float().numpy().astype(np.float32), "scored": scored}
-    target = targets[positions].numpy().astype(np.int64)
-    return {"prediction": chosen.argmax(-1).numpy().astype(np.int64),
-            "target": np.where(scored, target, -1),
+        return {
+            "prediction": chosen.numpy().astype(np.float32),
+            "target": targets[positions].float().numpy().astype(np.float32),
             "scored": scored,
-            "probs": torch.softmax(chosen, dim=-1).numpy().astype(np.float32)}
+        }
+    target = targets[positions].numpy().astype(np.int64)
+    return {
+        "prediction": chosen.argmax(-1).numpy().astype(np.int64),
+        "target": np.where(scored, target, -1),
+        "scored": scored,
+        "probs": torch.softmax(chosen, dim=-1).numpy().astype(np.float32),
+    }
 
 
 def token_chunks(scores: dict[str, np.ndarray], chunk_size: int, num_chunks: int) -> dict[str, np.ndarray]:
     """Per chunk, the per-position ``scores`` (of :func:`score_positions`) at its scored position."""
     at, scored = chunk_positions(scores["target"] >= 0, chunk_size, num_chunks)
-    return {"prediction": scores["prediction"][at], "target": scores["target"][at], "scored": scored,
-            "p_target": scores["p_target"][at], "p_prediction": scores["p_prediction"][at]}
+    return {
+        "prediction": scores["prediction"][at],
+        "target": scores["target"][at],
+        "scored": scored,
+        "p_target": scores["p_target"][at],
+        "p_prediction": scores["p_prediction"][at],
+    }
 
 
 def written_chunks(layers: LayerFields, N: int, chunk_size: int) -> int:
@@ -88,11 +110,21 @@ def written_chunks(layers: LayerFields, N: int, chunk_size: int) -> int:
     most = -(-N // chunk_size)  # ⌈N / chunk_size⌉
     for name, fields in layers.items():
         if fields["h"].shape[1] > most:
-            raise TraceError(f"memory layer {name!r} wrote {fields['h'].shape[1]} chunks for {N} positions: it runs "
-                             f"more than once per forward (one memory shared by several layers); a trace records "
-                             f"memories that run once per forward")
+            raise TraceError(
+                f"memory layer {name!r} wrote {fields['h'].shape[1]} chunks for {N} positions: it runs "
+                f"more than once per forward (one memory shared by several layers); a trace records "
+                f"memories that run once per forward"
+            )
     return min(fields["h"].shape[1] for fields in layers.values())
 
 
-__all__ = ["check_finite", "score_positions", "chunk_positions", "per_chunk", "token_chunks", "written_chunks",
-           "POSITION_BLOCK", "PER_TOKEN"]
+__all__ = [
+    "check_finite",
+    "score_positions",
+    "chunk_positions",
+    "per_chunk",
+    "token_chunks",
+    "written_chunks",
+    "POSITION_BLOCK",
+    "PER_TOKEN",
+]

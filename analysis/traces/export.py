@@ -8,8 +8,8 @@ from __future__ import annotations
 import io
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from analysis.traces.trace import Trace
 

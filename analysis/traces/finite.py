@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
-
 from analysis.traces.trace import CHUNK_FIELDS, Trace
+from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 
 
 def _chunks(array: np.ndarray) -> np.ndarray:

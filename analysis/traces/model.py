@@ -27,22 +27,28 @@ window does; only the memories, and a model that threads its own state, carry ac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, score_positions, token_chunks, written_chunks
+from analysis.traces.segment_recorder import (
+    Inputs,
+    joined_layers,
+    layer_traces,
+    layers_info,
+    memory_chunk_size,
+    record_segments,
+)
+from analysis.traces.trace import Trace, TraceError, check_volume_dtype
+from analysis.traces.validation import MODEL_SOURCE
 from tensor_memory import streaming
 from tensor_memory.accelerator import model_device, resolve_device
 from tensor_memory.backbone import BackboneState
-
-from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, score_positions, token_chunks, written_chunks
-from analysis.traces.segment_recorder import (Inputs, joined_layers, layer_traces, layers_info, memory_chunk_size,
-                                              record_segments)
-from analysis.traces.trace import Trace, TraceError, check_volume_dtype
-from analysis.traces.validation import MODEL_SOURCE
 
 
 def sequence_length(inputs: Inputs) -> int:
@@ -67,7 +73,7 @@ def on_device(inputs: Inputs, device: torch.device) -> Inputs:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def logits_of(output: Any) -> Optional[torch.Tensor]:
+def logits_of(output: Any) -> torch.Tensor | None:
     """The model's class scores (1, n, classes): an output's ``logits``, or the output (or its first
     element) when that is a tensor; None when the output holds neither."""
     value = getattr(output, "logits", None)
@@ -79,14 +85,15 @@ def logits_of(output: Any) -> Optional[torch.Tensor]:
 def _targets(targets: Any, N: int) -> torch.Tensor:
     values = torch.as_tensor(targets).reshape(-1)
     if values.dtype.is_floating_point or values.dtype == torch.bool or values.numel() not in (N, N - 1):
-        raise ValueError(f"trace_model: targets must be N = {N} (or N − 1, the next tokens) integer classes, got "
-                         f"{values.numel()} of {values.dtype}")
+        raise ValueError(
+            f"trace_model: targets must be N = {N} (or N − 1, the next tokens) integer classes, got "
+            f"{values.numel()} of {values.dtype}"
+        )
     values = torch.cat([values.long(), values.new_full((N - values.numel(),), -1).long()])  # pad N − 1 to N
     return torch.where(values < 0, -1, values)  # −100 (Hugging Face's "ignore") and −1 both mean none
 
 
-def call_model(model: nn.Module, piece: Inputs,
-               state: Optional[BackboneState]) -> tuple[Any, Optional[BackboneState]]:
+def call_model(model: nn.Module, piece: Inputs, state: BackboneState | None) -> tuple[Any, BackboneState | None]:
     """One segment through ``model``: a dict as keyword arguments (a Hugging Face model's), a tensor as the first
     argument with the carried state after it. Returns the output and the state to carry: the one a model that
     threads its own state returns as ``(y, state)``, else None (streaming carries the memories' states)."""
@@ -104,36 +111,64 @@ def scored_segment(output: Any, targets: torch.Tensor) -> tuple[dict[str, np.nda
     (1, n, classes) that can score them."""
     logits = logits_of(output)
     if logits is None or logits.shape[:2] != (1, len(targets)):
-        raise ValueError("trace_model: targets were given, but the model's output has no logits "
-                         "(1, n, classes) to score them with")
+        raise ValueError(
+            "trace_model: targets were given, but the model's output has no logits (1, n, classes) to score them with"
+        )
     check_finite(logits, "this input")
     classes = logits.shape[-1]
     if targets.numel() and int(targets.max()) >= classes:
-        raise ValueError(f"trace_model: a target is {int(targets.max())}, but the model's output has {classes} "
-                         f"classes")
+        raise ValueError(f"trace_model: a target is {int(targets.max())}, but the model's output has {classes} classes")
     return score_positions(logits[0], targets), classes
 
 
-def _run(model: nn.Module, inputs: Inputs, N: int, segment: int, targets: Optional[torch.Tensor],
-         progress: Optional[bool], cell_state: bool, gates: bool, volumes: str):
+def _run(
+    model: nn.Module,
+    inputs: Inputs,
+    N: int,
+    segment: int,
+    targets: torch.Tensor | None,
+    progress: bool | None,
+    cell_state: bool,
+    gates: bool,
+    volumes: str,
+):
     """Feed the segments with the memories carried; returns (layer fields, per-position scores or None without
     targets, classes)."""
     recorded, scored, classes = [], [], 0
     with streaming(model):
-        for piece in record_segments(model, partial(call_model, model), inputs, N, segment, gates=gates, cell_state=cell_state,
-                                     volumes=volumes, progress=progress):
+        for piece in record_segments(
+            model,
+            partial(call_model, model),
+            inputs,
+            N,
+            segment,
+            gates=gates,
+            cell_state=cell_state,
+            volumes=volumes,
+            progress=progress,
+        ):
             recorded.append(piece.layers)
             if targets is not None:
-                scores, classes = scored_segment(piece.output, targets[piece.start:piece.start + segment])
+                scores, classes = scored_segment(piece.output, targets[piece.start : piece.start + segment])
                 scored.append(scores)
     joined = {key: np.concatenate([s[key] for s in scored]) for key in scored[0]} if scored else None
     return joined_layers(recorded), joined, classes
 
 
-def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[str]] = None, targets: Any = None,
-                name: Optional[str] = None, volumes: str = "float16", segment: Optional[int] = None,
-                gates: bool = True, cell_state: bool = True, progress: Optional[bool] = None,
-                device: Union[str, torch.device, None] = None) -> Trace:
+def trace_model(
+    model: nn.Module,
+    inputs: Inputs,
+    *,
+    tokens: Sequence[str] | None = None,
+    targets: Any = None,
+    name: str | None = None,
+    volumes: str = "float16",
+    segment: int | None = None,
+    gates: bool = True,
+    cell_state: bool = True,
+    progress: bool | None = None,
+    device: str | torch.device | None = None,
+) -> Trace:
     """Record every :class:`TensorMemory` of ``model`` on one input (see the module docstring).
 
     ``name`` labels the trace (default: the model's class name); ``volumes`` "float16" or "int8";
@@ -147,10 +182,13 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
     inputs = on_device(inputs, model_device(model))
     chunk_size = memory_chunk_size(model)
     N = sequence_length(inputs)
-    if segment is not None and (isinstance(segment, bool) or not isinstance(segment, int) or segment < 1
-                                or segment % chunk_size):
-        raise ValueError(f"trace_model: segment must be a positive multiple of the memory's chunk size "
-                         f"({chunk_size}) so that every chunk is recorded once, got {segment!r}")
+    if segment is not None and (
+        isinstance(segment, bool) or not isinstance(segment, int) or segment < 1 or segment % chunk_size
+    ):
+        raise ValueError(
+            f"trace_model: segment must be a positive multiple of the memory's chunk size "
+            f"({chunk_size}) so that every chunk is recorded once, got {segment!r}"
+        )
     if N < chunk_size:
         raise TraceError(f"the input has {N} positions, fewer than one memory chunk ({chunk_size})")
     if tokens is not None and (len(tokens) != N or not all(isinstance(t, str) for t in tokens)):
@@ -163,17 +201,31 @@ def trace_model(model: nn.Module, inputs: Inputs, *, tokens: Optional[Sequence[s
     finally:
         model.train(was_training)
     K = written_chunks(layers, N, chunk_size)
-    info = {"source": MODEL_SOURCE, "checkpoint_name": name or type(model).__name__, "model": type(model).__name__,
-            "backbone": type(model).__name__, "chunk_size": chunk_size, "num_chunks": K, "num_tokens": N,
-            "num_classes": max(classes, 1), "outputs": "none" if wanted is None else "tokens",
-            "layers": layers_info(layers, volumes, chunk_size)}
+    info = {
+        "source": MODEL_SOURCE,
+        "checkpoint_name": name or type(model).__name__,
+        "model": type(model).__name__,
+        "backbone": type(model).__name__,
+        "chunk_size": chunk_size,
+        "num_chunks": K,
+        "num_tokens": N,
+        "num_classes": max(classes, 1),
+        "outputs": "none" if wanted is None else "tokens",
+        "layers": layers_info(layers, volumes, chunk_size),
+    }
     chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
     per_token: dict[str, np.ndarray] = {}
     if scores is not None:
         chunks = token_chunks(scores, chunk_size, K)
         per_token = {key: scores[key] for key in PER_TOKEN}
-    return Trace(info=info, layers=layer_traces(layers, 0, K), chunks=chunks, meta={},
-                 tokens=None if tokens is None else list(tokens), per_token=per_token)
+    return Trace(
+        info=info,
+        layers=layer_traces(layers, 0, K),
+        chunks=chunks,
+        meta={},
+        tokens=None if tokens is None else list(tokens),
+        per_token=per_token,
+    )
 
 
 __all__ = ["trace_model"]

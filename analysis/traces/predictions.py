@@ -10,19 +10,17 @@ and ``meta`` as :func:`analysis.traces.capture.capture` gives.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
-
-from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 
 from analysis.traces.capture import BROKEN_SAMPLE, sample_batch, sample_meta, trace_info
 from analysis.traces.chunk_scorer import check_finite, per_chunk
 from analysis.traces.trace import Trace, TraceError
+from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
 
 
-def prediction_trace(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, index: int = 0,
-                     **task_params: Any) -> Trace:
+def prediction_trace(checkpoint: str | Path | Checkpoint, seed: int = 0, index: int = 0, **task_params: Any) -> Trace:
     """Sample ``index`` of stream ``seed`` through any checkpoint: predictions per task chunk, no memory layers."""
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     task, batch = sample_batch(ckpt, seed, [index], **task_params)
@@ -30,14 +28,20 @@ def prediction_trace(checkpoint: Union[str, Path, Checkpoint], seed: int = 0, in
     N = batch.targets.shape[1]
     K = N // chunk_size
     if K == 0:
-        raise TraceError(f"the sample has {N} tokens, fewer than one chunk ({chunk_size}); choose task parameters "
-                         f"that give a longer sequence")
+        raise TraceError(
+            f"the sample has {N} tokens, fewer than one chunk ({chunk_size}); choose task parameters "
+            f"that give a longer sequence"
+        )
     with torch.no_grad():
         logits, _ = ckpt.model.eval()(batch.inputs)
     check_finite(logits, BROKEN_SAMPLE)
     info = {**trace_info(ckpt, task, seed, chunk_size, K, N, layers={}), "index": int(index)}
-    return Trace(info=info, layers={}, meta=sample_meta(batch, 0),
-                 chunks=per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K, task.outputs))
+    return Trace(
+        info=info,
+        layers={},
+        meta=sample_meta(batch, 0),
+        chunks=per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K, task.outputs),
+    )
 
 
 __all__ = ["prediction_trace"]

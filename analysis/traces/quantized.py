@@ -46,8 +46,10 @@ class QuantizedVolumes:
 
     def __init__(self, codes: np.ndarray, scale: np.ndarray) -> None:
         if codes.dtype != np.int8 or codes.ndim != 5 or scale.shape != codes.shape[:2]:
-            raise ValueError(f"QuantizedVolumes needs int8 codes (K, C, D, H, W) and scales (K, C); got "
-                             f"{codes.dtype} {tuple(codes.shape)} and {tuple(scale.shape)}")
+            raise ValueError(
+                f"QuantizedVolumes needs int8 codes (K, C, D, H, W) and scales (K, C); got "
+                f"{codes.dtype} {tuple(codes.shape)} and {tuple(scale.shape)}"
+            )
         self.codes = codes
         self.scale = scale.astype(np.float32, copy=False)
 

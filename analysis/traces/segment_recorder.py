@@ -11,20 +11,20 @@ axis, and :func:`layer_traces` and :func:`layers_info` turn the joined fields in
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Optional, Union
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from analysis.traces.quantized import QuantizedVolumes, quantize
+from analysis.traces.trace import SCALE_SUFFIX, LayerTrace, TraceError
 from tensor_memory import memory_layers, record
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 from tensor_memory.memory.recording import Recording
 
-from analysis.traces.quantized import QuantizedVolumes, quantize
-from analysis.traces.trace import SCALE_SUFFIX, LayerTrace, TraceError
-
-Inputs = Union[torch.Tensor, dict[str, torch.Tensor]]
+Inputs = torch.Tensor | dict[str, torch.Tensor]
 Forward = Callable[[Inputs, Any], tuple[Any, Any]]  # (segment's inputs, carried state) → (output, state to carry)
 LayerFields = dict[str, dict[str, Any]]  # memory path → field → (B, k, …) array; "gate_scale" → float
 
@@ -42,9 +42,11 @@ def memory_chunk_size(model: torch.nn.Module) -> int:
     """The chunk size shared by the model's memory layers (a trace is indexed by chunk)."""
     sizes = {memory.config.chunk_size for memory in memory_layers(model).values()}
     if not sizes:
-        raise TraceError("no TensorMemory layer in this model (a checkpoint's backbone other than 'tensor'); "
-                         "traces record memory layers: attach one (tensor_memory.attach_memory) or choose a "
-                         "tensor checkpoint")
+        raise TraceError(
+            "no TensorMemory layer in this model (a checkpoint's backbone other than 'tensor'); "
+            "traces record memory layers: attach one (tensor_memory.attach_memory) or choose a "
+            "tensor checkpoint"
+        )
     if len(sizes) > 1:
         raise TraceError(f"memory layers with different chunk sizes {sorted(sizes)} cannot share one trace")
     return sizes.pop()
@@ -57,9 +59,18 @@ def segment_of(inputs: Inputs, start: int, stop: int, N: int) -> Inputs:
     return {k: v[:, start:stop] if v.dim() >= 2 and v.shape[1] == N else v for k, v in inputs.items()}
 
 
-def record_segments(model: torch.nn.Module, forward: Forward, inputs: Inputs, N: int, segment: int, *,
-                    gates: bool, cell_state: bool, volumes: str,
-                    progress: Optional[bool]) -> Iterator[RecordedSegment]:
+def record_segments(
+    model: torch.nn.Module,
+    forward: Forward,
+    inputs: Inputs,
+    N: int,
+    segment: int,
+    *,
+    gates: bool,
+    cell_state: bool,
+    volumes: str,
+    progress: bool | None,
+) -> Iterator[RecordedSegment]:
     """Feed ``inputs`` (N positions) to ``forward`` ``segment`` positions at a time, the state carried from each
     call to the next (None before the first), recording ``model``'s memory layers during each call.
 
@@ -67,8 +78,13 @@ def record_segments(model: torch.nn.Module, forward: Forward, inputs: Inputs, N:
     "int8". ``progress``: show a bar (None: only for four segments or more).
     """
     starts = range(0, N, segment)
-    bar = tqdm(starts, desc="recording", unit="segment", leave=False,
-               disable=progress is False or (progress is None and len(starts) < 4))
+    bar = tqdm(
+        starts,
+        desc="recording",
+        unit="segment",
+        leave=False,
+        disable=progress is False or (progress is None and len(starts) < 4),
+    )
     state = None
     for start in bar:
         with torch.no_grad(), record(model, gates=gates) as rec:
@@ -102,8 +118,9 @@ def joined_layers(segments: list[LayerFields]) -> LayerFields:
     joined: LayerFields = {}
     for name in dict.fromkeys(name for segment in segments for name in segment):
         parts = [segment[name] for segment in segments if name in segment]
-        joined[name] = {f: parts[-1][f] if f == "gate_scale" else np.concatenate([p[f] for p in parts], axis=1)
-                        for f in parts[0]}
+        joined[name] = {
+            f: parts[-1][f] if f == "gate_scale" else np.concatenate([p[f] for p in parts], axis=1) for f in parts[0]
+        }
     return joined
 
 
@@ -113,7 +130,7 @@ def layer_traces(layers: LayerFields, row: int, K: int) -> dict[str, LayerTrace]
     for name, f in layers.items():
         fields = {k: v[row, :K] for k, v in f.items() if k != "gate_scale"}
         for field in [k for k in fields if k.endswith(SCALE_SUFFIX)]:
-            volume = field[:-len(SCALE_SUFFIX)]
+            volume = field[: -len(SCALE_SUFFIX)]
             fields[volume] = QuantizedVolumes(np.ascontiguousarray(fields[volume]), fields.pop(field))
         per_layer[name] = LayerTrace(gate_scale=f["gate_scale"], **{"c": None, **fields})
     return per_layer
@@ -122,8 +139,17 @@ def layer_traces(layers: LayerFields, row: int, K: int) -> dict[str, LayerTrace]
 def layers_info(layers: LayerFields, volumes: str, chunk_size: int) -> dict[str, Any]:
     """Each layer's entry in a trace header: channels, grid, what it holds ("cells": whether the cell state c is kept,
     the file format's name for it)."""
-    return {name: {"channels": int(f["h"].shape[2]), "grid": list(f["h"].shape[3:]), "gates": "gate_i" in f,
-                   "cells": "c" in f, "volumes": volumes, "chunk_size": chunk_size} for name, f in layers.items()}
+    return {
+        name: {
+            "channels": int(f["h"].shape[2]),
+            "grid": list(f["h"].shape[3:]),
+            "gates": "gate_i" in f,
+            "cells": "c" in f,
+            "volumes": volumes,
+            "chunk_size": chunk_size,
+        }
+        for name, f in layers.items()
+    }
 
 
 __all__ = ["RecordedSegment", "record_segments", "joined_layers", "layer_traces", "layers_info", "memory_chunk_size"]

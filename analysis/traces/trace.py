@@ -8,23 +8,36 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
+from analysis.traces.quantized import QuantizedVolumes
+from analysis.traces.validation import (
+    MAX_TRACE_BYTES,
+    REDO,
+    SCALE_SUFFIX,
+    TARGET_ARRAYS,
+    TRACE_FORMAT,
+    TRACE_VERSION,
+    VOLUME_DTYPES,
+    TraceError,
+    check_consistency,
+    check_values,
+    decode_tokens,
+    expected_shapes,
+    fail,
+    is_model_trace,
+    parse_header,
+)
+from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 from tensor_memory.storage.files import FileFormatError, atomic_write_bytes
 from tensor_memory.storage.user_files import NUMPY_DTYPES, read_safetensors
-from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
-
-from analysis.traces.quantized import QuantizedVolumes
-from analysis.traces.validation import (MAX_TRACE_BYTES, REDO, SCALE_SUFFIX, TARGET_ARRAYS, TRACE_FORMAT,
-                                        TRACE_VERSION, VOLUME_DTYPES, TraceError, check_consistency, check_values,
-                                        decode_tokens, expected_shapes, fail, is_model_trace, parse_header)
 
 CHUNK_FIELDS = ("prediction", "target", "scored", "probs", "p_target", "p_prediction")
 
 
-Volumes = Union[np.ndarray, QuantizedVolumes]
+Volumes = np.ndarray | QuantizedVolumes
 
 
 @dataclasses.dataclass
@@ -40,12 +53,12 @@ class LayerTrace:
     sigma: np.ndarray  # (K,) write spread, normalised units
     content: np.ndarray  # (K, C)
     h: Volumes  # (K, C, D, H, W) after the chunk's update
-    c: Optional[Volumes]  # (K, C, D, H, W), or None when captured with cell_state=False
+    c: Volumes | None  # (K, C, D, H, W), or None when captured with cell_state=False
     gate_scale: float  # σ(γ)
-    gate_i: Optional[Volumes] = None  # (K, C, D, H, W) or None when captured without gates
-    gate_f: Optional[Volumes] = None
-    gate_o: Optional[Volumes] = None
-    gate_g: Optional[Volumes] = None
+    gate_i: Volumes | None = None  # (K, C, D, H, W) or None when captured without gates
+    gate_f: Volumes | None = None
+    gate_o: Volumes | None = None
+    gate_g: Volumes | None = None
 
     @property
     def has_gates(self) -> bool:
@@ -69,7 +82,7 @@ class Trace:
     layers: dict[str, LayerTrace]  # by module path, e.g. "backbone.blocks.1.memory"
     chunks: dict[str, np.ndarray]  # prediction, target, scored, probs — one row per chunk
     meta: dict[str, np.ndarray]  # the task's metadata for this sample
-    tokens: Optional[list[str]] = None  # the input's tokens as text, one per position, when recorded
+    tokens: list[str] | None = None  # the input's tokens as text, one per position, when recorded
     per_token: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # target, prediction, p_target (N,)
 
     @property
@@ -115,7 +128,7 @@ class Trace:
     def layer_names(self) -> list[str]:
         return list(self.layers)
 
-    def layer(self, name: Optional[str] = None) -> LayerTrace:
+    def layer(self, name: str | None = None) -> LayerTrace:
         """The named memory layer, or the last one (the one nearest the output)."""
         if name is None:
             return self.layers[self.layer_names[-1]]
@@ -157,7 +170,7 @@ class Trace:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays().values())
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: str | Path) -> Path:
         """Write the trace as one safetensors file, atomically; returns the path."""
         from safetensors.numpy import save
 
@@ -169,7 +182,7 @@ class Trace:
         return path
 
 
-def load_trace(path: Union[str, Path]) -> Trace:
+def load_trace(path: str | Path) -> Trace:
     """Read and validate a trace file written by :meth:`Trace.save`.
 
     Raises :class:`TraceError` naming the file and the problem for anything malformed:
@@ -193,12 +206,12 @@ def load_trace(path: Union[str, Path]) -> Trace:
         raise fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
     for name, (shape, _) in expected.items():
         if tensors[name].shape != shape:
-            raise fail(path, f"array {name!r} has shape {list(tensors[name].shape)}, the header implies "
-                             f"{list(shape)}")
+            raise fail(path, f"array {name!r} has shape {list(tensors[name].shape)}, the header implies {list(shape)}")
     unreadable = [name for name, info in tensors.items() if info.dtype not in NUMPY_DTYPES]
     if unreadable:  # numpy has no bfloat16 or 8-bit floats; no trace writes them
-        raise fail(path, f"array {unreadable[0]!r} is stored as {tensors[unreadable[0]].dtype}, a type traces "
-                         f"never hold")
+        raise fail(
+            path, f"array {unreadable[0]!r} is stored as {tensors[unreadable[0]].dtype}, a type traces never hold"
+        )
     arrays = {name: stored.tensor(name).numpy() for name in tensors}
     for name, (_, kind) in expected.items():
         check_values(path, name, arrays[name], kind)
@@ -216,9 +229,9 @@ def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
                 fields[field] = QuantizedVolumes(arrays[pre + field], arrays[pre + field + SCALE_SUFFIX])
         layers[name] = LayerTrace(gate_scale=float(arrays[pre + "gate_scale"][0]), **fields)  # type: ignore[arg-type]
     chunks = {f: arrays[f"chunk/{f}"] for f in CHUNK_FIELDS if f"chunk/{f}" in arrays}
-    meta = {n[len("meta/"):]: a for n, a in arrays.items() if n.startswith("meta/")}
+    meta = {n[len("meta/") :]: a for n, a in arrays.items() if n.startswith("meta/")}
     tokens = decode_tokens(Path(), arrays["tokens/utf8"], arrays["tokens/offsets"]) if info.get("tokens") else None
-    per_token = {n[len("tokens/"):]: arrays[n] for n in TARGET_ARRAYS if n in arrays}
+    per_token = {n[len("tokens/") :]: arrays[n] for n in TARGET_ARRAYS if n in arrays}
     return Trace(info=info, layers=layers, chunks=chunks, meta=meta, tokens=tokens, per_token=per_token)
 
 

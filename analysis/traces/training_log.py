@@ -43,9 +43,13 @@ def addressing_history(entries: list[dict[str, Any]], metric: str = "accuracy") 
         points = sorted(points)
         return np.array([p[0] for p in points], dtype=np.int64), np.array([p[1] for p in points])
 
-    return {"layers": {layer: {name: series(points) for name, points in measures.items()}
-                       for layer, measures in layers.items()},
-            f"val_{metric}": series(accuracy), "metric": metric}
+    return {
+        "layers": {
+            layer: {name: series(points) for name, points in measures.items()} for layer, measures in layers.items()
+        },
+        f"val_{metric}": series(accuracy),
+        "metric": metric,
+    }
 
 
 __all__ = ["addressing_history"]

@@ -53,8 +53,10 @@ def parse_header(path: Path, metadata: dict[str, str]) -> dict[str, Any]:
     """The header's ``info`` object, after checking the format name and version."""
     text = metadata.get("trace")
     if text is None:
-        raise fail(path, "not a trace file (a safetensors file without the trace header; is it a checkpoint's "
-                         "model.safetensors?)")
+        raise fail(
+            path,
+            "not a trace file (a safetensors file without the trace header; is it a checkpoint's model.safetensors?)",
+        )
     if len(text) > MAX_INFO_CHARS:
         raise fail(path, f"the trace header is {len(text)} characters, over the {MAX_INFO_CHARS} limit")
     try:
@@ -65,8 +67,10 @@ def parse_header(path: Path, metadata: dict[str, str]) -> dict[str, Any]:
         raise fail(path, "the header does not name the trace format")
     version = header.get("version")
     if version != TRACE_VERSION:
-        raise TraceError(f"{path}: trace format version {version!r}, this version of tensor-memory reads "
-                         f"version {TRACE_VERSION}; {REDO}")
+        raise TraceError(
+            f"{path}: trace format version {version!r}, this version of tensor-memory reads "
+            f"version {TRACE_VERSION}; {REDO}"
+        )
     info = header.get("info")
     if not isinstance(info, dict):
         raise fail(path, "the trace header has no info object")
@@ -111,11 +115,20 @@ def layer_shapes(name: str, layer: Any, K: int, path: Path) -> dict[str, tuple[t
         volumes = layer.get("volumes", "float16")
         assert C >= 1 and len(grid) == 3 and min(grid) >= 1 and volumes in VOLUME_DTYPES
     except (KeyError, TypeError, ValueError, AssertionError):
-        raise fail(path, f"the trace header's entry for layer {name!r} lacks channels, grid or gates, "
-                         f"or names volumes other than {' or '.join(VOLUME_DTYPES)}") from None
+        raise fail(
+            path,
+            f"the trace header's entry for layer {name!r} lacks channels, grid or gates, "
+            f"or names volumes other than {' or '.join(VOLUME_DTYPES)}",
+        ) from None
     pre = f"layer/{name}/"
-    out = {pre + "mu_read": ((K, 3), "f"), pre + "read": ((K, C), "f"), pre + "mu_write": ((K, 3), "f"),
-           pre + "sigma": ((K,), "f"), pre + "content": ((K, C), "f"), pre + "gate_scale": ((1,), "f")}
+    out = {
+        pre + "mu_read": ((K, 3), "f"),
+        pre + "read": ((K, C), "f"),
+        pre + "mu_write": ((K, 3), "f"),
+        pre + "sigma": ((K,), "f"),
+        pre + "content": ((K, C), "f"),
+        pre + "gate_scale": ((1,), "f"),
+    }
     for field in ("h",) + (("c",) if cell_state else ()) + (GATE_POINTS if gates else ()):
         if volumes == "int8":
             out[pre + field] = ((K, C, *grid), "int8")
@@ -135,8 +148,9 @@ def expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[i
         out.update(text_shapes(info))
         assert all(min(shape, default=0) >= 0 for shape, _ in out.values())
     except (KeyError, TypeError, ValueError, AssertionError):
-        raise fail(path, "the trace header lacks num_chunks, num_classes, num_tokens, layers or a valid outputs "
-                         "kind") from None
+        raise fail(
+            path, "the trace header lacks num_chunks, num_classes, num_tokens, layers or a valid outputs kind"
+        ) from None
     for name, layer in layers.items():
         out.update(layer_shapes(name, layer, K, path))
     return out
@@ -156,8 +170,9 @@ def check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
     if name.endswith(SCALE_SUFFIX) and (array < 0).any():
         raise fail(path, f"array {name!r} holds negative scales; int8 volumes need scales ≥ 0")
     if name.endswith(("/mu_read", "/mu_write")) and (np.abs(array) > 1 + 1e-3).any():  # tanh-bounded coordinates
-        raise fail(path, f"array {name!r} holds coordinates outside the grid's [-1, 1]; no memory writes or reads "
-                         f"there")
+        raise fail(
+            path, f"array {name!r} holds coordinates outside the grid's [-1, 1]; no memory writes or reads there"
+        )
     if name.endswith("/sigma") and (array <= 0).any():
         raise fail(path, f"array {name!r} holds a write spread σ ≤ 0; a memory's σ is positive")
 
@@ -169,15 +184,18 @@ def decode_tokens(path: Path, utf8: np.ndarray, offsets: np.ndarray) -> list[str
         raise fail(path, "the token offsets do not run from 0 to the end of the token text in order")
     data = utf8.tobytes()
     try:
-        return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
     except UnicodeDecodeError as error:
         raise fail(path, f"a token is not valid UTF-8 ({error.reason})") from None
 
 
 # Task metadata the views index with, and the task parameter that bounds it: 0 <= value < params[bound].
-META_BOUNDS = {("occlusion", "positions"): "size", ("moving_digits", "positions"): "size",
-               ("map_building", "query_cells"): "map_size",
-               ("map_building", "obs_positions"): "map_size"}
+META_BOUNDS = {
+    ("occlusion", "positions"): "size",
+    ("moving_digits", "positions"): "size",
+    ("map_building", "query_cells"): "map_size",
+    ("map_building", "obs_positions"): "map_size",
+}
 
 
 def is_model_trace(info: dict[str, Any]) -> bool:
@@ -225,8 +243,9 @@ def check_positions(path: Path, info: dict[str, Any], K: int) -> None:
     """
     chunk, N = info.get("chunk_size"), info.get("num_tokens")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (chunk, N)):
-        raise fail(path, f"the trace header's chunk_size and num_tokens must be whole numbers ≥ 1, got {chunk!r} "
-                         f"and {N!r}")
+        raise fail(
+            path, f"the trace header's chunk_size and num_tokens must be whole numbers ≥ 1, got {chunk!r} and {N!r}"
+        )
     if not (K - 1) * chunk < N < (K + 1) * chunk:
         raise fail(path, f"the trace header's {N} tokens in chunks of {chunk} do not make its {K} chunks")
 
@@ -238,11 +257,15 @@ def check_task(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) 
         task = make_task(info["task"], info.get("task_params"))
     except (ValueError, TypeError) as error:
         raise fail(path, f"the trace header names a task it cannot be: {error}") from None
-    if info.get("outputs", "classes") != task.outputs or (task.outputs == "values"
-                                                         and int(info["output_width"]) != task.output_width):
-        raise fail(path, f"the trace header says its predictions are {info.get('outputs', 'classes')} of width "
-                         f"{info.get('output_width', classes)}; a {info['task']} model predicts {task.outputs} "
-                         f"of width {task.output_width}")
+    if info.get("outputs", "classes") != task.outputs or (
+        task.outputs == "values" and int(info["output_width"]) != task.output_width
+    ):
+        raise fail(
+            path,
+            f"the trace header says its predictions are {info.get('outputs', 'classes')} of width "
+            f"{info.get('output_width', classes)}; a {info['task']} model predicts {task.outputs} "
+            f"of width {task.output_width}",
+        )
     sample = {k: v[0].numpy() for k, v in task.sample(1, 0).meta.items()}  # the shapes this task's metadata has
     for key, like in sample.items():
         have = arrays.get(f"meta/{key}")
@@ -251,5 +274,4 @@ def check_task(path: Path, info: dict[str, Any], arrays: dict[str, np.ndarray]) 
             raise fail(path, f"the task's metadata {key!r} is {got}, a {info['task']} sample has {list(like.shape)}")
         bound = META_BOUNDS.get((info["task"], key))
         if bound is not None and have.size and not (0 <= have.min() and have.max() < task.config.to_dict()[bound]):
-            raise fail(path, f"the task's metadata {key!r} lies outside [0, {bound} = "
-                             f"{task.config.to_dict()[bound]})")
+            raise fail(path, f"the task's metadata {key!r} lies outside [0, {bound} = {task.config.to_dict()[bound]})")

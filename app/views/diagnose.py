@@ -3,7 +3,7 @@ on the session's sample stepping together in the browser: :func:`comparison_payl
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import streamlit as st
 
@@ -20,59 +20,80 @@ from app import cache, layout, state, stepping, world_view
 from app.browser_stepper import Row, StepperPayload, stepper_payload
 from app.cache import CheckpointRef, Sample
 from app.sidebar import checkpoint_options
-from tensor_memory.storage.checkpoint import CheckpointError
-from tensor_memory.training.evaluation import format_metric
-from tensor_memory.tasks import TASKS
 from tensor_memory.errors import EXPECTED_ERRORS, describe
+from tensor_memory.storage.checkpoint import CheckpointError
+from tensor_memory.tasks import TASKS
+from tensor_memory.training.evaluation import format_metric
 
 SAMPLE_COUNTS = [8, 16, 32, 64, 128]
-MEASURES = (("write_spread_voxels", "write spread (voxels)", "{:.2f}"), ("effective_voxels", "voxels filled", "{:.1f}"),
-            ("sigma_voxels", "median σ (voxels)", "{:.2f}"), ("reads_within_2sigma", "reads within 2σ", "{:.0%}"),
-            ("boundary_fraction", "at a face", "{:.0%}"), ("gate_scale", "σ(γ)", "{:.3f}"))
+MEASURES = (
+    ("write_spread_voxels", "write spread (voxels)", "{:.2f}"),
+    ("effective_voxels", "voxels filled", "{:.1f}"),
+    ("sigma_voxels", "median σ (voxels)", "{:.2f}"),
+    ("reads_within_2sigma", "reads within 2σ", "{:.0%}"),
+    ("boundary_fraction", "at a face", "{:.0%}"),
+    ("gate_scale", "σ(γ)", "{:.3f}"),
+)
 HEIGHTS = {"input": 340, "volume": 440, "timeline": 300}  # pixels, of each side's views
 
 
-def comparison_payload(sides: list[tuple[str, Trace, Optional[VolumeSeries]]], identity: Any, settings: Any,
-                       kind: str, span: Optional[tuple[int, int]] = None) -> StepperPayload:
+def comparison_payload(
+    sides: list[tuple[str, Trace, VolumeSeries | None]],
+    identity: Any,
+    settings: Any,
+    kind: str,
+    span: tuple[int, int] | None = None,
+) -> StepperPayload:
     """Two checkpoints on one sample side by side, stepping together: for each (name, its trace, its volume series or
     None) the input with its prediction, the prediction against the truth, the volume and the timeline. The
     annotation track and the events are the first's; both traces must have the same chunks (ValueError).
     ``identity`` names the sample, ``settings`` what else decides the series (the layer, the field, the reduction)."""
     (first, trace, _), (second, other, _) = sides
     if trace.num_chunks != other.num_chunks:
-        raise ValueError(f"{first} has {trace.num_chunks} chunks on this sample and {second} {other.num_chunks}: "
-                         f"their memory chunks differ, so no chunk of one is a chunk of the other")
-    named = dict(zip("ab", sides))
+        raise ValueError(
+            f"{first} has {trace.num_chunks} chunks on this sample and {second} {other.num_chunks}: "
+            f"their memory chunks differ, so no chunk of one is a chunk of the other"
+        )
+    named = dict(zip("ab", sides, strict=True))
 
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
         shown: dict[str, Any] = {}
         for side, (_, run, series) in named.items():
             shown[f"{side}_input"] = chunk_input_figure(run, k)
-            shown[f"{side}_card"] = prediction_card(outcome if run is trace else chunk_outcome(run, k),
-                                                    run.has_predictions)
+            shown[f"{side}_card"] = prediction_card(
+                outcome if run is trace else chunk_outcome(run, k), run.has_predictions
+            )
             if series is not None:
-                shown[f"{side}_volume"] = volume_figure(series.values[k], kind, f"{series.label} after chunk {k}",
-                                                        value_range=series.value_range)
+                shown[f"{side}_volume"] = volume_figure(
+                    series.values[k], kind, f"{series.label} after chunk {k}", value_range=series.value_range
+                )
             shown[f"{side}_timeline"] = timeline_figure(run, k, span)
         return shown
 
     parts = ("input", "card", "volume", "timeline")
-    columns = tuple(tuple(f"{side}_{part}" for part in parts if part != "volume" or series is not None)
-                    for side, (_, _, series) in named.items())
+    columns = tuple(
+        tuple(f"{side}_{part}" for part in parts if part != "volume" or series is not None)
+        for side, (_, _, series) in named.items()
+    )
     labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
     heights = {f"{side}_{part}": height for side in named for part, height in HEIGHTS.items()}
     shown = ("compare", first, second, settings, kind, tuple(s is None for _, _, s in sides))
     return stepper_payload(trace, identity, shown, views, (Row(columns, (1, 1)),), labels, heights, span)
 
 
-def comparison_views(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[Sample, Sample], layer: Optional[str],
-                     drawn: tuple[str, str, int, str], span: Optional[tuple[int, int]]) -> StepperPayload:
+def comparison_views(
+    refs: tuple[CheckpointRef, CheckpointRef],
+    samples: tuple[Sample, Sample],
+    layer: str | None,
+    drawn: tuple[str, str, int, str],
+    span: tuple[int, int] | None,
+) -> StepperPayload:
     """:func:`comparison_payload` of two checkpoints of one task, each on its ``samples`` (the same task settings):
     the first's memory ``layer`` and the other's last, drawn as ``drawn`` (field, mode, index, kind) says; no volume
     for a checkpoint without a memory to show. The sample is the first's: the session's."""
     field, mode, index, kind = drawn
     sides = []
-    for ref, sample, shown_layer in zip(refs, samples, (layer, None)):
+    for ref, sample, shown_layer in zip(refs, samples, (layer, None), strict=True):
         trace = cache.sample_trace(ref, sample)
         drawable = cache.load(ref).has_memory and not nonfinite_fields(trace)
         series = cache.volume_series(ref, sample, shown_layer, field, mode, index) if drawable else None
@@ -80,18 +101,21 @@ def comparison_views(refs: tuple[CheckpointRef, CheckpointRef], samples: tuple[S
     return comparison_payload(sides, (refs[0], samples[0]), (layer, field, mode, index), kind, span)
 
 
-def verdict(report: Optional[dict[str, Any]], name: str) -> None:
+def verdict(report: dict[str, Any] | None, name: str) -> None:
     """The addressing verdict as a coloured box, or a note for a checkpoint without memory."""
     if report is None:
         st.info(f"{name} has no Tensor Memory layers: no addressing to report.", icon=":material/info:")
     elif report["verdict"] == "healthy":
         st.success(f"**healthy**: {name} reads and writes across its grid", icon=":material/check_circle:")
     else:
-        st.error(f"**{report['verdict']}**" + (f" (also: {', '.join(report['failures'][1:])})"
-                                              if len(report["failures"]) > 1 else ""), icon=":material/error:")
+        st.error(
+            f"**{report['verdict']}**"
+            + (f" (also: {', '.join(report['failures'][1:])})" if len(report["failures"]) > 1 else ""),
+            icon=":material/error:",
+        )
 
 
-def measured(ref: CheckpointRef, sample: Sample, samples: int, layer: Optional[str]) -> dict[str, Any]:
+def measured(ref: CheckpointRef, sample: Sample, samples: int, layer: str | None) -> dict[str, Any]:
     """The checkpoint's summary over ``samples`` samples of the sample's stream, or the page stops saying why not."""
     try:
         return cache.summary(ref, sample, samples, layer)
@@ -108,14 +132,24 @@ def counterpart(label: str, options: list[str]) -> str:
 
 
 context = state.current()
-layout.header(context, "Diagnose", "Is the memory using its grid? The addressing report over many samples, with its "
-                                   "verdict and reasons, and any two checkpoints side by side.")
+layout.header(
+    context,
+    "Diagnose",
+    "Is the memory using its grid? The addressing report over many samples, with its "
+    "verdict and reasons, and any two checkpoints side by side.",
+)
 if context.is_trace_file:  # one recorded sample: its report, nothing to run again
     report = None if not context.has_memory_views else cache.trace_addressing(context.ref, context.layer)
     where = "the one sample this trace recorded"
 else:
-    samples = layout.remembered(st.select_slider, "Samples to measure over", "diagnose.samples", 32,
-                                options=SAMPLE_COUNTS, help="More samples: steadier numbers, longer to compute.")
+    samples = layout.remembered(
+        st.select_slider,
+        "Samples to measure over",
+        "diagnose.samples",
+        32,
+        options=SAMPLE_COUNTS,
+        help="More samples: steadier numbers, longer to compute.",
+    )
     mine = measured(context.ref, context.sample, samples, context.layer)
     report = mine["addressing"]
     where = f"{samples} samples of seed {context.seed}"
@@ -138,32 +172,41 @@ if report is not None:
         st.json({"measures": report["measures"], "thresholds": report["thresholds"]}, expanded=False)
 
 
-def training_section(ref: CheckpointRef, layer: Optional[str], scaffold_steps: int) -> None:
+def training_section(ref: CheckpointRef, layer: str | None, scaffold_steps: int) -> None:
     """The addressing measures its training logged, against the step: when a collapse happened."""
     st.markdown("##### Addressing during training")
     try:
         history = cache.training_history(ref)
         figure = addressing_history_figure(history, layer, scaffold_steps)
     except FileNotFoundError:
-        st.info(f"{ref.label} has no train_log.jsonl, so there is no training history to show.",
-                icon=":material/info:")
+        st.info(f"{ref.label} has no train_log.jsonl, so there is no training history to show.", icon=":material/info:")
         return
     except ValueError as error:
         st.info(f"No addressing history to show: {error}", icon=":material/info:")
         return
     layout.chart(figure, "training_history", height=320)
-    st.caption("Logged by `tensor-memory train` at every evaluation, on 16 validation samples"
-               + (", with the model's own addressing also while the address scaffold (shaded) steered training"
-                  if scaffold_steps else "") + ".")
+    st.caption(
+        "Logged by `tensor-memory train` at every evaluation, on 16 validation samples"
+        + (
+            ", with the model's own addressing also while the address scaffold (shaded) steered training"
+            if scaffold_steps
+            else ""
+        )
+        + "."
+    )
 
 
 if context.is_trace_file:
-    st.info("The training history, the world read-out and the side-by-side comparison run checkpoints: open one "
-            "in the sidebar for them.", icon=":material/info:")
+    st.info(
+        "The training history, the world read-out and the side-by-side comparison run checkpoints: open one "
+        "in the sidebar for them.",
+        icon=":material/info:",
+    )
     st.stop()
 if report is not None:
-    training_section(context.ref, report["layer"],
-                     context.checkpoint.config["training"].get("address_scaffold_steps", 0))
+    training_section(
+        context.ref, report["layer"], context.checkpoint.config["training"].get("address_scaffold_steps", 0)
+    )
 
 if world_view.supported(context):
     st.markdown("##### Does the memory's space follow the world?")
@@ -173,9 +216,14 @@ if world_view.supported(context):
 st.markdown("##### Two checkpoints side by side")
 options = checkpoint_options()
 names = list(options)
-other_label = layout.remembered(st.selectbox, "Compare with", f"diagnose.other.{context.ref.label}",
-                                counterpart(context.ref.label, names), options=names,
-                                help="Same task: accuracies compare directly. Another task: compare the addressing.")
+other_label = layout.remembered(
+    st.selectbox,
+    "Compare with",
+    f"diagnose.other.{context.ref.label}",
+    counterpart(context.ref.label, names),
+    options=names,
+    help="Same task: accuracies compare directly. Another task: compare the addressing.",
+)
 try:
     other_ref = CheckpointRef.of(options[other_label], other_label)
     other_loaded = cache.load(other_ref)
@@ -183,8 +231,11 @@ except CheckpointError as error:
     st.error(f"Could not load {other_label} to compare: {error}")
     st.stop()
 same_task = other_loaded.checkpoint.task.name == context.task
-their_sample = (context.sample.carried_to(context.checkpoint.task.config, other_loaded.checkpoint.task.config)
-                if same_task else context.sample.with_task_defaults())  # same task: the same settings
+their_sample = (
+    context.sample.carried_to(context.checkpoint.task.config, other_loaded.checkpoint.task.config)
+    if same_task
+    else context.sample.with_task_defaults()
+)  # same task: the same settings
 theirs = measured(other_ref, their_sample, samples, None)
 note = comparison_note(mine, theirs)
 if note:
@@ -201,17 +252,32 @@ st.dataframe(comparison_rows(mine, theirs), hide_index=True, width="stretch")
 
 st.markdown("##### Both on this sample, chunk by chunk")
 if not same_task:
-    st.info(f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
-            f"{context.task} task to step both side by side.", icon=":material/info:")
+    st.info(
+        f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
+        f"{context.task} task to step both side by side.",
+        icon=":material/info:",
+    )
     st.stop()
 view = layout.volume_view()
 drawn = (view.field, view.mode, view.index, view.kind)  # what the comparison draws of Explore's view
 try:
-    stepping.stepper(context, "diagnose", lambda span: cache.stepper_payload(
-        "diagnose", comparison_views, (context.ref, other_ref), (context.sample, their_sample), context.layer, drawn,
-        span))
+    stepping.stepper(
+        context,
+        "diagnose",
+        lambda span: cache.stepper_payload(
+            "diagnose",
+            comparison_views,
+            (context.ref, other_ref),
+            (context.sample, their_sample),
+            context.layer,
+            drawn,
+            span,
+        ),
+    )
 except EXPECTED_ERRORS as error:
     st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
     st.stop()
-st.caption("Both run the session's sample and step together in your browser; the 3D view and the channels are "
-           "Explore's settings.")
+st.caption(
+    "Both run the session's sample and step together in your browser; the 3D view and the channels are "
+    "Explore's settings."
+)

@@ -9,14 +9,18 @@ import re
 import streamlit as st
 
 from analysis.figures.export import figure_pngs, figures_html
-from analysis.traces.export import zip_bytes
 from analysis.figures.render import footprint_plotter, plotter_html
 from analysis.figures.report import report_html
+from analysis.traces.export import zip_bytes
 from app import cache, layout, state, stepping
 
 context = state.current()
-chunk = stepping.stepped_page(context, "Export", "Take the sample away: its trace, the figures of the current chunk, "
-                                                 "the offline report.", key="export")
+chunk = stepping.stepped_page(
+    context,
+    "Export",
+    "Take the sample away: its trace, the figures of the current chunk, the offline report.",
+    key="export",
+)
 trace = context.trace
 view = layout.volume_view()
 series = (view.field, view.mode, view.index) if context.has_memory_views else None
@@ -29,39 +33,79 @@ title = f"{shown}, chunk {chunk}"
 def png_archive() -> bytes:
     """Every Plotly figure drawn in Chromium, plus the PyVista volume rendering when there is a memory (rendered
     here, on the click: the page opens without waiting for PyVista)."""
-    rendered = {} if series is None else {f"pyvista_{view.field}.png": cache.volume_renderings(
-        context.ref, context.sample, context.layer, *series)[chunk]}
+    rendered = (
+        {}
+        if series is None
+        else {
+            f"pyvista_{view.field}.png": cache.volume_renderings(context.ref, context.sample, context.layer, *series)[
+                chunk
+            ]
+        }
+    )
     return zip_bytes({**{f"{key}.png": data for key, data in figure_pngs(figures).items()}, **rendered})
 
 
 trace_col, figures_col, report_col = st.columns(3)
 with trace_col, st.container(border=True):
     st.markdown("**Trace**")
-    st.caption("Every recorded array of the sample (safetensors with a JSON header; `analysis.load_trace` reads "
-               "it back and validates it).")
-    st.download_button("Trace (.safetensors)", cache.trace_file(context.ref, context.sample),
-                       file_name=f"{name}.trace.safetensors", mime="application/octet-stream",
-                       icon=":material/database:", key="download_trace")
+    st.caption(
+        "Every recorded array of the sample (safetensors with a JSON header; `analysis.load_trace` reads "
+        "it back and validates it)."
+    )
+    st.download_button(
+        "Trace (.safetensors)",
+        cache.trace_file(context.ref, context.sample),
+        file_name=f"{name}.trace.safetensors",
+        mime="application/octet-stream",
+        icon=":material/database:",
+        key="download_trace",
+    )
 with figures_col, st.container(border=True):
     st.markdown(f"**Figures of chunk {chunk}**")
-    st.caption(f"{len(figures)} figures as the Explore page draws them now: one offline HTML page, or PNG images "
-               "(drawn in headless Chromium; takes a few seconds).")
-    st.download_button("Figures (HTML)", lambda: figures_html(figures, title), file_name=f"{name}-chunk{chunk}.html",
-                       mime="text/html", icon=":material/code:", key="download_html")
-    st.download_button("Figures (PNG, zip)", png_archive, file_name=f"{name}-chunk{chunk}-png.zip",
-                       mime="application/zip", icon=":material/image:", key="download_png")
+    st.caption(
+        f"{len(figures)} figures as the Explore page draws them now: one offline HTML page, or PNG images "
+        "(drawn in headless Chromium; takes a few seconds)."
+    )
+    st.download_button(
+        "Figures (HTML)",
+        lambda: figures_html(figures, title),
+        file_name=f"{name}-chunk{chunk}.html",
+        mime="text/html",
+        icon=":material/code:",
+        key="download_html",
+    )
+    st.download_button(
+        "Figures (PNG, zip)",
+        png_archive,
+        file_name=f"{name}-chunk{chunk}-png.zip",
+        mime="application/zip",
+        icon=":material/image:",
+        key="download_png",
+    )
     if context.has_memory_views:
-        st.download_button("Footprint, interactive 3D (PyVista HTML)",
-                           lambda: plotter_html(footprint_plotter(trace.layer(context.layer), chunk)),
-                           file_name=f"{name}-chunk{chunk}-footprint.html", mime="text/html",
-                           icon=":material/3d_rotation:", key="download_footprint")
+        st.download_button(
+            "Footprint, interactive 3D (PyVista HTML)",
+            lambda: plotter_html(footprint_plotter(trace.layer(context.layer), chunk)),
+            file_name=f"{name}-chunk{chunk}-footprint.html",
+            mime="text/html",
+            icon=":material/3d_rotation:",
+            key="download_footprint",
+        )
 with report_col, st.container(border=True):
     st.markdown("**Offline report**")
     if context.has_memory_views:
-        st.caption("One self-contained HTML page: the addressing verdict, the predictions, the belief, the "
-                   "trajectories, the state and the gates.")
-        st.download_button("Report (HTML)", lambda: report_html(trace), file_name=f"{name}-report.html",
-                           mime="text/html", icon=":material/description:", key="download_report")
+        st.caption(
+            "One self-contained HTML page: the addressing verdict, the predictions, the belief, the "
+            "trajectories, the state and the gates."
+        )
+        st.download_button(
+            "Report (HTML)",
+            lambda: report_html(trace),
+            file_name=f"{name}-report.html",
+            mime="text/html",
+            icon=":material/description:",
+            key="download_report",
+        )
     else:
         st.caption("The offline report describes a memory; this checkpoint has none to report on.")
 with st.expander("Preview of the exported figures"):

@@ -8,12 +8,12 @@ import numpy as np
 import streamlit as st
 
 from analysis.figures import teach as teach_figures
-from analysis.measures import teach
-from analysis.figures.chunk_input import chunk_input_figure
 from analysis.figures import volume_figure
+from analysis.figures.chunk_input import chunk_input_figure
+from analysis.measures import teach
 from analysis.measures.volumes import volume_values
-from tensor_memory.memory.geometry import nearest_voxel
 from app import layout, state, stepping
+from tensor_memory.memory.geometry import nearest_voxel
 
 AXES = ("x", "y", "z")
 
@@ -33,8 +33,12 @@ def step_box(number: int, title: str, text: str):
 
 context = state.current()
 layout.require_checkpoint(context, "Teach", "runs one chunk through the live weights, step by step")
-chunk = stepping.stepped_page(context, "Teach", "How Tensor Memory handles one chunk, with the checkpoint's own "
-                                                "numbers — then try it by hand.", key="teach")
+chunk = stepping.stepped_page(
+    context,
+    "Teach",
+    "How Tensor Memory handles one chunk, with the checkpoint's own numbers — then try it by hand.",
+    key="teach",
+)
 if not layout.memory_notice(context, "The walkthrough and the sandbox"):
     st.stop()
 trace = context.trace
@@ -46,33 +50,55 @@ units, sizes = teach.voxel_units(step), teach.step_sizes(step)
 D, H, W = step.grid
 tokens = trace.chunk_positions(chunk)
 
-words, picture = step_box(1, "Chunk summaries", (
-    f"The sequence is cut into chunks of **{config.chunk_size}** token(s) of width d = {config.token_dim}. "
-    f"Chunk {chunk} holds tokens {tokens[0]}–{tokens[-1]}. Its first token is the "
-    f"**read query** q; a learned projection of all its tokens ({config.chunk_size}·{config.token_dim} → "
-    f"{config.token_dim} numbers) is the **write summary** s."))
+words, picture = step_box(
+    1,
+    "Chunk summaries",
+    (
+        f"The sequence is cut into chunks of **{config.chunk_size}** token(s) of width d = {config.token_dim}. "
+        f"Chunk {chunk} holds tokens {tokens[0]}–{tokens[-1]}. Its first token is the "
+        f"**read query** q; a learned projection of all its tokens ({config.chunk_size}·{config.token_dim} → "
+        f"{config.token_dim} numbers) is the **write summary** s."
+    ),
+)
 with picture:
     layout.chart(chunk_input_figure(trace, chunk), "teach_input", height=300)
 
-words, picture = step_box(2, "Addressing", (
-    "One shared coordinate head and tanh turn q and s into points of the grid, in [-1, 1] per axis: "
-    "μ_read = tanh(head(q)), μ_write = tanh(head(s))."))
+words, picture = step_box(
+    2,
+    "Addressing",
+    (
+        "One shared coordinate head and tanh turn q and s into points of the grid, in [-1, 1] per axis: "
+        "μ_read = tanh(head(q)), μ_write = tanh(head(s))."
+    ),
+)
 with words:
-    rows = "".join(f"| {a} | {step.mu_read[i]:+.3f} | {units['read'][i]:.2f} | {step.mu_write[i]:+.3f} | "
-                   f"{units['write'][i]:.2f} |\n" for i, a in enumerate(AXES))
+    rows = "".join(
+        f"| {a} | {step.mu_read[i]:+.3f} | {units['read'][i]:.2f} | {step.mu_write[i]:+.3f} | "
+        f"{units['write'][i]:.2f} |\n"
+        for i, a in enumerate(AXES)
+    )
     st.markdown("| axis | μ_read | read voxel | μ_write | write voxel |\n|---|---:|---:|---:|---:|\n" + rows)
     st.caption(f"Grid of {D}×{H}×{W} voxels (D×H×W); voxel centres at -1 … 1 along each axis.")
 with picture:
-    layout.chart(teach_figures.addressing_figure(step, f"chunk {chunk}: read (blue), write (red), 1σ and 2σ"),
-                 "teach_address", height=340)
+    layout.chart(
+        teach_figures.addressing_figure(step, f"chunk {chunk}: read (blue), write (red), 1σ and 2σ"),
+        "teach_address",
+        height=340,
+    )
 
-words, picture = step_box(3, "Read", (
-    "The read mixes the hidden state h *as it was before this chunk's write* at μ_read: trilinear interpolation of "
-    "the (up to) eight surrounding voxels. The read vector r goes through out_proj to token width and is added to "
-    "every token of the chunk, scaled by the read gate σ(γ)."))
+words, picture = step_box(
+    3,
+    "Read",
+    (
+        "The read mixes the hidden state h *as it was before this chunk's write* at μ_read: trilinear interpolation of "
+        "the (up to) eight surrounding voxels. The read vector r goes through out_proj to token width and is added to "
+        "every token of the chunk, scaled by the read gate σ(γ)."
+    ),
+)
 with words:
-    st.dataframe({"voxel (z, y, x)": [str(v) for v, _ in step.corners], "weight": [w for _, w in step.corners]},
-                 hide_index=True)
+    st.dataframe(
+        {"voxel (z, y, x)": [str(v) for v, _ in step.corners], "weight": [w for _, w in step.corners]}, hide_index=True
+    )
     read_col, gate_col, added_col = st.columns(3)
     read_col.metric("‖r‖", f"{sizes['read']:.3f}")
     gate_col.metric("σ(γ)", f"{step.gate_scale:.3f}")
@@ -80,28 +106,39 @@ with words:
 with picture:
     layout.chart(teach_figures.vector_figure(step.read, "read vector r per channel"), "teach_read", height=260)
 
-words, picture = step_box(4, "Soft write", (
-    "A linear layer turns s into the write **content** (one number per channel) and a spread **σ**. The content "
-    "is written everywhere, weighted by a Gaussian around μ_write: V = content · exp(−‖p − μ_write‖² / 2σ²). "
-    "No voxel is picked outright."))
+words, picture = step_box(
+    4,
+    "Soft write",
+    (
+        "A linear layer turns s into the write **content** (one number per channel) and a spread **σ**. The content "
+        "is written everywhere, weighted by a Gaussian around μ_write: V = content · exp(−‖p − μ_write‖² / 2σ²). "
+        "No voxel is picked outright."
+    ),
+)
 with words:
     sigma_col, content_col, peak_col = st.columns(3)
     sigma_col.metric("σ", f"{step.sigma:.3f}", help=f"{vector(units['sigma'])} voxels along x, y, z")
     content_col.metric("‖content‖", f"{sizes['content']:.3f}")
     peak_col.metric("peak of ‖V‖", f"{sizes['write_peak']:.3f}")
 with picture:
-    layout.chart(volume_figure(volume_values(step.write), "volume", "‖V‖, the write volume"), "teach_write",
-                 height=340)
+    layout.chart(volume_figure(volume_values(step.write), "volume", "‖V‖, the write volume"), "teach_write", height=340)
 
-words, picture = step_box(5, "Recurrent update", (
-    "[V ; h] pass through small depthwise convolutions along D, H and W and a pointwise mix into four gates: "
-    "input i, forget f, output o (sigmoids) and candidate g (tanh). Then c ← f⊙c + i⊙g and h ← o⊙tanh(c)."))
+words, picture = step_box(
+    5,
+    "Recurrent update",
+    (
+        "[V ; h] pass through small depthwise convolutions along D, H and W and a pointwise mix into four gates: "
+        "input i, forget f, output o (sigmoids) and candidate g (tanh). Then c ← f⊙c + i⊙g and h ← o⊙tanh(c)."
+    ),
+)
 with words:
     before_col, after_col = st.columns(2)
     before_col.metric("‖h‖ before", f"{sizes['h_before']:.3f}")
     after_col.metric("‖h‖ after", f"{sizes['h_after']:.3f}", delta=f"{sizes['h_change']:+.3f}")
-    st.caption(f"Recomputed here with the checkpoint's own layer; it matches the recorded h to {agreement:.1e} "
-               "(the trace keeps volumes in float16).")
+    st.caption(
+        f"Recomputed here with the checkpoint's own layer; it matches the recorded h to {agreement:.1e} "
+        "(the trace keeps volumes in float16)."
+    )
     layout.chart(teach_figures.gates_bar_figure(step), "teach_gates", height=260)
 with picture:
     pictures = teach_figures.update_figures(step, nearest_voxel(step.mu_write, step.grid))
@@ -111,8 +148,10 @@ with picture:
     layout.chart(pictures["change"], "teach_change", height=250)
 
 st.markdown("### Sandbox")
-st.caption("Set the read and write by hand; the checkpoint's own memory layer computes the write volume, the read "
-           "and the gated update.")
+st.caption(
+    "Set the read and write by hand; the checkpoint's own memory layer computes the write volume, the read "
+    "and the gated update."
+)
 
 
 def take_chunk_values() -> None:
@@ -143,8 +182,10 @@ with content_col:
         content[channel] = st.slider("Amplitude", -3.0, 3.0, 1.0, step=0.1, key="sandbox.amplitude")
     else:
         content = lay.content[chunk] * st.slider("Scale", 0.0, 3.0, 1.0, step=0.1, key="sandbox.scale")
-    empty = st.radio("Memory before", [f"as before chunk {chunk}", "empty"], key="sandbox.memory",
-                     horizontal=True) == "empty"
+    empty = (
+        st.radio("Memory before", [f"as before chunk {chunk}", "empty"], key="sandbox.memory", horizontal=True)
+        == "empty"
+    )
     st.button(f"Take chunk {chunk}'s addressing", on_click=take_chunk_values, icon=":material/restart_alt:")
 h_prev, c_prev = teach.state_before(lay, chunk)
 if empty:

@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Callable, Optional, Union
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-DEVICE_HELP = ("where to run: auto (a CUDA GPU when there is one, else the CPU), cpu, cuda (the current GPU) or "
-               "cuda:N (GPU number N); default auto")
+DEVICE_HELP = (
+    "where to run: auto (a CUDA GPU when there is one, else the CPU), cpu, cuda (the current GPU) or "
+    "cuda:N (GPU number N); default auto"
+)
 _FORM = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
 
 
@@ -27,7 +29,7 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def resolve_device(spec: Union[str, torch.device, None] = "auto") -> torch.device:
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """``spec`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, a torch.device or None for auto) → a torch.device that
     exists on this machine; a :class:`DeviceError` naming the devices there are otherwise."""
     text = "auto" if spec is None else str(spec).strip().lower()
@@ -41,16 +43,20 @@ def resolve_device(spec: Union[str, torch.device, None] = "auto") -> torch.devic
     if kind == "cpu":
         return torch.device("cpu")
     if not count:
-        raise DeviceError(f"--device {spec}: this machine has no CUDA GPU that PyTorch can use (torch "
-                          f"{torch.__version__}, torch.cuda.is_available() is False); use --device cpu or auto")
+        raise DeviceError(
+            f"--device {spec}: this machine has no CUDA GPU that PyTorch can use (torch "
+            f"{torch.__version__}, torch.cuda.is_available() is False); use --device cpu or auto"
+        )
     number = torch.cuda.current_device() if index is None else int(index)
     if number >= count:
-        raise DeviceError(f"--device {spec}: this machine has {count} CUDA GPU{'s' if count > 1 else ''} "
-                          f"(cuda:0 to cuda:{count - 1}); pick one of those")
+        raise DeviceError(
+            f"--device {spec}: this machine has {count} CUDA GPU{'s' if count > 1 else ''} "
+            f"(cuda:0 to cuda:{count - 1}); pick one of those"
+        )
     return torch.device("cuda", number)
 
 
-def rank_device(spec: Union[str, torch.device, None], local_rank: Optional[int] = None) -> torch.device:
+def rank_device(spec: str | torch.device | None, local_rank: int | None = None) -> torch.device:
     """The device of one data-parallel rank: ``spec`` resolved, and under torchrun (LOCAL_RANK set) a CUDA request
     becomes ``cuda:LOCAL_RANK``, one GPU per process; a CPU stays the CPU."""
     device = resolve_device(spec)
@@ -78,17 +84,20 @@ def _free_bytes(device: torch.device) -> int:
     return torch.cuda.mem_get_info(device)[0]
 
 
-def check_device_memory(need: int, device: torch.device, where: str,
-                        free_bytes: Callable[[torch.device], int] = _free_bytes) -> None:
+def check_device_memory(
+    need: int, device: torch.device, where: str, free_bytes: Callable[[torch.device], int] = _free_bytes
+) -> None:
     """Refuse, before allocating, work estimated at ``need`` bytes (``backbone/budget.py``) on a GPU with less free
     memory than that; the CPU is held to the project's memory budget where the estimate is made."""
     if device.type != "cuda":
         return
     free = free_bytes(device)
     if need > free:
-        raise DeviceError(f"{where}: needs about {need / 2**30:.2f} GiB on {device}, which has {free / 2**30:.2f} GiB "
-                          f"free; lower the batch size, pick another GPU (--device cuda:N) or run on the CPU "
-                          f"(--device cpu)")
+        raise DeviceError(
+            f"{where}: needs about {need / 2**30:.2f} GiB on {device}, which has {free / 2**30:.2f} GiB "
+            f"free; lower the batch size, pick another GPU (--device cuda:N) or run on the CPU "
+            f"(--device cpu)"
+        )
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:

@@ -31,13 +31,49 @@ from __future__ import annotations
 from .attach import attach_memory, detach_memory
 from .attention import Attention, LinearAttention, SoftmaxAttention, XLAttention, sinusoidal_positions, visibility
 from .blocks import MLP, Backbone, Block, apply_memory
-from .config import (KINDS, MEMORY_KINDS, POSITIONS, SLOT_GATE_INIT, BackboneConfig, BackboneState, KVCache,
-                     LayerState, LinearState, SlotState, XLCache)
 from .budget import check_budget, estimated_bytes, state_budget
+from .config import (
+    KINDS,
+    MEMORY_KINDS,
+    POSITIONS,
+    SLOT_GATE_INIT,
+    BackboneConfig,
+    BackboneState,
+    KVCache,
+    LayerState,
+    LinearState,
+    SlotState,
+    XLCache,
+)
 from .slots import CrossAttention, SlotMemory
 
-__all__ = ["KINDS", "MEMORY_KINDS", "POSITIONS", "SLOT_GATE_INIT", "BackboneConfig", "BackboneState", "LayerState",
-           "KVCache", "LinearState", "XLCache", "SlotState", "Attention", "SoftmaxAttention", "LinearAttention",
-           "XLAttention", "sinusoidal_positions", "visibility", "CrossAttention", "SlotMemory", "MLP", "Block",
-           "Backbone", "apply_memory", "attach_memory", "detach_memory", "check_budget", "estimated_bytes",
-           "state_budget"]
+__all__ = [
+    "KINDS",
+    "MEMORY_KINDS",
+    "POSITIONS",
+    "SLOT_GATE_INIT",
+    "BackboneConfig",
+    "BackboneState",
+    "LayerState",
+    "KVCache",
+    "LinearState",
+    "XLCache",
+    "SlotState",
+    "Attention",
+    "SoftmaxAttention",
+    "LinearAttention",
+    "XLAttention",
+    "sinusoidal_positions",
+    "visibility",
+    "CrossAttention",
+    "SlotMemory",
+    "MLP",
+    "Block",
+    "Backbone",
+    "apply_memory",
+    "attach_memory",
+    "detach_memory",
+    "check_budget",
+    "estimated_bytes",
+    "state_budget",
+]

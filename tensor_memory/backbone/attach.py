@@ -28,7 +28,7 @@ given (padding masks do not reach it); it is causal, so right padding never affe
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Union
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +70,7 @@ class AttachedBlock(_Attached):
         state = self.block.init_layer_state(batch_size, device, dtype)
         return LayerState(state.attn, self.memory.init_state(batch_size, device=device, dtype=dtype))
 
-    def forward(self, x, state: Optional[LayerState], pos0: int, prefix: int = 0):
+    def forward(self, x, state: LayerState | None, pos0: int, prefix: int = 0):
         x, cache = self.block.attend(x, None if state is None else state.attn, pos0, prefix)
         # A state made before attaching has no memory entry: the memory starts from zero then.
         x, memory_state = apply_memory(self.memory, x, None if state is None else state.memory, prefix)
@@ -86,17 +86,32 @@ class AttachedEncoderLayer(_Attached):
     the masks): the fused eval-mode fast path has no place to insert the memory.
     """
 
-    def forward(self, src: torch.Tensor, src_mask: Optional[torch.Tensor] = None,
-                src_key_padding_mask: Optional[torch.Tensor] = None, is_causal: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        src_key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
         layer = self.block
         if src.is_nested:
             raise ValueError("attached memory layers take padded tensors, not nested tensors")
         # The same mask canonicalisation as TransformerEncoderLayer.forward.
-        src_key_padding_mask = F._canonical_mask(mask=src_key_padding_mask, mask_name="src_key_padding_mask",
-                                                 other_type=F._none_or_dtype(src_mask), other_name="src_mask",
-                                                 target_type=src.dtype)
-        src_mask = F._canonical_mask(mask=src_mask, mask_name="src_mask", other_type=None, other_name="",
-                                     target_type=src.dtype, check_other=False)
+        src_key_padding_mask = F._canonical_mask(
+            mask=src_key_padding_mask,
+            mask_name="src_key_padding_mask",
+            other_type=F._none_or_dtype(src_mask),
+            other_name="src_mask",
+            target_type=src.dtype,
+        )
+        src_mask = F._canonical_mask(
+            mask=src_mask,
+            mask_name="src_mask",
+            other_type=None,
+            other_name="",
+            target_type=src.dtype,
+            check_other=False,
+        )
         x = src
         if layer.norm_first:
             x = x + layer._sa_block(layer.norm1(x), src_mask, src_key_padding_mask, is_causal=is_causal)
@@ -125,18 +140,21 @@ class AttachedAfter(_Attached):
         out = self.block(*args, **kwargs)
         hidden = out[0] if isinstance(out, tuple) else out  # (B, N, d)
         if not isinstance(hidden, torch.Tensor):
-            raise ValueError(f"attach_memory: {type(self.block).__name__} returned {type(hidden).__name__}; "
-                             f"a memory goes after a layer that returns its hidden states (B, N, d)")
+            raise ValueError(
+                f"attach_memory: {type(self.block).__name__} returned {type(hidden).__name__}; "
+                f"a memory goes after a layer that returns its hidden states (B, N, d)"
+            )
         y, _ = self.memory(hidden)  # fresh, or carried inside `with streaming(model)`
         return (y, *out[1:]) if isinstance(out, tuple) else y
 
 
-Found = tuple[Optional[nn.Module], str, nn.Module]  # (parent, attribute name, block); parent None: the model
+Found = tuple[nn.Module | None, str, nn.Module]  # (parent, attribute name, block); parent None: the model
 
 
 def _is_hf_layer(parent: nn.Module, child: nn.Module) -> bool:
     """A Hugging Face Transformer layer: one of a ModuleList of layers of one class built on
     ``transformers``' GradientCheckpointingLayer (checked by name: attaching never imports transformers)."""
+
     def kind(module: nn.Module) -> type:
         return type(module.block if isinstance(module, _Attached) else module)
 
@@ -178,7 +196,7 @@ def _named(model: nn.Module, paths: list[str]) -> list[Found]:
     return found
 
 
-def _choose(model: nn.Module, layers: Union[None, Iterable[int], Iterable[str]]) -> list[Found]:
+def _choose(model: nn.Module, layers: None | Iterable[int] | Iterable[str]) -> list[Found]:
     """The blocks ``layers`` picks: indices among the blocks found (None = all) or module paths."""
     chosen = None if layers is None else list(layers)
     if chosen and all(isinstance(i, str) for i in chosen):
@@ -187,20 +205,27 @@ def _choose(model: nn.Module, layers: Union[None, Iterable[int], Iterable[str]])
         return _named(model, chosen)
     blocks = _blocks(model)
     if not blocks:
-        raise ValueError("attach_memory: the model has no layers it knows (tensor_memory Block, "
-                         "torch.nn.TransformerEncoderLayer, Hugging Face Transformer layers); "
-                         "name the layers to follow by module path, layers=['encoder.2', …]")
+        raise ValueError(
+            "attach_memory: the model has no layers it knows (tensor_memory Block, "
+            "torch.nn.TransformerEncoderLayer, Hugging Face Transformer layers); "
+            "name the layers to follow by module path, layers=['encoder.2', …]"
+        )
     if chosen is None:
         return blocks
     count = len(blocks)
-    if not chosen or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in chosen) \
-            or len(set(chosen)) != len(chosen):
-        raise ValueError(f"attach_memory: layers must be distinct block indices in [0, {count - 1}] "
-                         f"(or None for all), or module paths; got {layers!r}")
+    if (
+        not chosen
+        or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in chosen)
+        or len(set(chosen)) != len(chosen)
+    ):
+        raise ValueError(
+            f"attach_memory: layers must be distinct block indices in [0, {count - 1}] "
+            f"(or None for all), or module paths; got {layers!r}"
+        )
     return [blocks[i] for i in sorted(chosen)]
 
 
-def _width(parent: Optional[nn.Module], block: nn.Module) -> Optional[int]:
+def _width(parent: nn.Module | None, block: nn.Module) -> int | None:
     """The block's token width, where it can be known before a call (else the memory checks it then): a
     Hugging Face layer's is the width of its first norm (LayerNorm, RMSNorm: every such layer has one), which
     keeps a vision tower's layers apart from a language model's in a model that has both."""
@@ -209,8 +234,11 @@ def _width(parent: Optional[nn.Module], block: nn.Module) -> Optional[int]:
     if isinstance(block, nn.TransformerEncoderLayer):
         return block.self_attn.embed_dim
     if parent is not None and _is_hf_layer(parent, block):
-        norms = [m for m in block.modules() if type(m).__name__.endswith("Norm") and getattr(m, "weight", None)
-                 is not None and m.weight.dim() == 1]
+        norms = [
+            m
+            for m in block.modules()
+            if type(m).__name__.endswith("Norm") and getattr(m, "weight", None) is not None and m.weight.dim() == 1
+        ]
         return int(norms[0].weight.shape[0]) if norms else None
     return None
 
@@ -221,8 +249,9 @@ def _wrapper(block: nn.Module) -> type:
     return AttachedEncoderLayer if isinstance(block, nn.TransformerEncoderLayer) else AttachedAfter
 
 
-def attach_memory(model: nn.Module, config: MemoryConfig,
-                  layers: Union[None, Iterable[int], Iterable[str]] = None) -> nn.Module:
+def attach_memory(
+    model: nn.Module, config: MemoryConfig, layers: None | Iterable[int] | Iterable[str] = None
+) -> nn.Module:
     """Insert a fresh :class:`TensorMemory` into (or after) the chosen layers of ``model``.
 
     ``layers`` indexes the blocks found in ``model.modules()`` order (None = all), or names
@@ -235,18 +264,24 @@ def attach_memory(model: nn.Module, config: MemoryConfig,
     if not isinstance(config, MemoryConfig):
         raise ValueError(f"attach_memory expects a MemoryConfig, got {type(config).__name__}")
     if config.public_code.output != "residual":
-        raise ValueError("attach_memory adds the memory's read to a layer's hidden states: it needs "
-                         f"MemoryConfig(public_code={{'output': 'residual'}}), got output={config.public_code.output!r}")
+        raise ValueError(
+            "attach_memory adds the memory's read to a layer's hidden states: it needs "
+            f"MemoryConfig(public_code={{'output': 'residual'}}), got output={config.public_code.output!r}"
+        )
     chosen = _choose(model, layers)
     for parent, name, block in chosen:  # check everything before changing anything
         where = f"block {name!r}" if parent is not None else "the model"
-        if isinstance(block, _Attached) or isinstance(parent, _Attached) \
-                or (isinstance(block, Block) and block.memory is not None):
+        if (
+            isinstance(block, _Attached)
+            or isinstance(parent, _Attached)
+            or (isinstance(block, Block) and block.memory is not None)
+        ):
             raise ValueError(f"attach_memory: {where} already has a memory layer")
         width = _width(parent, block)
         if width is not None and width != config.token_dim:
-            raise ValueError(f"attach_memory: MemoryConfig.token_dim={config.token_dim} does not match "
-                             f"{where}'s width {width}")
+            raise ValueError(
+                f"attach_memory: MemoryConfig.token_dim={config.token_dim} does not match {where}'s width {width}"
+            )
     for parent, name, block in chosen:
         ref = next(block.parameters(), None)
         memory = TensorMemory(config).train(block.training)
@@ -284,7 +319,6 @@ def _disable_nested(model: nn.Module, layers: nn.ModuleList) -> None:
     restored by :func:`detach_memory`.
     """
     for module in model.modules():
-        if isinstance(module, nn.TransformerEncoder) and module.layers is layers \
-                and not hasattr(module, _SAVED_NESTED):
+        if isinstance(module, nn.TransformerEncoder) and module.layers is layers and not hasattr(module, _SAVED_NESTED):
             setattr(module, _SAVED_NESTED, getattr(module, "use_nested_tensor", False))
             module.use_nested_tensor = False

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -14,6 +12,7 @@ from .config import LINEAR_EPS, AttentionCache, BackboneConfig, KVCache, LinearS
 # Positions and masks
 # ---------------------------------------------------------------------------------------
 
+
 def sinusoidal_positions(start: int, n: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
     """Sinusoidal embedding of positions start … start+n−1 → (n, dim) (Vaswani et al.)."""
     pos = torch.arange(start, start + n, device=device, dtype=torch.float64)  # float64: accurate far into a stream
@@ -21,11 +20,11 @@ def sinusoidal_positions(start: int, n: int, dim: int, device=None, dtype=torch.
     angles = pos[:, None] * freq[None, :]  # (n, ⌈dim/2⌉)
     pe = torch.zeros(n, dim, device=device, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angles)
-    pe[:, 1::2] = torch.cos(angles[:, :dim // 2])
+    pe[:, 1::2] = torch.cos(angles[:, : dim // 2])
     return pe.to(dtype)
 
 
-def visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool, window: Optional[int]) -> torch.Tensor:
+def visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool, window: int | None) -> torch.Tensor:
     """(Lq, Lk) bool, True where a query at q_pos may attend a key at k_pos.
 
     Causal: keys at or before the query. Window: causal keys in (t − window, t];
@@ -43,6 +42,7 @@ def visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool, window: O
 # ---------------------------------------------------------------------------------------
 # Attention: shared projections, three ways to attend
 # ---------------------------------------------------------------------------------------
+
 
 class Attention(nn.Module):
     """Multi-head projections shared by the attention forms. Subclasses implement ``forward``.
@@ -75,7 +75,7 @@ class Attention(nn.Module):
     def keys_values(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.split(self.key(a)), self.split(self.value(a))  # (B, heads, L, dk) each
 
-    def init_cache(self, batch_size: int, device=None, dtype=None) -> Optional[AttentionCache]:
+    def init_cache(self, batch_size: int, device=None, dtype=None) -> AttentionCache | None:
         empty = torch.zeros(batch_size, self.heads, 0, self.dk, device=device, dtype=dtype)
         return KVCache(empty, empty.clone())
 
@@ -87,7 +87,7 @@ class Attention(nn.Module):
             k, v = k[:, :, start:], v[:, :, start:]
         return KVCache(k, v)
 
-    def context(self, a: torch.Tensor, cache: Optional[KVCache], pos0: int, prefix: int):
+    def context(self, a: torch.Tensor, cache: KVCache | None, pos0: int, prefix: int):
         """Keys/values of [registers; cached tokens; new tokens] with their positions and the visibility mask."""
         N = a.shape[1] - prefix
         k, v = self.keys_values(a)  # (B, heads, R+N, dk)
@@ -108,7 +108,7 @@ class Attention(nn.Module):
 class SoftmaxAttention(Attention):
     """Scaled dot-product attention; streaming keeps a KV cache (all tokens, or window − 1)."""
 
-    def forward(self, a, cache: Optional[KVCache], pos0: int, prefix: int = 0):
+    def forward(self, a, cache: KVCache | None, pos0: int, prefix: int = 0):
         q = self.split(self.query(a))  # (B, heads, R+N, dk)
         keys, values, mask, cache = self.context(a, cache, pos0, prefix)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, heads, R+N, dk)
@@ -128,11 +128,13 @@ class LinearAttention(Attention):
     With a window the sums cannot forget, so the window is a masked product over a KV buffer.
     """
 
-    def init_cache(self, batch_size: int, device=None, dtype=None) -> Optional[AttentionCache]:
+    def init_cache(self, batch_size: int, device=None, dtype=None) -> AttentionCache | None:
         if self.window is not None:
             return super().init_cache(batch_size, device, dtype)
-        return LinearState(S=torch.zeros(batch_size, self.heads, self.dk, self.dk, device=device, dtype=dtype),
-                           z=torch.zeros(batch_size, self.heads, self.dk, device=device, dtype=dtype))
+        return LinearState(
+            S=torch.zeros(batch_size, self.heads, self.dk, self.dk, device=device, dtype=dtype),
+            z=torch.zeros(batch_size, self.heads, self.dk, device=device, dtype=dtype),
+        )
 
     def forward(self, a, cache, pos0: int, prefix: int = 0):
         q = phi(self.split(self.query(a)))  # (B, heads, N, dk)
@@ -169,10 +171,10 @@ class XLAttention(Attention):
         super().__init__(config)
         self.segment = config.xl_segment
 
-    def init_cache(self, batch_size: int, device=None, dtype=None) -> Optional[AttentionCache]:
+    def init_cache(self, batch_size: int, device=None, dtype=None) -> AttentionCache | None:
         return XLCache(torch.zeros(batch_size, 0, self.query.in_features, device=device, dtype=dtype))
 
-    def forward(self, a, cache: Optional[XLCache], pos0: int, prefix: int = 0):
+    def forward(self, a, cache: XLCache | None, pos0: int, prefix: int = 0):
         N = a.shape[1]
         ctx = a if cache is None else torch.cat([cache.h, a], dim=1)  # (B, L+N, dim) oldest first
         L = ctx.shape[1] - N
@@ -184,11 +186,12 @@ class XLAttention(Attention):
         q_seg, k_seg = (q_pos // self.segment)[:, None], (k_pos // self.segment)[None, :]
         ok = visibility(q_pos, k_pos, self.causal, self.window)  # (N, L+N)
         mask = torch.cat([ok & (k_seg == q_seg - 1), ok & (k_seg == q_seg)], dim=1)  # (N, 2(L+N)) each key once
-        out = F.scaled_dot_product_attention(q, torch.cat([k_mem, k_own], dim=2),
-                                             torch.cat([v_mem, v_own], dim=2), attn_mask=mask)
+        out = F.scaled_dot_product_attention(
+            q, torch.cat([k_mem, k_own], dim=2), torch.cat([v_mem, v_own], dim=2), attn_mask=mask
+        )
         if cache is not None:  # keep the previous segment of the next token and its own segment so far
             first = max(0, ((pos0 + N) // self.segment - 1) * self.segment)
-            cache = XLCache(ctx[:, max(0, first - (pos0 - L)):])
+            cache = XLCache(ctx[:, max(0, first - (pos0 - L)) :])
         return self.merge(out), cache
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +36,7 @@ class Block(nn.Module):
         super().__init__()
         self.attn_norm = nn.LayerNorm(config.dim)
         self.attn = ATTENTION.get(config.kind, SoftmaxAttention)(config)
-        self.memory: Optional[nn.Module] = None
+        self.memory: nn.Module | None = None
         if config.has_memory(index):
             self.memory = TensorMemory(config.memory) if config.kind == "tensor" else SlotMemory(config)
         self.mlp_norm = nn.LayerNorm(config.dim)
@@ -54,7 +53,7 @@ class Block(nn.Module):
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp(self.mlp_norm(x))
 
-    def forward(self, x, state: Optional[LayerState], pos0: int, prefix: int = 0):
+    def forward(self, x, state: LayerState | None, pos0: int, prefix: int = 0):
         x, cache = self.attend(x, None if state is None else state.attn, pos0, prefix)
         memory_state = None if state is None else state.memory
         if self.memory is not None:
@@ -93,14 +92,16 @@ class Backbone(nn.Module):
     def init_state(self, batch_size: int, device=None, dtype=None) -> BackboneState:
         """A fresh stream (what ``state=None`` means): position 0, empty caches, zero memories."""
         if not self.config.causal:
-            raise ValueError("init_state: bidirectional models (BackboneConfig.causal=False) process whole "
-                             "sequences and carry no state")
+            raise ValueError(
+                "init_state: bidirectional models (BackboneConfig.causal=False) process whole "
+                "sequences and carry no state"
+            )
         require_int("init_state", "batch_size", batch_size, 1)
         ref = next(self.parameters())  # the model's device and dtype
         device, dtype = device or ref.device, dtype or ref.dtype
         return BackboneState(0, [block.init_layer_state(batch_size, device, dtype) for block in self.blocks])
 
-    def forward(self, x: torch.Tensor, state: Optional[BackboneState] = None):
+    def forward(self, x: torch.Tensor, state: BackboneState | None = None):
         self._check_input(x, state)
         B, N, _ = x.shape
         if self.config.causal and state is None:
@@ -128,7 +129,7 @@ class Backbone(nn.Module):
         y = self.norm(h[:, prefix:])  # register outputs are discarded
         return y, (None if state is None else BackboneState(pos0 + N, layers))
 
-    def _shared_start(self, state: Optional[BackboneState]):
+    def _shared_start(self, state: BackboneState | None):
         """With ``share_state``: the memory state the first memory layer starts from — the one the last
         memory layer left at the end of the previous segment (the public code's threading). Else None."""
         if not self.config.share_state or state is None:
@@ -136,7 +137,7 @@ class Backbone(nn.Module):
         last = max(i for i, block in enumerate(self.blocks) if block.memory is not None)
         return state.layers[last].memory
 
-    def _check_input(self, x: torch.Tensor, state: Optional[BackboneState]) -> None:
+    def _check_input(self, x: torch.Tensor, state: BackboneState | None) -> None:
         dim = self.config.dim
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -146,12 +147,19 @@ class Backbone(nn.Module):
         if state is None:
             return
         if not self.config.causal:
-            raise ValueError("bidirectional models (BackboneConfig.causal=False) process whole sequences: "
-                             "pass state=None")
-        if not isinstance(state, BackboneState) or len(state.layers) != len(self.blocks) \
-                or isinstance(state.pos, bool) or not isinstance(state.pos, int) or state.pos < 0:
-            raise ValueError(f"state must be the BackboneState this backbone returned "
-                             f"({len(self.blocks)} layers, pos >= 0)")
+            raise ValueError(
+                "bidirectional models (BackboneConfig.causal=False) process whole sequences: pass state=None"
+            )
+        if (
+            not isinstance(state, BackboneState)
+            or len(state.layers) != len(self.blocks)
+            or isinstance(state.pos, bool)
+            or not isinstance(state.pos, int)
+            or state.pos < 0
+        ):
+            raise ValueError(
+                f"state must be the BackboneState this backbone returned ({len(self.blocks)} layers, pos >= 0)"
+            )
         for layer in state.layers:
             for part in (layer.attn, layer.memory):
                 if part is not None:

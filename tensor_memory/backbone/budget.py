@@ -4,7 +4,7 @@ memory estimate that refuses a batch before it is allocated."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from .. import limits as L
 from .config import BackboneConfig
@@ -12,8 +12,9 @@ from .config import BackboneConfig
 FLOAT_BYTES = 4
 
 
-def estimated_parts(backbone: BackboneConfig, tokens: int, batch: int, training: bool, outputs: int = 0,
-                    vocabulary: int = 0) -> dict[str, int]:
+def estimated_parts(
+    backbone: BackboneConfig, tokens: int, batch: int, training: bool, outputs: int = 0, vocabulary: int = 0
+) -> dict[str, int]:
     """Bytes a backbone of ``backbone`` needs to run ``batch`` sequences of ``tokens`` tokens (an estimate), by what
     they grow with: the task's ``outputs`` a position (the head and its logits) and the ``vocabulary`` of token types
     its encoder embeds (0 for tasks that embed no vocabulary).
@@ -37,13 +38,18 @@ def estimated_parts(backbone: BackboneConfig, tokens: int, batch: int, training:
         params += layers * (cfg.chunk_size * d * d + 8 * cfg.channels * cfg.channels + 2 * cfg.channels * d)
         state = layers * cfg.state_numel * (3 * chunks if training else chunks)  # h, c and the write factors
     kept = 2 if training else 1  # the backward keeps the forward's activations and their gradients
-    numbers = {"weights": params * (4 if training else 1), "activations": batch * depth * per_layer * kept,
-               "memory state": batch * state * kept, "logits": batch * tokens * outputs * (4 if training else 2)}
+    numbers = {
+        "weights": params * (4 if training else 1),
+        "activations": batch * depth * per_layer * kept,
+        "memory state": batch * state * kept,
+        "logits": batch * tokens * outputs * (4 if training else 2),
+    }
     return {part: count * FLOAT_BYTES for part, count in numbers.items()}
 
 
-def estimated_bytes(backbone: BackboneConfig, tokens: int, batch: int, training: bool, outputs: int = 0,
-                    vocabulary: int = 0) -> int:
+def estimated_bytes(
+    backbone: BackboneConfig, tokens: int, batch: int, training: bool, outputs: int = 0, vocabulary: int = 0
+) -> int:
     """The total of :func:`estimated_parts`."""
     return sum(estimated_parts(backbone, tokens, batch, training, outputs, vocabulary).values())
 
@@ -60,8 +66,9 @@ def task_bytes(backbone: BackboneConfig, tokens: int, batch: int, training: bool
     return sum(task_parts(backbone, tokens, batch, training, task).values())
 
 
-def check_budget(backbone: BackboneConfig, tokens: int, batch: int, training: bool, where: str,
-                 task: Any = None) -> None:
+def check_budget(
+    backbone: BackboneConfig, tokens: int, batch: int, training: bool, where: str, task: Any = None
+) -> None:
     """A ValueError naming the sizes, the largest part and what to lower when :func:`estimated_bytes` is over
     ``limits.MEMORY_BUDGET_BYTES``; ``task`` (a Task) adds its head, its logits and the vocabulary it embeds."""
     parts = task_parts(backbone, tokens, batch, training, task)
@@ -71,22 +78,29 @@ def check_budget(backbone: BackboneConfig, tokens: int, batch: int, training: bo
     largest = max(parts, key=parts.get)
     vocab_field = "task.params.vocab_size" if hasattr(getattr(task, "config", None), "vocab_size") else None
     vocabulary = getattr(task, "input_vocabulary", 0)
-    lower = {"weights": "model.dim or model.layers" + (f", or {vocab_field}" if vocab_field and vocabulary else ""),
-             "activations": "the batch (training.batch_size) or the sequence",
-             "memory state": "the batch (training.batch_size), the memory's grid or its channels",
-             "logits": (vocab_field or "the task's classes") + " or the batch (training.batch_size)"}[largest]
+    lower = {
+        "weights": "model.dim or model.layers" + (f", or {vocab_field}" if vocab_field and vocabulary else ""),
+        "activations": "the batch (training.batch_size) or the sequence",
+        "memory state": "the batch (training.batch_size), the memory's grid or its channels",
+        "logits": (vocab_field or "the task's classes") + " or the batch (training.batch_size)",
+    }[largest]
     memory = backbone.memory
     grid = "" if memory is None else f", memory C={memory.channels} on {'×'.join(map(str, memory.grid))}"
     shares = ", ".join(f"{part} {size / 2**30:.1f}" for part, size in parts.items() if size >= 2**26)
-    raise ValueError(f"{where}: a batch of {batch} × {tokens} tokens through this model (d={backbone.dim}, "
-                     f"{backbone.layers} layers{grid}) needs about {need / 2**30:.1f} GiB, over the "
-                     f"{L.MEMORY_BUDGET_BYTES / 2**30:.0f} GiB budget ({shares} GiB); lower {lower}")
+    raise ValueError(
+        f"{where}: a batch of {batch} × {tokens} tokens through this model (d={backbone.dim}, "
+        f"{backbone.layers} layers{grid}) needs about {need / 2**30:.1f} GiB, over the "
+        f"{L.MEMORY_BUDGET_BYTES / 2**30:.0f} GiB budget ({shares} GiB); lower {lower}"
+    )
 
 
-def state_budget(backbone: BackboneConfig) -> dict[str, Optional[int]]:
+def state_budget(backbone: BackboneConfig) -> dict[str, int | None]:
     """Numbers held per sequence by the fixed-size state: memory volumes, and a windowed KV cache."""
-    memory = backbone.memory.state_numel * len(backbone.memory_layers or range(backbone.layers)) \
-        if backbone.kind == "tensor" else None
+    memory = (
+        backbone.memory.state_numel * len(backbone.memory_layers or range(backbone.layers))
+        if backbone.kind == "tensor"
+        else None
+    )
     kv = 2 * backbone.dim * (backbone.window - 1) * backbone.layers if backbone.window else None
     total = None if backbone.window is None else (memory or 0) + kv  # None: a KV cache that grows
     return {"memory_state_numbers": memory, "kv_cache_numbers": kv, "total_state_numbers": total}

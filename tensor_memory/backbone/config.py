@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
 
 import torch
 
@@ -25,6 +24,7 @@ LINEAR_EPS = 1e-6  # keeps linear attention's normaliser away from zero
 # Configuration
 # ---------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class BackboneConfig(ConfigBase):
     kind: str = "tensor"  # tensor | base | xl | local | linear | slots | registers
@@ -34,9 +34,9 @@ class BackboneConfig(ConfigBase):
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio · dim
     causal: bool = True  # False: bidirectional, whole sequences only
     positions: str = "sinusoidal"  # "sinusoidal" | "none", see POSITIONS
-    window: Optional[int] = None  # attend to positions (t − window, t]; None = unbounded
-    memory: Optional[MemoryConfig] = None  # kind "tensor" only; defaults to MemoryConfig(token_dim=dim)
-    memory_layers: Optional[list[int]] = None  # layers with a memory (tensor) or slots; None = all
+    window: int | None = None  # attend to positions (t − window, t]; None = unbounded
+    memory: MemoryConfig | None = None  # kind "tensor" only; defaults to MemoryConfig(token_dim=dim)
+    memory_layers: list[int] | None = None  # layers with a memory (tensor) or slots; None = all
     xl_segment: int = 16  # Transformer-XL segment length (its memory is one segment)
     num_slots: int = 8  # slots per memory layer (kind "slots")
     slot_chunk: int = 1  # tokens per slot read/write step (kind "slots")
@@ -58,8 +58,9 @@ class BackboneConfig(ConfigBase):
         if not isinstance(self.causal, bool):
             raise ValueError(f"{owner}.causal must be True or False, got {self.causal!r}")
         if self.positions not in POSITIONS:
-            raise ValueError(f"{owner}.positions must be one of {', '.join(map(repr, POSITIONS))}, "
-                             f"got {self.positions!r}")
+            raise ValueError(
+                f"{owner}.positions must be one of {', '.join(map(repr, POSITIONS))}, got {self.positions!r}"
+            )
         if self.window is not None:
             require_int(owner, "window", self.window, 1, L.MAX_SEQUENCE)
         elif self.kind == "local":
@@ -72,8 +73,10 @@ class BackboneConfig(ConfigBase):
         if not isinstance(self.share_state, bool):
             raise ValueError(f"{owner}.share_state must be True or False, got {self.share_state!r}")
         if self.share_state and (self.kind != "tensor" or not self.causal):
-            raise ValueError(f"{owner}.share_state only applies to causal kind 'tensor' models (it threads their "
-                             f"memory state through the layers), got kind {self.kind!r}, causal={self.causal}")
+            raise ValueError(
+                f"{owner}.share_state only applies to causal kind 'tensor' models (it threads their "
+                f"memory state through the layers), got kind {self.kind!r}, causal={self.causal}"
+            )
 
     def _check_memory(self, owner: str) -> None:
         if isinstance(self.memory, dict):  # from_dict / JSON: rebuild the nested config
@@ -82,23 +85,30 @@ class BackboneConfig(ConfigBase):
             self.memory = MemoryConfig(token_dim=self.dim)
         if self.memory is not None:
             if self.kind != "tensor":
-                raise ValueError(f"{owner}.memory is only used by kind 'tensor', got kind {self.kind!r}; "
-                                 f"leave it None")
+                raise ValueError(f"{owner}.memory is only used by kind 'tensor', got kind {self.kind!r}; leave it None")
             if not isinstance(self.memory, MemoryConfig):
                 raise ValueError(f"{owner}.memory must be a MemoryConfig or a dict, got {type(self.memory).__name__}")
             if self.memory.token_dim != self.dim:
-                raise ValueError(f"{owner}.memory.token_dim must equal {owner}.dim={self.dim}, "
-                                 f"got token_dim={self.memory.token_dim}")
+                raise ValueError(
+                    f"{owner}.memory.token_dim must equal {owner}.dim={self.dim}, got token_dim={self.memory.token_dim}"
+                )
         if self.memory_layers is not None:
             if self.kind not in MEMORY_KINDS:
-                raise ValueError(f"{owner}.memory_layers is only used by kinds {' and '.join(MEMORY_KINDS)}, "
-                                 f"got kind {self.kind!r}; leave it None")
+                raise ValueError(
+                    f"{owner}.memory_layers is only used by kinds {' and '.join(MEMORY_KINDS)}, "
+                    f"got kind {self.kind!r}; leave it None"
+                )
             ids = list(self.memory_layers) if isinstance(self.memory_layers, (list, tuple)) else None
-            ok = bool(ids) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.layers
-                                   for i in ids) and len(set(ids)) == len(ids)
+            ok = (
+                bool(ids)
+                and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.layers for i in ids)
+                and len(set(ids)) == len(ids)
+            )
             if not ok:
-                raise ValueError(f"{owner}.memory_layers must be a non-empty list of distinct layer indices in "
-                                 f"[0, {self.layers - 1}] (or None for all), got {self.memory_layers!r}")
+                raise ValueError(
+                    f"{owner}.memory_layers must be a non-empty list of distinct layer indices in "
+                    f"[0, {self.layers - 1}] (or None for all), got {self.memory_layers!r}"
+                )
             self.memory_layers = sorted(ids)  # type: ignore[arg-type]
 
     def has_memory(self, layer: int) -> bool:
@@ -112,12 +122,18 @@ class BackboneConfig(ConfigBase):
 # State
 # ---------------------------------------------------------------------------------------
 
+
 class _Tensors:
     """Mixin for state dataclasses whose fields are all tensors."""
 
     def detach(self):
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name).detach()  # type: ignore[arg-type]
-                                            for f in dataclasses.fields(self)})
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: getattr(self, f.name).detach()  # type: ignore[arg-type]
+                for f in dataclasses.fields(self)
+            },
+        )
 
     def numel(self) -> int:
         return sum(getattr(self, f.name).numel() for f in dataclasses.fields(self))  # type: ignore[arg-type]
@@ -154,19 +170,20 @@ class SlotState(_Tensors):
     pending: torch.Tensor
 
 
-AttentionCache = Union[KVCache, LinearState, XLCache]
+AttentionCache = KVCache | LinearState | XLCache
 
 
 @dataclasses.dataclass
 class LayerState:
     """One block's state: its attention cache and its memory's (or slots') state, either may be None."""
 
-    attn: Optional[AttentionCache] = None
-    memory: Optional[Union[MemoryState, SlotState]] = None
+    attn: AttentionCache | None = None
+    memory: MemoryState | SlotState | None = None
 
-    def detach(self) -> "LayerState":
-        return LayerState(None if self.attn is None else self.attn.detach(),
-                          None if self.memory is None else self.memory.detach())
+    def detach(self) -> LayerState:
+        return LayerState(
+            None if self.attn is None else self.attn.detach(), None if self.memory is None else self.memory.detach()
+        )
 
     def numel(self) -> int:
         return sum(part.numel() for part in (self.attn, self.memory) if part is not None)
@@ -179,7 +196,7 @@ class BackboneState:
     pos: int  # tokens consumed so far
     layers: list[LayerState]
 
-    def detach(self) -> "BackboneState":
+    def detach(self) -> BackboneState:
         """Cut the gradient history (truncated back-propagation through a stream)."""
         return BackboneState(self.pos, [layer.detach() for layer in self.layers])
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import SLOT_GATE_INIT, BackboneConfig, SlotState
+
 
 class CrossAttention(nn.Module):
     """Unmasked multi-head attention from queries (M, Lq, dim) to a context (M, Lk, dim) → (M, Lq, dim)."""
@@ -58,10 +58,9 @@ class SlotMemory(nn.Module):
     def init_state(self, batch_size: int, device=None, dtype=None) -> SlotState:
         ref = self.initial
         slots = ref.to(device=device or ref.device, dtype=dtype or ref.dtype)
-        return SlotState(slots=slots.expand(batch_size, -1, -1),
-                         pending=slots.new_zeros(batch_size, 0, slots.shape[1]))
+        return SlotState(slots=slots.expand(batch_size, -1, -1), pending=slots.new_zeros(batch_size, 0, slots.shape[1]))
 
-    def forward(self, x: torch.Tensor, state: Optional[SlotState] = None) -> tuple[torch.Tensor, SlotState]:
+    def forward(self, x: torch.Tensor, state: SlotState | None = None) -> tuple[torch.Tensor, SlotState]:
         B, N, d = x.shape
         if state is None:
             state = self.init_state(B, x.device, x.dtype)
@@ -72,12 +71,12 @@ class SlotMemory(nn.Module):
         n_read, n_write = math.ceil((P + N) / cs), (P + N) // cs  # chunks touched / completed
         slots, before = state.slots, [state.slots]  # before[k]: the slots chunk k reads
         for k in range(n_write):
-            chunk = tokens[:, k * cs:(k + 1) * cs]  # (B, cs, d)
+            chunk = tokens[:, k * cs : (k + 1) * cs]  # (B, cs, d)
             update = self.write(self.slot_norm(slots), chunk)  # (B, M, d)
             slots = self.update(update.reshape(-1, d), slots.reshape(-1, d)).view_as(slots)
             before.append(slots)
-        seen = torch.stack(before[:n_read], dim=1).repeat_interleave(cs, dim=1)[:, P:P + N]  # (B, N, M, d)
+        seen = torch.stack(before[:n_read], dim=1).repeat_interleave(cs, dim=1)[:, P : P + N]  # (B, N, M, d)
         M = seen.shape[2]
         message = self.read(tokens[:, P:].reshape(B * N, 1, d), seen.reshape(B * N, M, d))  # (B·N, 1, d)
         y = x + torch.sigmoid(self.gate) * message.view(B, N, d)
-        return y, SlotState(slots=slots, pending=tokens[:, n_write * cs:])
+        return y, SlotState(slots=slots, pending=tokens[:, n_write * cs :])

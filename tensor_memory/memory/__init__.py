@@ -16,6 +16,18 @@ from .layer import TensorMemory, memory_layers
 from .recording import MemoryRecord, Recording, record
 from .streaming import Stream, streaming
 
-__all__ = ["MemoryConfig", "MemoryState", "TensorMemory", "memory_layers", "trilinear_read", "gaussian_write",
-           "hooks", "hook_points", "record", "Recording", "MemoryRecord",
-           "streaming", "Stream"]
+__all__ = [
+    "MemoryConfig",
+    "MemoryState",
+    "TensorMemory",
+    "memory_layers",
+    "trilinear_read",
+    "gaussian_write",
+    "hooks",
+    "hook_points",
+    "record",
+    "Recording",
+    "MemoryRecord",
+    "streaming",
+    "Stream",
+]

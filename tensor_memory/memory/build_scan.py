@@ -13,8 +13,10 @@ from . import fused_scan
 
 
 def main(argv=None) -> int:
-    argparse.ArgumentParser(description="Compile the memory layer's fused CPU scan (or check it is up to date); "
-                                        "a failed build only means the slower pure-PyTorch scan.").parse_args(argv)
+    argparse.ArgumentParser(
+        description="Compile the memory layer's fused CPU scan (or check it is up to date); "
+        "a failed build only means the slower pure-PyTorch scan."
+    ).parse_args(argv)
     built = fused_scan.kernels() is not None
     print(f"fused CPU scan: {'built' if built else 'not built'} in {fused_scan.build_directory()}")
     return 0  # never fails an install: the fallback works everywhere

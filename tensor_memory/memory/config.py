@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -51,8 +51,10 @@ class AddressingVariant(ConfigBase):
         _require_bool(owner, "separate_heads", self.separate_heads)
         _require_choice(owner, "write_path", self.write_path, ("free", "integrated"))
         if self.write_path == "integrated" and self.coordinates != "tanh":
-            raise ValueError(f"{owner}.write_path='integrated' sums steps before tanh and needs coordinates='tanh' "
-                             f"(got coordinates={self.coordinates!r})")
+            raise ValueError(
+                f"{owner}.write_path='integrated' sums steps before tanh and needs coordinates='tanh' "
+                f"(got coordinates={self.coordinates!r})"
+            )
 
 
 @dataclasses.dataclass
@@ -77,7 +79,9 @@ class ReadVariant(ConfigBase):
 class WriteVariant(ConfigBase):
     """Step 4: where a chunk's content lands (``variants/writing.py``), and so which cells step 5 updates."""
 
-    profile: str = "gaussian"  # "nearest": all of it on the voxel nearest μ_write, a hard write with no gradient to μ, σ
+    profile: str = (
+        "gaussian"  # "nearest": all of it on the voxel nearest μ_write, a hard write with no gradient to μ, σ
+    )
     # "dense": the Gaussian touches every voxel, every voxel is updated. "windowed": the Gaussian cut to a box of
     # ±window_k·σ around μ. "local": windowed, and only the box plus a one-voxel margin is updated (the rest keeps its
     # state exactly), the paper's suggested remedy for the cost of dense updates.
@@ -90,11 +94,13 @@ class WriteVariant(ConfigBase):
         _require_choice(owner, "mode", self.mode, ("dense", "windowed", "local"))
         require_float(owner, "window_k", self.window_k, 0.0, low_open=True)
         if self.profile == "nearest" and self.mode != "dense":
-            raise ValueError(f"{owner}.profile='nearest' needs mode='dense': a ±kσ box could cut the one voxel a hard "
-                             f"write lands on (got mode={self.mode!r})")
+            raise ValueError(
+                f"{owner}.profile='nearest' needs mode='dense': a ±kσ box could cut the one voxel a hard "
+                f"write lands on (got mode={self.mode!r})"
+            )
 
     @property
-    def window(self) -> Optional[float]:
+    def window(self) -> float | None:
         """k of the ±kσ write box, or None for the dense write."""
         return None if self.mode == "dense" else float(self.window_k)
 
@@ -107,8 +113,9 @@ class UpdateVariant(ConfigBase):
 
     def __post_init__(self) -> None:
         if isinstance(self.taps, bool) or self.taps not in (3, 1):
-            raise ValueError(f"MemoryConfig.update.taps must be 3 (the mechanism) or 1 (a 1×1×1 update), "
-                             f"got {self.taps!r}")
+            raise ValueError(
+                f"MemoryConfig.update.taps must be 3 (the mechanism) or 1 (a 1×1×1 update), got {self.taps!r}"
+            )
 
 
 @dataclasses.dataclass
@@ -135,16 +142,30 @@ class PublicCodeOptions(ConfigBase):
         require_float(owner, "sigma_scale", self.sigma_scale, 0.0, low_open=True)
 
 
-VARIANT_GROUPS = {"addressing": AddressingVariant, "read": ReadVariant, "write": WriteVariant,
-                  "update": UpdateVariant, "public_code": PublicCodeOptions}
+VARIANT_GROUPS = {
+    "addressing": AddressingVariant,
+    "read": ReadVariant,
+    "write": WriteVariant,
+    "update": UpdateVariant,
+    "public_code": PublicCodeOptions,
+}
 # Configs written before the variants were grouped (checkpoints, run configs, ``--set`` commands) name their settings
 # flat; :meth:`MemoryConfig.from_dict` reads them into their groups.
-FLAT_NAMES = {"coordinates": ("addressing", "coordinates"), "separate_heads": ("addressing", "separate_heads"),
-              "write_path": ("addressing", "write_path"), "read_jitter": ("read", "jitter"),
-              "voxel_codes": ("read", "voxel_codes"), "write_profile": ("write", "profile"),
-              "write_mode": ("write", "mode"), "window_k": ("write", "window_k"), "update_taps": ("update", "taps"),
-              **{name: ("public_code", name) for name in ("input_norm", "output", "partial_chunk", "depthwise_bias",
-                                                            "write_eps", "sigma_scale")}}
+FLAT_NAMES = {
+    "coordinates": ("addressing", "coordinates"),
+    "separate_heads": ("addressing", "separate_heads"),
+    "write_path": ("addressing", "write_path"),
+    "read_jitter": ("read", "jitter"),
+    "voxel_codes": ("read", "voxel_codes"),
+    "write_profile": ("write", "profile"),
+    "write_mode": ("write", "mode"),
+    "window_k": ("write", "window_k"),
+    "update_taps": ("update", "taps"),
+    **{
+        name: ("public_code", name)
+        for name in ("input_norm", "output", "partial_chunk", "depthwise_bias", "write_eps", "sigma_scale")
+    },
+}
 
 
 @dataclasses.dataclass
@@ -176,7 +197,7 @@ class MemoryConfig(ConfigBase):
         grid = tuple(self.grid) if isinstance(self.grid, (list, tuple)) else None
         if grid is None or len(grid) != 3:
             raise ValueError(f"{owner}.grid must be three integers (D, H, W), each >= 2, got {self.grid!r}")
-        for axis, n in zip("DHW", grid):
+        for axis, n in zip("DHW", grid, strict=True):
             require_int(owner, f"grid[{axis}]", n, 2, L.MAX_GRID_SIDE)
         self.grid = grid  # type: ignore[assignment]
         require_int(owner, "grid (D·H·W voxels)", math.prod(grid), 8, L.MAX_GRID_CELLS)
@@ -189,15 +210,16 @@ class MemoryConfig(ConfigBase):
                 raise ValueError(f"{owner}.{name} must be a {group.__name__} or a dict, got {type(value).__name__}")
         require_float(owner, "gate_init", self.gate_init)
         require_float(owner, "sigma_min", self.sigma_min, 0.0, low_open=True)
-        require_float(owner, "sigma_init", self.sigma_init, self.sigma_min * self.public_code.sigma_scale,
-                      low_open=True)
+        require_float(
+            owner, "sigma_init", self.sigma_init, self.sigma_min * self.public_code.sigma_scale, low_open=True
+        )
         require_float(owner, "forget_bias", self.forget_bias)
         _require_bool(owner, "summary_norm", self.summary_norm)
         for name, allowed in INIT_CHOICES.items():
             _require_choice(owner, name, getattr(self, name), allowed)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MemoryConfig":
+    def from_dict(cls, data: dict[str, Any]) -> MemoryConfig:
         """A config from its dict; settings named flat (:data:`FLAT_NAMES`, as configs before the groups name them)
         are read into their groups, and named both ways are refused."""
         if not isinstance(data, dict):
@@ -209,8 +231,9 @@ class MemoryConfig(ConfigBase):
             if not isinstance(nested, dict):
                 raise ValueError(f"MemoryConfig.{group} must be a dict, got {type(nested).__name__}")
             if field in nested:
-                raise ValueError(f"MemoryConfig: {flat!r} and {group}.{field} name one setting; give it once, as "
-                                 f"{group}.{field}")
+                raise ValueError(
+                    f"MemoryConfig: {flat!r} and {group}.{field} name one setting; give it once, as {group}.{field}"
+                )
             data[group] = {**nested, field: data.pop(flat)}
         return super().from_dict(data)
 
@@ -221,28 +244,37 @@ class MemoryConfig(ConfigBase):
         return 2 * self.channels * D * H * W
 
 
-def check_call(config: MemoryConfig, x: torch.Tensor, state: Optional["MemoryState"]) -> None:
+def check_call(config: MemoryConfig, x: torch.Tensor, state: MemoryState | None) -> None:
     """A layer's input x (B, N, token_dim), finite, and a state that fits it; a ValueError saying what to pass."""
     if x.dim() != 3 or x.shape[-1] != config.token_dim:
-        raise ValueError(f"TensorMemory expects x of shape (B, N, token_dim={config.token_dim}), "
-                         f"got {tuple(x.shape)}; check MemoryConfig.token_dim")
+        raise ValueError(
+            f"TensorMemory expects x of shape (B, N, token_dim={config.token_dim}), "
+            f"got {tuple(x.shape)}; check MemoryConfig.token_dim"
+        )
     if not torch.isfinite(x).all():
         raise ValueError("TensorMemory input contains NaN or infinite values")
     if state is None:
         return
     expected = (x.shape[0], config.channels, *config.grid)
     if tuple(state.h.shape) != expected or tuple(state.c.shape) != expected:
-        raise ValueError(f"MemoryState h and c must be {expected}, got {tuple(state.h.shape)} and "
-                         f"{tuple(state.c.shape)}")
+        raise ValueError(
+            f"MemoryState h and c must be {expected}, got {tuple(state.h.shape)} and {tuple(state.c.shape)}"
+        )
     pending = state.pending
-    if pending.dim() != 3 or pending.shape[0] != x.shape[0] or pending.shape[1] >= config.chunk_size \
-            or pending.shape[2] != config.token_dim:
+    if (
+        pending.dim() != 3
+        or pending.shape[0] != x.shape[0]
+        or pending.shape[1] >= config.chunk_size
+        or pending.shape[2] != config.token_dim
+    ):
         raise ValueError(f"MemoryState.pending must be (B, P < chunk_size, token_dim), got {tuple(pending.shape)}")
     integrated = config.addressing.write_path == "integrated"
     if state.place is not None and (not integrated or tuple(state.place.shape) != (x.shape[0], 3)):
-        raise ValueError(f"MemoryState.place must be None, or (B, 3) for a layer with addressing.write_path="
-                         f"'integrated'; got {tuple(state.place.shape)} for write_path="
-                         f"{config.addressing.write_path!r}")
+        raise ValueError(
+            f"MemoryState.place must be None, or (B, 3) for a layer with addressing.write_path="
+            f"'integrated'; got {tuple(state.place.shape)} for write_path="
+            f"{config.addressing.write_path!r}"
+        )
 
 
 @dataclasses.dataclass
@@ -258,12 +290,13 @@ class MemoryState:
     h: torch.Tensor
     c: torch.Tensor
     pending: torch.Tensor
-    place: Optional[torch.Tensor] = None
+    place: torch.Tensor | None = None
 
-    def detach(self) -> "MemoryState":
+    def detach(self) -> MemoryState:
         """Cut the gradient history (truncated back-propagation through a stream)."""
-        return MemoryState(self.h.detach(), self.c.detach(), self.pending.detach(),
-                           None if self.place is None else self.place.detach())
+        return MemoryState(
+            self.h.detach(), self.c.detach(), self.pending.detach(), None if self.place is None else self.place.detach()
+        )
 
     def numel(self) -> int:
         place = 0 if self.place is None else self.place.numel()

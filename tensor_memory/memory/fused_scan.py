@@ -24,7 +24,6 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -52,11 +51,21 @@ def kernels():
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / f"{NAME}.so").exists():
             print("tensor_memory: compiling the fused CPU scan (once; about half a minute)...", file=sys.stderr)
-        return load(name=NAME, sources=[str(SOURCE)], build_directory=str(folder), extra_cflags=FLAGS,
-                    extra_ldflags=["-fopenmp"], verbose=False)
+        return load(
+            name=NAME,
+            sources=[str(SOURCE)],
+            build_directory=str(folder),
+            extra_cflags=FLAGS,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
     except Exception as error:  # no compiler, a build error, a library that does not load: all mean the fallback
-        warnings.warn(f"tensor_memory: the fused CPU scan could not be built ({summary(error)}); using the slower "
-                      f"pure-PyTorch scan. To build it: {BUILD_COMMAND}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"tensor_memory: the fused CPU scan could not be built ({summary(error)}); using the slower "
+            f"pure-PyTorch scan. To build it: {BUILD_COMMAND}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return None
 
 
@@ -94,13 +103,20 @@ class _FusedScan(torch.autograd.Function):
         return (*grads, None)  # the offset's gradient is None without an offset
 
 
-def fused_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tensor, mix: torch.Tensor,
-               bias: torch.Tensor, offset: Optional[torch.Tensor], dtype: Optional[torch.dtype]):
+def fused_scan(
+    factors,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    taps_h: torch.Tensor,
+    mix: torch.Tensor,
+    bias: torch.Tensor,
+    offset: torch.Tensor | None,
+    dtype: torch.dtype | None,
+):
     """``update.convlstm_scan`` on the operator (check :func:`runs_on` first); dtype: the mix's products' type
     under autocast, or None. Returns hs, cs (K, B, D, H, W, C)."""
     inputs = (*factors, h, c, taps_h, mix, bias, offset)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _FusedScan.apply(*inputs, dtype)
-    hs, cs = kernels().scan_forward(*inputs[:5], taps_h, torch.cat([mix, bias[:, None]], dim=1), offset, dtype,
-                                    False)
+    hs, cs = kernels().scan_forward(*inputs[:5], taps_h, torch.cat([mix, bias[:, None]], dim=1), offset, dtype, False)
     return hs, cs

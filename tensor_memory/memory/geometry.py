@@ -13,13 +13,13 @@ trilinear weight and a Gaussian are each a product of three 1D profiles.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-Coordinates = Union[torch.Tensor, np.ndarray]
+Coordinates = torch.Tensor | np.ndarray
 
 # ---------------------------------------------------------------------------------------
 # The grid: voxel indices against normalised coordinates
@@ -78,7 +78,7 @@ def from_voxels(voxels: Coordinates, grid: Sequence[int]) -> Coordinates:
     return voxels * _per_axis(voxels, voxel_spacing(grid)) - 1.0
 
 
-def sigma_voxels_per_axis(sigma: Union[float, np.ndarray], grid: Sequence[int]) -> np.ndarray:
+def sigma_voxels_per_axis(sigma: float | np.ndarray, grid: Sequence[int]) -> np.ndarray:
     """Spreads σ (…) in normalised units as voxels along x, y and z: (…, 3), a numpy array (float64)."""
     return np.asarray(sigma, dtype=np.float64)[..., None] / np.asarray(voxel_spacing(grid))
 
@@ -92,6 +92,7 @@ def nearest_voxel(mu: Coordinates, grid: Sequence[int]) -> tuple[int, int, int]:
 # ---------------------------------------------------------------------------------------
 # The read and the write
 # ---------------------------------------------------------------------------------------
+
 
 def voxel_centres(n: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """Voxel centres of one axis in normalised units: ``linspace(-1, 1, n)``."""
@@ -147,15 +148,18 @@ def trilinear_read(h: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
     of three 1D weights, so no 8-corner gather is needed.
     """
     if h.dim() != 5 or xyz.shape != (h.shape[0], 3):
-        raise ValueError(f"trilinear_read expects h (B, C, D, H, W) and xyz (B, 3), "
-                         f"got {tuple(h.shape)} and {tuple(xyz.shape)}")
+        raise ValueError(
+            f"trilinear_read expects h (B, C, D, H, W) and xyz (B, 3), got {tuple(h.shape)} and {tuple(xyz.shape)}"
+        )
     return sample_channels_last(h.permute(0, 2, 3, 4, 1), xyz)  # (B, D, H, W, C) view
 
 
 def _axis_offsets(xyz: torch.Tensor, grid: tuple[int, int, int]):
     """Voxel centre minus μ along each axis: (D, H, W order) (M, D), (M, H), (M, W) from xyz (M, 3) as (x, y, z)."""
-    return tuple(voxel_centres(n, xyz.dtype, xyz.device)[None, :] - xyz[:, axis, None]
-                 for axis, n in zip((2, 1, 0), grid))
+    return tuple(
+        voxel_centres(n, xyz.dtype, xyz.device)[None, :] - xyz[:, axis, None]
+        for axis, n in zip((2, 1, 0), grid, strict=True)
+    )
 
 
 def _in_box(offsets, sigma: torch.Tensor, window: float):
@@ -169,8 +173,9 @@ def write_box(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int]
     return _in_box(_axis_offsets(xyz, grid), sigma, window)
 
 
-def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int],
-                      window: Optional[float] = None, eps: float = 0.0):
+def gaussian_profiles(
+    xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int], window: float | None = None, eps: float = 0.0
+):
     """The Gaussian around xyz (M, 3) of width sigma (M,) along each axis: (gz (M, D), gy (M, H), gx (M, W)).
 
     With ``window`` = k, each profile is cut to the :func:`write_box` (exactly zero outside), so
@@ -181,21 +186,28 @@ def gaussian_profiles(xyz: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, i
     if eps:  # skipped at 0, so the default computes exactly what it did before the option
         two_var = two_var + eps
     offsets = _axis_offsets(xyz, grid)
-    profiles = [torch.exp(-offset ** 2 / two_var) for offset in offsets]
+    profiles = [torch.exp(-(offset**2) / two_var) for offset in offsets]
     if window is not None:  # the box, a hard 0/1 cut
-        profiles = [g * inside.to(g.dtype) for g, inside in zip(profiles, _in_box(offsets, sigma, window))]
+        profiles = [g * inside.to(g.dtype) for g, inside in zip(profiles, _in_box(offsets, sigma, window), strict=True)]
     return tuple(profiles)
 
 
 def nearest_profiles(xyz: torch.Tensor, grid: tuple[int, int, int]):
     """A hard write's profiles: along each axis 1 at the voxel centre nearest xyz (M, 3), 0 elsewhere; (gz, gy, gx)
     as :func:`gaussian_profiles` gives them. Piecewise constant in xyz, so no gradient flows back through them."""
-    return tuple(F.one_hot(offset.abs().argmin(-1), n).to(xyz.dtype)  # (M, n)
-                 for offset, n in zip(_axis_offsets(xyz, grid), grid))
+    return tuple(
+        F.one_hot(offset.abs().argmin(-1), n).to(xyz.dtype)  # (M, n)
+        for offset, n in zip(_axis_offsets(xyz, grid), grid, strict=True)
+    )
 
 
-def gaussian_write(content: torch.Tensor, xyz: torch.Tensor, sigma: torch.Tensor,
-                   grid: tuple[int, int, int], window: Optional[float] = None) -> torch.Tensor:
+def gaussian_write(
+    content: torch.Tensor,
+    xyz: torch.Tensor,
+    sigma: torch.Tensor,
+    grid: tuple[int, int, int],
+    window: float | None = None,
+) -> torch.Tensor:
     """Write volume V[b, :, z, y, x] = content[b] · exp(-‖p_zyx − xyz[b]‖² / (2 sigma[b]²)).
 
     content (B, C), xyz (B, 3) as (x, y, z), sigma (B,) or (B, 1), grid (D, H, W)
@@ -205,8 +217,14 @@ def gaussian_write(content: torch.Tensor, xyz: torch.Tensor, sigma: torch.Tensor
     """
     B = content.shape[0]
     if content.dim() != 2 or xyz.shape != (B, 3) or sigma.numel() != B:
-        raise ValueError(f"gaussian_write expects content (B, C), xyz (B, 3), sigma (B,), got "
-                         f"{tuple(content.shape)}, {tuple(xyz.shape)}, {tuple(sigma.shape)}")
+        raise ValueError(
+            f"gaussian_write expects content (B, C), xyz (B, 3), sigma (B,), got "
+            f"{tuple(content.shape)}, {tuple(xyz.shape)}, {tuple(sigma.shape)}"
+        )
     gz, gy, gx = gaussian_profiles(xyz, sigma, grid, window)
-    return (content[:, :, None, None, None] * gz[:, None, :, None, None]
-            * gy[:, None, None, :, None] * gx[:, None, None, None, :])
+    return (
+        content[:, :, None, None, None]
+        * gz[:, None, :, None, None]
+        * gy[:, None, None, :, None]
+        * gx[:, None, None, None, :]
+    )

@@ -19,7 +19,7 @@ are hooks, never edited weights.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -30,8 +30,11 @@ from .layer import memory_layers
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     """Every hook point of ``model`` by path: ``"<memory module path>.<point>"`` ("<point>" for a bare layer)."""
-    return {f"{name}.{point}" if name else point: hook_point  # type: ignore[misc]
-            for name, memory in memory_layers(model).items() for point, hook_point in memory.hook_points.items()}
+    return {
+        f"{name}.{point}" if name else point: hook_point  # type: ignore[misc]
+        for name, memory in memory_layers(model).items()
+        for point, hook_point in memory.hook_points.items()
+    }
 
 
 def _resolve(model: nn.Module, spec: Mapping[str, Hook]) -> dict[HookPoint, Hook]:
@@ -42,8 +45,10 @@ def _resolve(model: nn.Module, spec: Mapping[str, Hook]) -> dict[HookPoint, Hook
     for path, fn in spec.items():
         if path not in points:
             layers = sorted({p.rsplit(".", 1)[0] for p in points if "." in p}) or ["(the layer itself)"]
-            raise ValueError(f"no hook point {path!r}; points are '<layer>.<point>' with <layer> one of "
-                             f"{', '.join(layers)} and <point> one of {', '.join(POINTS)}")
+            raise ValueError(
+                f"no hook point {path!r}; points are '<layer>.<point>' with <layer> one of "
+                f"{', '.join(layers)} and <point> one of {', '.join(POINTS)}"
+            )
         if not callable(fn):
             raise ValueError(f"the hook for {path!r} must be a function value -> value, got {type(fn).__name__}")
         resolved[points[path]] = fn

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Callable, Iterator, Mapping, Optional
+import types
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
 
-Hook = Callable[[torch.Tensor], Optional[torch.Tensor]]
+Hook = Callable[[torch.Tensor], torch.Tensor | None]
 
 # The points of a memory layer: (the shape of the value per forward call, its kind). K = chunks
 # in the call; Kw = complete chunks written; volumes are (C, D, H, W). The kinds:
@@ -61,8 +62,10 @@ RECORDED_POINTS = points_of("vector", "scalar", "volume", "gate")
 
 # {point: (hooks in the order they run, observers)}; empty outside every ``hooks`` block. Observers
 # (recordings) run after every hook, so a recording sees the value the forward goes on with.
-_ACTIVE: contextvars.ContextVar[Mapping["HookPoint", tuple[tuple[Hook, ...], tuple[Hook, ...]]]] = \
-    contextvars.ContextVar("tensor_memory_hooks", default={})
+_ACTIVE: contextvars.ContextVar[Mapping[HookPoint, tuple[tuple[Hook, ...], tuple[Hook, ...]]]] = contextvars.ContextVar(
+    "tensor_memory_hooks",
+    default=types.MappingProxyType({}),  # read-only: every block sets a new mapping
+)
 
 
 class HookPoint(nn.Module):
@@ -85,12 +88,15 @@ class HookPoint(nn.Module):
             if out is None or out is value:
                 continue
             if not self.replaceable:
-                raise ValueError(f"hook point {self.name!r} is read-only: its hook must return None or the "
-                                 f"value it was given (replace 'h_in'/'c_in' to change the state)")
+                raise ValueError(
+                    f"hook point {self.name!r} is read-only: its hook must return None or the "
+                    f"value it was given (replace 'h_in'/'c_in' to change the state)"
+                )
             if not isinstance(out, torch.Tensor) or out.shape != value.shape:
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise ValueError(f"the hook on {self.name!r} must return a tensor of shape {tuple(value.shape)}, "
-                                 f"got {got}")
+                raise ValueError(
+                    f"the hook on {self.name!r} must return a tensor of shape {tuple(value.shape)}, got {got}"
+                )
             value = out.to(value.dtype)
         for fn in observers:
             fn(value)
@@ -131,6 +137,17 @@ def attached(points: Mapping[HookPoint, Hook], observe: bool) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-__all__ = ["HookPoint", "POINTS", "VECTOR_POINTS", "SCALAR_POINTS", "VOLUME_POINTS", "GATE_POINTS", "RECORDED_POINTS",
-           "Hook",
-           "observers", "attached", "any_active", "nothing_hooked"]
+__all__ = [
+    "HookPoint",
+    "POINTS",
+    "VECTOR_POINTS",
+    "SCALAR_POINTS",
+    "VOLUME_POINTS",
+    "GATE_POINTS",
+    "RECORDED_POINTS",
+    "Hook",
+    "observers",
+    "attached",
+    "any_active",
+    "nothing_hooked",
+]

@@ -20,7 +20,7 @@ the component the config chose (``variants/``); with the defaults each component
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -97,7 +97,7 @@ class TensorMemory(nn.Module):
             self.depthwise.zero_()
             self.depthwise[:, :, 1] = 1.0
             self.update.initialise()
-            self.mix.bias[C:2 * C].fill_(cfg.forget_bias)
+            self.mix.bias[C : 2 * C].fill_(cfg.forget_bias)
             if self.gate is not None:
                 self.gate.fill_(cfg.gate_init)
 
@@ -111,15 +111,17 @@ class TensorMemory(nn.Module):
         def zeros() -> torch.Tensor:  # stored channels-last (the layout update.py computes in), shape (B, C, D, H, W)
             return torch.zeros(shape, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last_3d)
 
-        return MemoryState(h=zeros(), c=zeros(),
-                           pending=torch.zeros(batch_size, 0, self.config.token_dim, device=device, dtype=dtype))
+        return MemoryState(
+            h=zeros(), c=zeros(), pending=torch.zeros(batch_size, 0, self.config.token_dim, device=device, dtype=dtype)
+        )
 
     @classmethod
     def from_public_code(cls, state_dict, *, chunk_size=None, grid=None, sigma_scale: float = 1.0, prefix: str = ""):
         """The paper's public ``TensorMemoryInterface`` with the weights of ``state_dict``, built on this layer and
         called like it: ``out, (h, c) = m(x, (h0, c0))``. See ``public_code.from_public_code``."""
-        return from_public_code(state_dict, layer=cls, chunk_size=chunk_size, grid=grid, sigma_scale=sigma_scale,
-                                prefix=prefix)
+        return from_public_code(
+            state_dict, layer=cls, chunk_size=chunk_size, grid=grid, sigma_scale=sigma_scale, prefix=prefix
+        )
 
     @classmethod
     def load_public_code(cls, path, **options):
@@ -136,7 +138,7 @@ class TensorMemory(nn.Module):
         """Pass ``value`` through hook point ``name``: the value itself unless a hook replaces it."""
         return value if nothing_hooked() else self.hook_points[name](value)
 
-    def forward(self, x: torch.Tensor, state: Optional[MemoryState] = None) -> tuple[torch.Tensor, MemoryState]:
+    def forward(self, x: torch.Tensor, state: MemoryState | None = None) -> tuple[torch.Tensor, MemoryState]:
         """x (B, N, d) from ``state`` (zeros when None) → y (B, N, d) and the state after the last chunk.
 
         The steps run as 1, 2, 4, 5, 3: each chunk reads the state before its own write, and the scan of
@@ -154,8 +156,12 @@ class TensorMemory(nn.Module):
         y = self._read(x, h0, hs, mu_read, state.pending.shape[1])  # 3
         n_write = summaries.shape[1]
         h, c = (hs[-1], cs[-1]) if n_write else (h0, c0)
-        return y, MemoryState(h=h.permute(TO_PUBLIC), c=c.permute(TO_PUBLIC),
-                              pending=tokens[:, n_write * self.config.chunk_size:], place=place)
+        return y, MemoryState(
+            h=h.permute(TO_PUBLIC),
+            c=c.permute(TO_PUBLIC),
+            pending=tokens[:, n_write * self.config.chunk_size :],
+            place=place,
+        )
 
     def _summaries(self, x: torch.Tensor, pending: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """1. Chunk summaries: each chunk's read query (its first token) and each written chunk's summary.
@@ -165,19 +171,20 @@ class TensorMemory(nn.Module):
         with a token and the summaries (B, n_write, d) of the chunks written now.
         """
         tokens = torch.cat([pending, self.norm(x)], dim=1)  # (B, P+N, d)
-        queries = tokens[:, ::self.config.chunk_size]  # (B, n_read, d) each chunk's first token
+        queries = tokens[:, :: self.config.chunk_size]  # (B, n_read, d) each chunk's first token
         summaries = self.summary(self.chunks(tokens))  # (B, n_write, chunk·d) → (B, n_write, d)
         return tokens, queries, self.summary_norm(summaries)  # on the queries' scale for the shared coord_head
 
-    def _address(self, queries: torch.Tensor, summaries: torch.Tensor, place: Optional[torch.Tensor]) -> tuple:
+    def _address(self, queries: torch.Tensor, summaries: torch.Tensor, place: torch.Tensor | None) -> tuple:
         """2. Addressing: one coordinate head for reads and writes; tanh keeps the coordinates in the grid.
         Returns μ_read, μ_write and the place a later call's writes continue from."""
         mu_read = self.hook("mu_read", self.addressing.reads(self.coord_head, queries))  # (B, n_read, 3)
         mu_write, place = self.addressing.writes(self.coord_head, summaries, place)
         return mu_read, self.hook("mu_write", mu_write), place  # μ_write (B, n_write, 3)
 
-    def _read(self, x: torch.Tensor, h0: torch.Tensor, hs: torch.Tensor, mu_read: torch.Tensor,
-              already_output: int) -> torch.Tensor:
+    def _read(
+        self, x: torch.Tensor, h0: torch.Tensor, hs: torch.Tensor, mu_read: torch.Tensor, already_output: int
+    ) -> torch.Tensor:
         """3. Read: chunk k reads h before its own write and adds it to each of its tokens through σ(γ).
 
         That is the incoming state h0 for the first chunk and the state after chunk k−1 for the others. Every state
@@ -189,11 +196,11 @@ class TensorMemory(nn.Module):
         first = self.sampler(h0, mu_read[:, 0])  # (B, C)
         later_xyz = F.pad(mu_read[:, 1:], (0, 0, 0, n_write + 1 - n_read))  # (B, n_write, 3)
         later = self.sampler(hs.reshape(-1, D, H, W, C), later_xyz.transpose(0, 1).reshape(-1, 3))
-        later = later.view(n_write, B, C).transpose(0, 1)[:, :n_read - 1]  # (B, n_read-1, C)
+        later = later.view(n_write, B, C).transpose(0, 1)[:, : n_read - 1]  # (B, n_read-1, C)
         read = self.hook("read", torch.cat([first[:, None], later], dim=1))  # (B, n_read, C)
         message = self.out_proj(read)  # (B, n_read, d)
         per_token = message.repeat_interleave(self.config.chunk_size, dim=1)  # (B, n_read·chunk, d)
-        per_token = per_token[:, already_output:already_output + N]  # (B, N, d): drop tokens already output
+        per_token = per_token[:, already_output : already_output + N]  # (B, N, d): drop tokens already output
         scaled = self.hook("gate_scale", self.gate_scale[None]) * per_token  # σ(γ) as (1,)
         return self.output(x, scaled)
 
@@ -209,7 +216,9 @@ class TensorMemory(nn.Module):
         sigma = (F.softplus(self.spread(summaries)).squeeze(-1) + cfg.sigma_min) * cfg.public_code.sigma_scale
         sigma = self.hook("sigma", sigma)  # (B, n_write)
         xyz, sigma = mu_write.transpose(0, 1).reshape(-1, 3), sigma.t().reshape(-1)  # chunk-major, (n_write·B, …)
-        profiles = [p.view(n_write, B, n) for p, n in zip(self.profile(xyz, sigma), cfg.grid)]  # (n_write, B, n)
+        profiles = [
+            p.view(n_write, B, n) for p, n in zip(self.profile(xyz, sigma), cfg.grid, strict=True)
+        ]  # (n_write, B, n)
         return Write(content.transpose(0, 1), profiles, xyz, sigma)
 
     def _update(self, write: Write, state: MemoryState) -> tuple[torch.Tensor, ...]:
@@ -221,8 +230,10 @@ class TensorMemory(nn.Module):
         taps_v, taps_h, offset = self.update.convolutions(self.depthwise)  # (3, C, 3) each
         factors = write_factors(write.content, write.profiles, taps_v)  # dw_V(V) = fz ⊗ fy ⊗ fxc
         # The incoming state passes its hook points first (an intervention may replace it).
-        h0, c0 = (self.hook(name, v).contiguous(memory_format=torch.channels_last_3d).permute(TO_CHANNELS_LAST)
-                  for name, v in (("h_in", state.h), ("c_in", state.c)))  # (B, D, H, W, C) views
+        h0, c0 = (
+            self.hook(name, v).contiguous(memory_format=torch.channels_last_3d).permute(TO_CHANNELS_LAST)
+            for name, v in (("h_in", state.h), ("c_in", state.c))
+        )  # (B, D, H, W, C) views
         hs, cs = self.update(factors, write, h0, c0, taps_h, self.mix, offset)
         if any_active(self.hook_points):
             self._observe(hs, cs, lambda: recomputed_gates(factors, h0, hs, taps_h, offset, self.mix))
@@ -235,7 +246,7 @@ class TensorMemory(nn.Module):
         self.hook("h", hs.permute(by_chunk))
         self.hook("c", cs.permute(by_chunk))
         if self.hook_points["gate_i"].active:
-            for name, value in zip(GATE_POINTS, gates()):
+            for name, value in zip(GATE_POINTS, gates(), strict=True):
                 self.hook(name, value.permute(by_chunk))
 
 

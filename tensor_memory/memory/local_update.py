@@ -22,8 +22,6 @@ Layout as in ``update.py``: channels-last volumes ``(…, D, H, W, C)``.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from .update import depthwise3d, expand_write, gate_inputs, gate_values
@@ -49,9 +47,16 @@ def update_regions(box) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.stack(lows, -1), torch.stack(highs, -1), torch.stack(present, -1).all(-1)
 
 
-def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tensor,
-               mix: torch.Tensor, bias: torch.Tensor,
-               offset: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def local_scan(
+    factors,
+    regions,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    taps_h: torch.Tensor,
+    mix: torch.Tensor,
+    bias: torch.Tensor,
+    offset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The ConvLSTM scan of ``update.convlstm_scan``, updating only each chunk's region.
 
     factors: (fz (K, B, D, C), fy (K, B, H, C), fxc (K, B, W, C)) of the windowed write;
@@ -71,15 +76,15 @@ def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch
     for k in range(K):
         # One window size for the batch: the largest region plus a voxel on each side, within the grid.
         extent = (hi[k] - lo[k] + 1).clamp(min=1).amax(0).tolist()  # (3,) largest region per axis (≥ 1 if none)
-        win = [min(n, e + 2) for n, e in zip(sizes, extent)]
-        last_start = torch.tensor([n - w for n, w in zip(sizes, win)], device=h.device)
+        win = [min(n, e + 2) for n, e in zip(sizes, extent, strict=True)]
+        last_start = torch.tensor([n - w for n, w in zip(sizes, win, strict=True)], device=h.device)
         start = torch.minimum((lo[k] - 1).clamp(min=0), last_start)  # (B, 3) each sample's window corner
         index = [start[:, a, None] + torch.arange(win[a], device=h.device) for a in range(3)]  # (B, w_a) each
         window = (batch, index[0].view(B, -1, 1, 1), index[1].view(B, 1, -1, 1), index[2].view(B, 1, 1, -1))  # voxels
         h_win, c_win = h[window], c[window]  # (B, wd, wh, ww, C)
 
         # The dense update's maths on the window: gates from [dw_V(V) ; dw_h(h) ; 1].
-        fz, fy, fxc = (f[k].gather(1, i[:, :, None].expand(-1, -1, C)) for f, i in zip(factors, index))
+        fz, fy, fxc = (f[k].gather(1, i[:, :, None].expand(-1, -1, C)) for f, i in zip(factors, index, strict=True))
         off_win = None if offset is None else offset[window[1:]]  # (B, wd, wh, ww, 2C)
         x = gate_inputs(expand_write(fz, fy, fxc), depthwise3d(h_win, taps_h), off_win)  # (B·wd·wh·ww, 2C+1)
         i, f, o, g = gate_values(x, weight)
@@ -88,8 +93,12 @@ def local_scan(factors, regions, h: torch.Tensor, c: torch.Tensor, taps_h: torch
 
         # Only the region changes; the rest of the window (and of the grid) keeps its state exactly.
         in_region = [(i >= lo[k][:, a, None]) & (i <= hi[k][:, a, None]) for a, i in enumerate(index)]  # (B, w_a)
-        keep_new = (present[k].view(B, 1, 1, 1) & in_region[0].view(B, -1, 1, 1)
-                    & in_region[1].view(B, 1, -1, 1) & in_region[2].view(B, 1, 1, -1))[..., None]  # (B, wd, wh, ww, 1)
+        keep_new = (
+            present[k].view(B, 1, 1, 1)
+            & in_region[0].view(B, -1, 1, 1)
+            & in_region[1].view(B, 1, -1, 1)
+            & in_region[2].view(B, 1, 1, -1)
+        )[..., None]  # (B, wd, wh, ww, 1)
         h = h.index_put(window, torch.where(keep_new, h_new, h_win))  # out of place: autograd keeps the old state
         c = c.index_put(window, torch.where(keep_new, c_new, c_win))
         hs.append(h)

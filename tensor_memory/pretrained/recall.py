@@ -14,18 +14,19 @@ import contextlib
 import dataclasses
 import functools
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .. import limits as L
-from ..config import ConfigBase, require_float, require_int
 from ..backbone.attach import attach_memory
+from ..config import ConfigBase, require_float, require_int
 from ..memory import MemoryConfig, streaming
 from ..tasks.data import corpus as C
-from .minilm import CLOSED_GATE, LAYERS as MINILM_LAYERS, load_minilm, word_pieces
+from .minilm import CLOSED_GATE, load_minilm, word_pieces
+from .minilm import LAYERS as MINILM_LAYERS
 
 
 @dataclasses.dataclass
@@ -42,10 +43,16 @@ class RecallConfig(ConfigBase):
         require_int(owner, "window", self.window, 4, 510)
         require_int(owner, "windows", self.windows, 2, 64)
         layers = range(MINILM_LAYERS)
-        if (not isinstance(self.layers, list) or not self.layers or len(set(map(repr, self.layers))) != len(self.layers)
-                or not all(type(layer) is int and layer in layers for layer in self.layers)):
-            raise ValueError(f"{owner}.layers must be a non-empty list of distinct MiniLM layers (0 to "
-                             f"{MINILM_LAYERS - 1}), got {self.layers!r}")
+        if (
+            not isinstance(self.layers, list)
+            or not self.layers
+            or len(set(map(repr, self.layers))) != len(self.layers)
+            or not all(type(layer) is int and layer in layers for layer in self.layers)
+        ):
+            raise ValueError(
+                f"{owner}.layers must be a non-empty list of distinct MiniLM layers (0 to "
+                f"{MINILM_LAYERS - 1}), got {self.layers!r}"
+            )
         require_int(owner, "channels", self.channels, 1, L.MAX_CHANNELS)
         if not isinstance(self.grid, list) or len(self.grid) != 3:
             raise ValueError(f"{owner}.grid must be a list of three sides [D, H, W], got {self.grid!r}")
@@ -54,8 +61,13 @@ class RecallConfig(ConfigBase):
         require_float(owner, "gate_init", self.gate_init)
 
     def memory(self) -> MemoryConfig:
-        return MemoryConfig(token_dim=384, channels=self.channels, grid=tuple(self.grid), chunk_size=self.window + 2,
-                            gate_init=self.gate_init)
+        return MemoryConfig(
+            token_dim=384,
+            channels=self.channels,
+            grid=tuple(self.grid),
+            chunk_size=self.window + 2,
+            gate_init=self.gate_init,
+        )
 
 
 def documents(split: str, length: int) -> list[list[int]]:
@@ -64,7 +76,7 @@ def documents(split: str, length: int) -> list[list[int]]:
     stream: list[int] = []
     for encoding in tokenizer.encode_batch(list(C.split_lines("python-docs", "", split)), add_special_tokens=False):
         stream.extend(encoding.ids)
-    return [stream[i:i + length] for i in range(0, len(stream) - length + 1, length)]
+    return [stream[i : i + length] for i in range(0, len(stream) - length + 1, length)]
 
 
 @functools.lru_cache(maxsize=4)
@@ -88,9 +100,12 @@ def recall_batch(config: RecallConfig, split: str, rows: Sequence[int]) -> dict[
         doc = docs[row % len(docs)]
         seen: set[int] = set()
         for k in range(config.windows):
-            piece = list(doc[k * config.window:(k + 1) * config.window])
-            asked = [i for i, t in enumerate(piece)
-                     if t in seen and piece.count(t) == 1 and _askable(tokenizer.id_to_token(t))]
+            piece = list(doc[k * config.window : (k + 1) * config.window])
+            asked = [
+                i
+                for i, t in enumerate(piece)
+                if t in seen and piece.count(t) == 1 and _askable(tokenizer.id_to_token(t))
+            ]
             ids[b, k] = torch.tensor([cls, *[mask if i in asked else t for i, t in enumerate(piece)], sep])
             for i in asked:
                 targets[b, k, i + 1] = piece[i]
@@ -111,12 +126,13 @@ class RecallModel(nn.Module):
         self.encoder = load_minilm()
         if memory:
             attach_memory(self.encoder, config.memory(), config.layers)
-        self.memories = nn.ModuleList(self.encoder.encoder.layer[i].memory for i in config.layers) \
-            if memory else nn.ModuleList()
+        self.memories = (
+            nn.ModuleList(self.encoder.encoder.layer[i].memory for i in config.layers) if memory else nn.ModuleList()
+        )
         self.head = nn.Sequential(nn.Linear(384, 384), nn.GELU(), nn.LayerNorm(384))
         self.bias = nn.Parameter(torch.zeros(self.encoder.config.vocab_size))
 
-    def train(self, mode: bool = True) -> "RecallModel":
+    def train(self, mode: bool = True) -> RecallModel:
         """Train the memories and head; MiniLM stays in eval mode (no dropout: it is frozen, as shipped)."""
         super().train(mode)
         self.encoder.eval()
@@ -130,8 +146,13 @@ class RecallModel(nn.Module):
         """ids (B, windows, L), the windows fed in order with the memory carried → (logits (A, vocab), the A
         asked pieces' targets). Only asked positions are scored: the head costs a 30,522-way product each."""
         with streaming(self.encoder) if len(self.memories) else contextlib.nullcontext():  # one document
-            hidden = torch.stack([self.encoder(input_ids=ids[:, k]).last_hidden_state  # (B, L, 384) per window
-                                  for k in range(ids.shape[1])], dim=1)  # (B, windows, L, 384)
+            hidden = torch.stack(
+                [
+                    self.encoder(input_ids=ids[:, k]).last_hidden_state  # (B, L, 384) per window
+                    for k in range(ids.shape[1])
+                ],
+                dim=1,
+            )  # (B, windows, L, 384)
         asked = targets != -100
         embeddings = self.encoder.embeddings.word_embeddings.weight  # (V, 384), frozen
         return self.head(hidden[asked]) @ embeddings.T + self.bias, targets[asked]
@@ -139,8 +160,11 @@ class RecallModel(nn.Module):
 
 def recall_counts(logits: torch.Tensor, truth: torch.Tensor) -> tuple[float, float, float]:
     """(correct, asked, summed cross-entropy) over the asked pieces."""
-    return (float((logits.argmax(-1) == truth).sum()), float(truth.numel()),
-            float(F.cross_entropy(logits.float(), truth, reduction="sum")))
+    return (
+        float((logits.argmax(-1) == truth).sum()),
+        float(truth.numel()),
+        float(F.cross_entropy(logits.float(), truth, reduction="sum")),
+    )
 
 
 def evaluate_recall(model: RecallModel, config: RecallConfig, docs: int = 128, batch: int = 16) -> dict:
@@ -167,5 +191,12 @@ def sample_rows(split: str, config: RecallConfig, batch: int, seed: int) -> list
     return random.Random(seed).sample(range(count), batch)
 
 
-__all__ = ["RecallConfig", "RecallModel", "documents", "recall_batch", "recall_counts", "evaluate_recall",
-           "sample_rows"]
+__all__ = [
+    "RecallConfig",
+    "RecallModel",
+    "documents",
+    "recall_batch",
+    "recall_counts",
+    "evaluate_recall",
+    "sample_rows",
+]

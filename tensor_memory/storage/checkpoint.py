@@ -10,25 +10,49 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 
 from ..accelerator.device import check_device_memory, resolve_device
 from ..backbone import BackboneConfig, check_budget
 from ..backbone.budget import task_bytes
-from .files import (FileFormatError, PathLike, atomic_write_bytes, atomic_write_text, dumps_json, finite_or_none,
-                    json_type, read_json, remove_stale_temp_files)
-from .integrity import (RECORD_KEY, SIDE_FILES_KEY, check_record, check_migratable, check_side_files, decisive,
-                        record_of, rewrite_metadata, side_file_digests, sha256, trained_record, weights_metadata)
 from ..tasks import TASKS, Task, TaskModel, make_task
+from .files import (
+    FileFormatError,
+    PathLike,
+    atomic_write_bytes,
+    atomic_write_text,
+    dumps_json,
+    finite_or_none,
+    json_type,
+    read_json,
+    remove_stale_temp_files,
+)
+from .integrity import (
+    RECORD_KEY,
+    SIDE_FILES_KEY,
+    check_migratable,
+    check_record,
+    check_side_files,
+    decisive,
+    record_of,
+    rewrite_metadata,
+    sha256,
+    side_file_digests,
+    trained_record,
+    weights_metadata,
+)
 from .user_files import FLOAT_DTYPES, SafetensorsFile, TensorInfo, read_safetensors
 
 SCHEMA_VERSION = 2
 # Version 1 predates the defaults that made the memory trainable (docs/trainability.md). Its configs
 # omit settings whose defaults changed; they are read with the values those models were built with.
-V1_DEFAULTS = {"model": {"positions": "sinusoidal"}, "memory": {"summary_norm": False},
-               "task_params": {"occlusion": {"head": "joint"}}}
+V1_DEFAULTS = {
+    "model": {"positions": "sinusoidal"},
+    "memory": {"summary_norm": False},
+    "task_params": {"occlusion": {"head": "joint"}},
+}
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -47,12 +71,17 @@ class Checkpoint:
     config: dict[str, Any]  # config.json as read
     task: Task  # built from config["task"]
     path: Path  # the checkpoint directory
-    metrics: Optional[dict[str, Any]] = None  # metrics.json, if present
+    metrics: dict[str, Any] | None = None  # metrics.json, if present
 
 
-def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any],
-                    metrics: Optional[dict[str, Any]] = None, task: Optional[Task] = None,
-                    dtype: Optional[torch.dtype] = None) -> Path:
+def save_checkpoint(
+    directory: PathLike,
+    model: TaskModel,
+    config: dict[str, Any],
+    metrics: dict[str, Any] | None = None,
+    task: Task | None = None,
+    dtype: torch.dtype | None = None,
+) -> Path:
     """Write ``model.safetensors``, ``config.json`` (and ``metrics.json``) into ``directory``.
 
     ``config`` is the full config dict (``schema_version`` is filled in when missing). It is
@@ -72,16 +101,21 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
     config, parsed, backbone = _parse_config(config, "save_checkpoint config")
     task = task or parsed
     if isinstance(model, TaskModel) and backbone.to_dict() != model.backbone.config.to_dict():
-        raise CheckpointError("save_checkpoint: config['model'] does not describe the model's backbone "
-                              f"(config: {backbone.to_dict()}, model: {model.backbone.config.to_dict()})")
+        raise CheckpointError(
+            "save_checkpoint: config['model'] does not describe the model's backbone "
+            f"(config: {backbone.to_dict()}, model: {model.backbone.config.to_dict()})"
+        )
     config_text = dumps_json(config)
     metrics_text = None if metrics is None else dumps_json(finite_or_none(metrics))
 
     # Each tensor is copied to its own contiguous CPU storage: no shared storage (tied weights,
     # views) for safetensors to refuse, and no aliasing with the live model while writing.
-    tensors = {name: value.detach().to("cpu", dtype=dtype if dtype and value.is_floating_point() else None,
-                                       copy=True).contiguous()
-               for name, value in model.state_dict().items()}
+    tensors = {
+        name: value.detach()
+        .to("cpu", dtype=dtype if dtype and value.is_floating_point() else None, copy=True)
+        .contiguous()
+        for name, value in model.state_dict().items()
+    }
     side_files = task.files_to_save()
     digests = {name: sha256(text.encode("utf-8")) for name, text in side_files.items()}  # as atomic_write_text writes
     data = save_safetensors(tensors, metadata=weights_metadata(config, digests))
@@ -100,6 +134,7 @@ def save_checkpoint(directory: PathLike, model: TaskModel, config: dict[str, Any
 # ---------------------------------------------------------------------------------------
 # Config
 # ---------------------------------------------------------------------------------------
+
 
 def _upgrade_v1(config: dict[str, Any]) -> dict[str, Any]:
     """A schema-1 config as schema 2: the settings whose defaults changed, filled with their old values."""
@@ -127,13 +162,17 @@ def _parse_config(config: Any, source: str, fix: str = "") -> tuple[dict[str, An
     if not isinstance(config, dict):
         raise CheckpointError(f"{source}: the top level must be a JSON object, got {json_type(config)}")
     if "schema_version" not in config:
-        raise CheckpointError(f"{source}: missing 'schema_version' (this version of tensor_memory reads "
-                              f"schema_version {SCHEMA_VERSION}); is this a tensor_memory checkpoint?")
+        raise CheckpointError(
+            f"{source}: missing 'schema_version' (this version of tensor_memory reads "
+            f"schema_version {SCHEMA_VERSION}); is this a tensor_memory checkpoint?"
+        )
     version = config["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version not in (1, SCHEMA_VERSION):
-        raise CheckpointError(f"{source}: unknown schema_version {version!r}; this version of tensor_memory "
-                              f"reads schema_version 1 and {SCHEMA_VERSION} only (upgrade tensor_memory for newer "
-                              f"checkpoints)")
+        raise CheckpointError(
+            f"{source}: unknown schema_version {version!r}; this version of tensor_memory "
+            f"reads schema_version 1 and {SCHEMA_VERSION} only (upgrade tensor_memory for newer "
+            f"checkpoints)"
+        )
     if version == 1:
         config = _upgrade_v1(config)
     for key in ("task", "model"):
@@ -149,8 +188,9 @@ def _parse_config(config: Any, source: str, fix: str = "") -> tuple[dict[str, An
     if not isinstance(name, str):
         raise CheckpointError(f"{source}: task.name must be a string naming a task, got {name!r}{fix}")
     if name not in TASKS:
-        raise CheckpointError(f"{source}: unknown task {name!r}; this version of tensor_memory knows "
-                              f"{', '.join(sorted(TASKS))}")
+        raise CheckpointError(
+            f"{source}: unknown task {name!r}; this version of tensor_memory knows {', '.join(sorted(TASKS))}"
+        )
     params = section.get("params", {})
     if not isinstance(params, dict):
         raise CheckpointError(f"{source}: task.params must be an object, got {json_type(params)}{fix}")
@@ -169,14 +209,16 @@ def _parse_config(config: Any, source: str, fix: str = "") -> tuple[dict[str, An
 # Weights
 # ---------------------------------------------------------------------------------------
 
+
 def check_against_model(path: Path, header: dict[str, TensorInfo], expected: dict[str, torch.Tensor]) -> None:
     """The file holds exactly the model's tensors, with the shapes its config implies, as floats."""
     hint = f"was it saved from a model with this {CONFIG_FILE}?"
     missing = [k for k in expected if k not in header]
     if missing:
         listed = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise CheckpointError(f"{path}: missing weights for {len(missing)} parameter(s) the config needs: "
-                              f"{listed}; {hint}")
+        raise CheckpointError(
+            f"{path}: missing weights for {len(missing)} parameter(s) the config needs: {listed}; {hint}"
+        )
     unexpected = [k for k in header if k not in expected]
     if unexpected:
         listed = ", ".join(unexpected[:5]) + (f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else "")
@@ -184,15 +226,18 @@ def check_against_model(path: Path, header: dict[str, TensorInfo], expected: dic
     for name, value in expected.items():
         info = header[name]
         if info.shape != tuple(value.shape):
-            raise CheckpointError(f"{path}: shape mismatch for {name!r}: the file holds {list(info.shape)}, "
-                                  f"{CONFIG_FILE} implies {list(value.shape)}; {hint}")
+            raise CheckpointError(
+                f"{path}: shape mismatch for {name!r}: the file holds {list(info.shape)}, "
+                f"{CONFIG_FILE} implies {list(value.shape)}; {hint}"
+            )
         if value.dtype.is_floating_point and info.dtype not in FLOAT_DTYPES:
-            raise CheckpointError(f"{path}: non-floating weights: {name!r} is stored as {info.dtype}, expected a "
-                                  f"floating dtype (F16, BF16, F32 or F64)")
+            raise CheckpointError(
+                f"{path}: non-floating weights: {name!r} is stored as {info.dtype}, expected a "
+                f"floating dtype (F16, BF16, F32 or F64)"
+            )
 
 
-def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
-                    require_record: bool = True) -> Checkpoint:
+def load_checkpoint(path: PathLike, device: str | torch.device = "cpu", *, require_record: bool = True) -> Checkpoint:
     """Load the checkpoint in directory ``path``: the model (eval mode, on ``device``: "cpu", "auto", "cuda",
     "cuda:N" or a torch.device, refused in one line when this machine has no such device), config, task, metrics.
 
@@ -206,8 +251,7 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
     directory = _checkpoint_folder(Path(path))
     model_path, config_path = directory / MODEL_FILE, directory / CONFIG_FILE
     config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
-    config, task, backbone = _parse_config(config, str(config_path),
-                                           f" (fix {CONFIG_FILE} or re-save the checkpoint)")
+    config, task, backbone = _parse_config(config, str(config_path), f" (fix {CONFIG_FILE} or re-save the checkpoint)")
     weights = read_safetensors(model_path, MAX_MODEL_BYTES)  # read once, checked; no tensor built yet
     if require_record:  # before anything is built: an edited checkpoint is refused in well under a second
         check_record(model_path, config_path, weights.metadata, decisive(config))
@@ -228,25 +272,34 @@ def load_checkpoint(path: PathLike, device: Union[str, torch.device] = "cpu", *,
 def _checkpoint_folder(directory: Path) -> Path:
     """``directory`` if it is a folder holding a checkpoint's two files, else a CheckpointError saying what it is."""
     if not directory.exists():
-        raise CheckpointError(f"{directory}: no such checkpoint directory; pass the folder that holds "
-                              f"{MODEL_FILE} and {CONFIG_FILE}")
+        raise CheckpointError(
+            f"{directory}: no such checkpoint directory; pass the folder that holds {MODEL_FILE} and {CONFIG_FILE}"
+        )
     if not directory.is_dir():
-        parent = f" (its folder {directory.parent} may be the checkpoint)" if directory.name in (
-            MODEL_FILE, CONFIG_FILE, METRICS_FILE) else ""
-        raise CheckpointError(f"{directory}: is a file, not a checkpoint directory; pass the folder that holds "
-                              f"{MODEL_FILE} and {CONFIG_FILE}{parent}")
+        parent = (
+            f" (its folder {directory.parent} may be the checkpoint)"
+            if directory.name in (MODEL_FILE, CONFIG_FILE, METRICS_FILE)
+            else ""
+        )
+        raise CheckpointError(
+            f"{directory}: is a file, not a checkpoint directory; pass the folder that holds "
+            f"{MODEL_FILE} and {CONFIG_FILE}{parent}"
+        )
     try:
         empty = not any(directory.iterdir())
     except OSError as error:
-        raise CheckpointError(f"{directory}: cannot list the checkpoint directory: "
-                              f"{error.strerror or error}") from None
+        raise CheckpointError(f"{directory}: cannot list the checkpoint directory: {error.strerror or error}") from None
     if empty:
-        raise CheckpointError(f"{directory}: the checkpoint directory is empty; expected {MODEL_FILE} and "
-                              f"{CONFIG_FILE} (was the training run stopped before its first save?)")
+        raise CheckpointError(
+            f"{directory}: the checkpoint directory is empty; expected {MODEL_FILE} and "
+            f"{CONFIG_FILE} (was the training run stopped before its first save?)"
+        )
     for required in (directory / CONFIG_FILE, directory / MODEL_FILE):
         if not required.exists():
-            raise CheckpointError(f"{required}: missing {required.name}; a checkpoint directory holds "
-                                  f"{MODEL_FILE} and {CONFIG_FILE} (copy the whole directory)")
+            raise CheckpointError(
+                f"{required}: missing {required.name}; a checkpoint directory holds "
+                f"{MODEL_FILE} and {CONFIG_FILE} (copy the whole directory)"
+            )
     return directory
 
 
@@ -264,11 +317,14 @@ def _load_model(weights: SafetensorsFile, task: Task, backbone: BackboneConfig, 
     tensors = weights.tensors()
     for name, value in tensors.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"{model_path}: weights of {name!r} contain NaN or inf values (the training run "
-                                  f"diverged?); use an earlier checkpoint")
+            raise CheckpointError(
+                f"{model_path}: weights of {name!r} contain NaN or inf values (the training run "
+                f"diverged?); use an earlier checkpoint"
+            )
     model = TaskModel(task, backbone)
-    model.load_state_dict({name: tensors[name].to(value.dtype) for name, value in model.state_dict().items()},
-                          strict=True)
+    model.load_state_dict(
+        {name: tensors[name].to(value.dtype) for name, value in model.state_dict().items()}, strict=True
+    )
     return model
 
 
@@ -281,8 +337,9 @@ def migrate_checkpoint(path: PathLike) -> Path:
     other file is touched. Returns the checkpoint's directory.
     """
     ckpt = load_checkpoint(path, require_record=False)
-    check_migratable(ckpt.path / MODEL_FILE, ckpt.path / CONFIG_FILE, MAX_MODEL_BYTES, decisive(ckpt.config),
-                     ckpt.task.side_files)
+    check_migratable(
+        ckpt.path / MODEL_FILE, ckpt.path / CONFIG_FILE, MAX_MODEL_BYTES, decisive(ckpt.config), ckpt.task.side_files
+    )
     digests = side_file_digests(ckpt.path, ckpt.task.side_files)  # the files as they are on disk
     rewrite_metadata(ckpt.path / MODEL_FILE, weights_metadata(ckpt.config, digests), MAX_MODEL_BYTES)
     return ckpt.path
@@ -295,6 +352,21 @@ def store_half_precision(path: PathLike) -> Path:
     return save_checkpoint(ckpt.path, ckpt.model, ckpt.config, ckpt.metrics, task=ckpt.task, dtype=torch.float16)
 
 
-__all__ = ["check_record", "record_of", "trained_record", "RECORD_KEY", "SIDE_FILES_KEY", "SCHEMA_VERSION",
-           "CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "migrate_checkpoint",
-           "check_against_model", "store_half_precision", "MODEL_FILE", "CONFIG_FILE", "METRICS_FILE"]
+__all__ = [
+    "check_record",
+    "record_of",
+    "trained_record",
+    "RECORD_KEY",
+    "SIDE_FILES_KEY",
+    "SCHEMA_VERSION",
+    "CheckpointError",
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "migrate_checkpoint",
+    "check_against_model",
+    "store_half_precision",
+    "MODEL_FILE",
+    "CONFIG_FILE",
+    "METRICS_FILE",
+]

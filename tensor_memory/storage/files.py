@@ -20,14 +20,14 @@ import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 from ..errors import FileFormatError
 from .user_files import check_plain_name, read_user_file, strict_json
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -117,8 +117,10 @@ def check_output_path(path: PathLike, overwrite: bool = False, inputs: tuple = (
     if not parent.is_dir():
         raise ValueError(f"{where}: its folder {parent} does not exist (or is not a folder); create it first")
     if path.name in RUN_FILES and (parent / "config.json").exists():
-        raise ValueError(f"{where}: is a file of the checkpoint or run in {parent}; writing there would destroy "
-                         f"it, so choose another file name")
+        raise ValueError(
+            f"{where}: is a file of the checkpoint or run in {parent}; writing there would destroy "
+            f"it, so choose another file name"
+        )
     for source in inputs:
         if path.exists() and Path(source).exists() and os.path.samefile(path, source):
             raise ValueError(f"{where}: is this command's own input; choose another file name")
@@ -169,8 +171,15 @@ def dumps_json(data: Any) -> str:
 
 
 def json_type(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-             int: "a number", float: "a number"}
+    names = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -186,13 +195,14 @@ def read_json(path: PathLike, cap: int, what: str = "the JSON file") -> dict[str
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise FileFormatError(f"{path}: {what} is not UTF-8 text, so not valid JSON "
-                              f"(re-save the checkpoint)") from None
+        raise FileFormatError(f"{path}: {what} is not UTF-8 text, so not valid JSON (re-save the checkpoint)") from None
     try:
         data = strict_json(text)
     except json.JSONDecodeError as error:
-        raise FileFormatError(f"{path}: invalid JSON in {what}: {error.msg} at line {error.lineno} column "
-                              f"{error.colno} (fix the file or re-save the checkpoint)") from None
+        raise FileFormatError(
+            f"{path}: invalid JSON in {what}: {error.msg} at line {error.lineno} column "
+            f"{error.colno} (fix the file or re-save the checkpoint)"
+        ) from None
     except (ValueError, RecursionError) as error:
         problem = "nested too deeply" if isinstance(error, RecursionError) else str(error)
         raise FileFormatError(f"{path}: invalid JSON in {what}: {problem}") from None
@@ -201,5 +211,16 @@ def read_json(path: PathLike, cap: int, what: str = "the JSON file") -> dict[str
     return data
 
 
-__all__ = ["FileFormatError", "PathLike", "atomic_write_bytes", "atomic_write_text", "dumps_json", "finite_or_none",
-           "json_type", "read_json", "remove_stale_temp_files", "check_output_path", "RUN_FILES"]
+__all__ = [
+    "FileFormatError",
+    "PathLike",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "dumps_json",
+    "finite_or_none",
+    "json_type",
+    "read_json",
+    "remove_stale_temp_files",
+    "check_output_path",
+    "RUN_FILES",
+]

@@ -31,8 +31,12 @@ def sha256(data: bytes) -> str:
 
 def weights_metadata(config: dict[str, Any], digests: dict[str, str]) -> dict[str, str]:
     """The weights file's metadata: the training configuration and the SHA-256 of each file saved beside it."""
-    return {"format": "pt", "schema_version": str(config["schema_version"]), RECORD_KEY: trained_record(config),
-            SIDE_FILES_KEY: json.dumps(digests, sort_keys=True)}
+    return {
+        "format": "pt",
+        "schema_version": str(config["schema_version"]),
+        RECORD_KEY: trained_record(config),
+        SIDE_FILES_KEY: json.dumps(digests, sort_keys=True),
+    }
 
 
 def trained_record(config: dict[str, Any]) -> str:
@@ -60,25 +64,31 @@ def check_record(model_path: Path, config_path: Path, metadata: dict[str, str], 
     """config.json's ``sections`` must still say what the weights were trained with (the record in the weights file's
     metadata); the first field that differs is named."""
     if RECORD_KEY not in metadata:
-        raise CheckpointError(f"{model_path}: holds no record of the configuration it was trained with (saved by "
-                              f"an older version); if {config_path.name} is unchanged since training, add the record "
-                              f"with: tensor-memory migrate --checkpoint {model_path.parent}")
+        raise CheckpointError(
+            f"{model_path}: holds no record of the configuration it was trained with (saved by "
+            f"an older version); if {config_path.name} is unchanged since training, add the record "
+            f"with: tensor-memory migrate --checkpoint {model_path.parent}"
+        )
     try:
         recorded = _flat(json.loads(metadata[RECORD_KEY]))
     except (ValueError, RecursionError):
-        raise CheckpointError(f"{model_path}: its record of the training configuration is not valid JSON; "
-                              f"re-save the checkpoint") from None
+        raise CheckpointError(
+            f"{model_path}: its record of the training configuration is not valid JSON; re-save the checkpoint"
+        ) from None
     now = _flat(sections)
     for key in sorted(set(recorded) | set(now)):
         if recorded.get(key, "(absent)") != now.get(key, "(absent)"):
-            raise CheckpointError(f"{config_path}: {key} is {now.get(key, '(absent)')!r}, but the weights were "
-                                  f"trained with {recorded.get(key, '(absent)')!r} ({model_path.name} records it): "
-                                  f"the two files do not belong together; restore the checkpoint's own "
-                                  f"{config_path.name}, or its own {model_path.name}")
+            raise CheckpointError(
+                f"{config_path}: {key} is {now.get(key, '(absent)')!r}, but the weights were "
+                f"trained with {recorded.get(key, '(absent)')!r} ({model_path.name} records it): "
+                f"the two files do not belong together; restore the checkpoint's own "
+                f"{config_path.name}, or its own {model_path.name}"
+            )
 
 
-def check_migratable(model_path: Path, config_path: Path, cap: int, sections: dict[str, Any],
-                     side_files: tuple[str, ...] = ()) -> None:
+def check_migratable(
+    model_path: Path, config_path: Path, cap: int, sections: dict[str, Any], side_files: tuple[str, ...] = ()
+) -> None:
     """Migrating adds what a weights file saved by an older version does not record; whatever it does record must
     still hold (else rewriting it would make an edited config.json or tokenizer look like the trained ones)."""
     metadata = read_safetensors(model_path, cap).metadata
@@ -96,8 +106,9 @@ def side_file_digests(directory: Path, names: tuple[str, ...]) -> dict[str, str]
         try:
             digests[name] = sha256(read_user_file(path, MAX_SIDE_FILE_BYTES, f"the checkpoint's {name}"))
         except FileNotFoundError:
-            raise CheckpointError(f"{path}: missing {name}; the checkpoint keeps it beside the weights (copy the "
-                                  f"whole directory)") from None
+            raise CheckpointError(
+                f"{path}: missing {name}; the checkpoint keeps it beside the weights (copy the whole directory)"
+            ) from None
     return digests
 
 
@@ -109,19 +120,24 @@ def check_side_files(model_path: Path, metadata: dict[str, str], names: tuple[st
     try:
         recorded = json.loads(metadata[SIDE_FILES_KEY])
     except KeyError:
-        raise CheckpointError(f"{model_path}: holds no record of the files saved beside it ({', '.join(names)}; "
-                              f"saved by an older version); if they are unchanged since training, add the record "
-                              f"with: tensor-memory migrate --checkpoint {model_path.parent}") from None
+        raise CheckpointError(
+            f"{model_path}: holds no record of the files saved beside it ({', '.join(names)}; "
+            f"saved by an older version); if they are unchanged since training, add the record "
+            f"with: tensor-memory migrate --checkpoint {model_path.parent}"
+        ) from None
     except ValueError:
         recorded = None
     if not isinstance(recorded, dict):
-        raise CheckpointError(f"{model_path}: its record of the files saved beside it is not a JSON object; "
-                              f"re-save the checkpoint")
+        raise CheckpointError(
+            f"{model_path}: its record of the files saved beside it is not a JSON object; re-save the checkpoint"
+        )
     for name, digest in side_file_digests(model_path.parent, names).items():
         if digest != recorded.get(name):
-            raise CheckpointError(f"{model_path.parent / name}: is not the {name} these weights were saved with (its "
-                                  f"SHA-256 differs from the one {model_path.name} records); restore the checkpoint's "
-                                  f"own {name}")
+            raise CheckpointError(
+                f"{model_path.parent / name}: is not the {name} these weights were saved with (its "
+                f"SHA-256 differs from the one {model_path.name} records); restore the checkpoint's "
+                f"own {name}"
+            )
 
 
 def rewrite_metadata(weights: Path, metadata: dict[str, str], cap: int) -> None:
@@ -134,5 +150,17 @@ def rewrite_metadata(weights: Path, metadata: dict[str, str], cap: int) -> None:
     atomic_write_bytes(weights, save_safetensors(tensors, metadata=metadata))
 
 
-__all__ = ["RECORD_KEY", "SIDE_FILES_KEY", "sha256", "weights_metadata", "trained_record", "decisive", "record_of",
-           "check_record", "check_migratable", "side_file_digests", "check_side_files", "rewrite_metadata"]
+__all__ = [
+    "RECORD_KEY",
+    "SIDE_FILES_KEY",
+    "sha256",
+    "weights_metadata",
+    "trained_record",
+    "decisive",
+    "record_of",
+    "check_record",
+    "check_migratable",
+    "side_file_digests",
+    "check_side_files",
+    "rewrite_metadata",
+]

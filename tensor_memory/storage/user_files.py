@@ -19,20 +19,25 @@ import math
 import os
 import stat
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Optional
+from typing import Any, BinaryIO
 
 import torch
 
 from ..errors import FileFormatError
 
-FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 @contextlib.contextmanager
-def open_user_file(path: "str | os.PathLike[str]", cap: int, what: str,
-                   fix: str = "") -> Iterator[tuple[BinaryIO, int]]:
+def open_user_file(path: str | os.PathLike[str], cap: int, what: str, fix: str = "") -> Iterator[tuple[BinaryIO, int]]:
     """(the open file, its size) of ``path``, a regular file of at most ``cap`` bytes: how every file a user names is
     opened, so that nothing can block.
 
@@ -62,13 +67,13 @@ def open_user_file(path: "str | os.PathLike[str]", cap: int, what: str,
             raise FileFormatError(f"{path}: cannot read {what}: {error.strerror or error}{fix}") from None
 
 
-def too_large(path: Path, cap: int, what: str, fix: str = "", size: "int | None" = None) -> FileFormatError:
+def too_large(path: Path, cap: int, what: str, fix: str = "", size: int | None = None) -> FileFormatError:
     """``path`` is over its cap: of ``size`` bytes, or growing past the cap as it was read."""
     amount = f"is {_amount(size)}" if size is not None else "grew"
     return FileFormatError(f"{path}: {what} {amount}, over the {_amount(cap)} limit{fix}")
 
 
-def read_user_file(path: "str | os.PathLike[str]", cap: int, what: str, fix: str = "") -> bytes:
+def read_user_file(path: str | os.PathLike[str], cap: int, what: str, fix: str = "") -> bytes:
     """The bytes of ``path``, opened by :func:`open_user_file`; at most ``cap`` bytes are read, so a file that grows
     while it is read (or a special file that claims size 0) is refused too."""
     with open_user_file(path, cap, what, fix) as (handle, size):
@@ -95,7 +100,7 @@ def read_up_to(handle: BinaryIO, count: int, size: int) -> bytearray:
     return data
 
 
-def read_user_text(path: "str | os.PathLike[str]", cap: int, what: str, missing: str) -> str:
+def read_user_text(path: str | os.PathLike[str], cap: int, what: str, missing: str) -> str:
     """:func:`read_user_file` decoded as UTF-8 text (a byte-order mark dropped); a missing file is a
     :class:`FileFormatError` that says ``missing`` (where the file should come from)."""
     try:
@@ -115,7 +120,7 @@ def _amount(size: int) -> str:
     return f"{size / 2**10:.0f} KB" if size >= 2**10 else f"{size} bytes"
 
 
-def check_plain_name(path: "str | os.PathLike[str]", option: str) -> None:
+def check_plain_name(path: str | os.PathLike[str], option: str) -> None:
     """A ValueError naming ``option`` when a path a user gives to write to holds a control character (a newline, a
     tab): a file name nobody can type or read back in a listing."""
     if any(ord(character) < 32 or ord(character) == 127 for character in str(path)):
@@ -127,14 +132,39 @@ def check_plain_name(path: "str | os.PathLike[str]", option: str) -> None:
 MAX_HEADER_BYTES = 8 << 20  # safetensors JSON header: ~150 bytes per tensor
 
 # safetensors dtype name → (torch dtype, bytes per element). Weights must be one of the floating ones.
-FLOAT_DTYPES = {"F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2), "F32": (torch.float32, 4),
-                "F64": (torch.float64, 8)}
-OTHER_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8,
-                "F8_E4M3": 1, "F8_E5M2": 1}
-TORCH_DTYPES = {**{name: dtype for name, (dtype, _) in FLOAT_DTYPES.items()},
-                "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "U16": torch.uint16,
-                "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64, "U64": torch.uint64,
-                "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+FLOAT_DTYPES = {
+    "F16": (torch.float16, 2),
+    "BF16": (torch.bfloat16, 2),
+    "F32": (torch.float32, 4),
+    "F64": (torch.float64, 8),
+}
+OTHER_DTYPES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "I16": 2,
+    "U16": 2,
+    "I32": 4,
+    "U32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
+TORCH_DTYPES = {
+    **{name: dtype for name, (dtype, _) in FLOAT_DTYPES.items()},
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "U16": torch.uint16,
+    "I32": torch.int32,
+    "U32": torch.uint32,
+    "I64": torch.int64,
+    "U64": torch.uint64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
 NUMPY_DTYPES = tuple(name for name in TORCH_DTYPES if name not in ("BF16", "F8_E4M3", "F8_E5M2"))  # numpy has these
 
 
@@ -168,6 +198,7 @@ class TensorInfo:
 class SafetensorsFile:
     """A safetensors file read whole, in one pass, and checked: its layout, its metadata and its tensors as views of
     the bytes read (nothing copied; the values little-endian, as the format and every platform torch ships for)."""
+
     path: Path
     layout: dict[str, TensorInfo]
     metadata: dict[str, str]
@@ -188,7 +219,7 @@ class SafetensorsFile:
         return {name: self.tensor(name) for name in self.layout}
 
 
-def _looks_pickled(head: bytes) -> Optional[str]:
+def _looks_pickled(head: bytes) -> str | None:
     if head.startswith(b"PK\x03\x04"):
         return "a zip archive (what torch.save writes: it holds a pickle)"
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
@@ -196,8 +227,12 @@ def _looks_pickled(head: bytes) -> Optional[str]:
     return None
 
 
-def read_safetensors(path: "str | os.PathLike[str]", max_bytes: int, what: str = "the weights file",
-                     redo: str = "re-save the checkpoint (save_checkpoint writes safetensors)") -> SafetensorsFile:
+def read_safetensors(
+    path: str | os.PathLike[str],
+    max_bytes: int,
+    what: str = "the weights file",
+    redo: str = "re-save the checkpoint (save_checkpoint writes safetensors)",
+) -> SafetensorsFile:
     """A safetensors file read whole and checked: how every safetensors file a user names is read.
 
     Checks, before a tensor is built: the size cap, pickle/zip magic, header length, header JSON, every entry's
@@ -223,8 +258,13 @@ def _open(path: Path, max_bytes: int, what: str, redo: str) -> Iterator[tuple[Bi
         raise FileFormatError(f"{path}: cannot read {what}: no such file") from None
 
 
-def _layout(path: Path, handle: BinaryIO, size: int, what: str, redo: str,
-            ) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+def _layout(
+    path: Path,
+    handle: BinaryIO,
+    size: int,
+    what: str,
+    redo: str,
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """(layout, metadata, length of the data section) of the open safetensors file ``handle`` of ``size`` bytes,
     read to the start of its data."""
     header, header_len = _read_header(path, handle, size, what, redo)
@@ -236,12 +276,14 @@ def _layout(path: Path, handle: BinaryIO, size: int, what: str, redo: str,
     position = 0
     for begin, end in sorted(info.offsets for info in out.values()):  # they must tile the data exactly
         if begin != position:
-            raise FileFormatError(f"{path}: corrupt safetensors file: tensor data overlaps or leaves a gap at byte "
-                                  f"{position}; {redo}")
+            raise FileFormatError(
+                f"{path}: corrupt safetensors file: tensor data overlaps or leaves a gap at byte {position}; {redo}"
+            )
         position = end
     if position != data_len:
-        raise FileFormatError(f"{path}: corrupt safetensors file: {data_len - position} unexpected bytes after "
-                              f"the last tensor; {redo}")
+        raise FileFormatError(
+            f"{path}: corrupt safetensors file: {data_len - position} unexpected bytes after the last tensor; {redo}"
+        )
     return out, metadata, data_len
 
 
@@ -250,27 +292,37 @@ def _read_header(path: Path, handle: BinaryIO, size: int, what: str, redo: str) 
     head = bytes(read_up_to(handle, 8, 8))
     pickled = _looks_pickled(head)
     if pickled:
-        raise FileFormatError(f"{path}: looks like {pickled}, not safetensors; pickles can run code when "
-                              f"loaded, so this file is refused and was not opened as one. Convert it in a "
-                              f"trusted environment with safetensors.torch.save_file(state_dict, ...)")
+        raise FileFormatError(
+            f"{path}: looks like {pickled}, not safetensors; pickles can run code when "
+            f"loaded, so this file is refused and was not opened as one. Convert it in a "
+            f"trusted environment with safetensors.torch.save_file(state_dict, ...)"
+        )
     if size == 0:
         raise FileFormatError(f"{path}: {what} is empty (0 bytes); {redo}")
     if len(head) < 8:
-        raise FileFormatError(f"{path}: truncated safetensors file: {size} bytes, shorter than the 8-byte "
-                              f"header length; {redo}")
+        raise FileFormatError(
+            f"{path}: truncated safetensors file: {size} bytes, shorter than the 8-byte header length; {redo}"
+        )
     (header_len,) = struct.unpack("<Q", head)
     if header_len < 2 or header_len > MAX_HEADER_BYTES:
-        raise FileFormatError(f"{path}: corrupt safetensors file: bad header length {header_len} (expected "
-                              f"2 to {MAX_HEADER_BYTES} bytes); is this a safetensors file? {redo}")
+        raise FileFormatError(
+            f"{path}: corrupt safetensors file: bad header length {header_len} (expected "
+            f"2 to {MAX_HEADER_BYTES} bytes); is this a safetensors file? {redo}"
+        )
     if 8 + header_len > size:
-        raise FileFormatError(f"{path}: truncated safetensors file: the header says it is {header_len} "
-                              f"bytes but the file has only {size - 8} after the length; {redo}")
+        raise FileFormatError(
+            f"{path}: truncated safetensors file: the header says it is {header_len} "
+            f"bytes but the file has only {size - 8} after the length; {redo}"
+        )
     header_bytes = read_up_to(handle, header_len, header_len)
     try:
         header = strict_json(header_bytes.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        problem = "not UTF-8" if isinstance(error, UnicodeDecodeError) else (
-            "nested too deeply" if isinstance(error, RecursionError) else str(error))
+        problem = (
+            "not UTF-8"
+            if isinstance(error, UnicodeDecodeError)
+            else ("nested too deeply" if isinstance(error, RecursionError) else str(error))
+        )
         raise FileFormatError(f"{path}: corrupt safetensors file: bad JSON header ({problem}); {redo}") from None
     if not isinstance(header, dict):
         raise FileFormatError(f"{path}: corrupt safetensors file: bad JSON header (not an object); {redo}")
@@ -289,23 +341,39 @@ def _entry(path: Path, name: str, entry: Any, data_len: int, redo: str) -> Tenso
         itemsize = OTHER_DTYPES[dtype]
     else:
         raise FileFormatError(bad + f"has unknown dtype {dtype!r}; {redo}")
-    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                              for n in shape):
+    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
         raise FileFormatError(bad + f"has an invalid shape {shape!r}; {redo}")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
-            or not 0 <= offsets[0] <= offsets[1]):
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
         raise FileFormatError(bad + f"has invalid data_offsets {offsets!r}; {redo}")
     numel = math.prod(shape)
     if offsets[1] - offsets[0] != numel * itemsize:
-        raise FileFormatError(bad + f"spans {offsets[1] - offsets[0]} bytes but shape {shape} of {dtype} "
-                                    f"needs {numel * itemsize}; {redo}")
+        raise FileFormatError(
+            bad + f"spans {offsets[1] - offsets[0]} bytes but shape {shape} of {dtype} needs {numel * itemsize}; {redo}"
+        )
     if offsets[1] > data_len:
-        raise FileFormatError(f"{path}: truncated safetensors file: data shorter than the offsets in its "
-                              f"header (tensor {name!r} ends at byte {offsets[1]}, the data section has "
-                              f"{data_len}); {redo}")
+        raise FileFormatError(
+            f"{path}: truncated safetensors file: data shorter than the offsets in its "
+            f"header (tensor {name!r} ends at byte {offsets[1]}, the data section has "
+            f"{data_len}); {redo}"
+        )
     return TensorInfo(dtype, tuple(shape), (offsets[0], offsets[1]))
 
 
-__all__ = ["open_user_file", "read_user_file", "read_up_to", "strict_json", "read_safetensors", "SafetensorsFile",
-           "TensorInfo", "FLOAT_DTYPES", "NUMPY_DTYPES", "read_user_text", "check_plain_name"]
+__all__ = [
+    "open_user_file",
+    "read_user_file",
+    "read_up_to",
+    "strict_json",
+    "read_safetensors",
+    "SafetensorsFile",
+    "TensorInfo",
+    "FLOAT_DTYPES",
+    "NUMPY_DTYPES",
+    "read_user_text",
+    "check_plain_name",
+]

@@ -5,7 +5,7 @@ Each task module generates or reads its samples and scores them; ``base.py`` hol
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from .action_recognition import ActionRecognition
 from .base import Batch, Task, derive_seed
@@ -18,12 +18,22 @@ from .moving_digits import MovingDigits
 from .no_harm import NoHarm
 from .occlusion import Occlusion
 
-TASKS: dict[str, type[Task]] = {task.name: task for task in (CoordinateBinding, Occlusion, MapBuilding, NoHarm,
-                                                               LanguageModelling, MaskedPatches, MovingDigits,
-                                                               ActionRecognition)}
+TASKS: dict[str, type[Task]] = {
+    task.name: task
+    for task in (
+        CoordinateBinding,
+        Occlusion,
+        MapBuilding,
+        NoHarm,
+        LanguageModelling,
+        MaskedPatches,
+        MovingDigits,
+        ActionRecognition,
+    )
+}
 
 
-def make_task(name: str, params: Optional[dict[str, Any]] = None) -> Task:
+def make_task(name: str, params: dict[str, Any] | None = None) -> Task:
     """The task called ``name`` with its config built from ``params`` (defaults for the rest)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))}")

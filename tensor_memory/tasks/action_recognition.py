@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
 
 import numpy as np
 import torch
@@ -29,9 +28,9 @@ from torch import nn
 from .. import limits as L
 from ..config import ConfigBase, require_int
 from ..storage.files import FileFormatError
+from .base import Batch, Counts, FrameTask, derive_seed, generator, masked_accuracy, split_of
 from .data import ucf101 as U
 from .data import video as V
-from .base import Batch, Counts, FrameTask, derive_seed, generator, masked_accuracy, split_of
 from .occlusion import PatchEncoder
 from .patches import clip_patches
 
@@ -57,8 +56,10 @@ class ActionRecognitionConfig(ConfigBase):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{owner}.{name} must be a folder path (a string), got {getattr(self, name)!r}")
         if not self.path:
-            raise ValueError(f"{owner}.path is required: the UCF-101 folder holding <ClassName>/v_<Class>_gXX_cYY.avi "
-                             f"(or frame folders); pass --set task.params.path=FOLDER")
+            raise ValueError(
+                f"{owner}.path is required: the UCF-101 folder holding <ClassName>/v_<Class>_gXX_cYY.avi "
+                f"(or frame folders); pass --set task.params.path=FOLDER"
+            )
         if isinstance(self.fold, bool) or not isinstance(self.fold, int) or self.fold not in U.FOLDS:
             raise ValueError(f"{owner}.fold must be 1, 2 or 3 (trainlist0N / testlist0N), got {self.fold!r}")
         require_int(owner, "classes", self.classes, 2, L.MAX_TASK_ITEMS)
@@ -72,8 +73,10 @@ class ActionRecognitionConfig(ConfigBase):
             raise ValueError(f"{owner}.channels must be 1 (grey) or 3 (RGB), got {self.channels!r}")
         tokens = self.frames * self.tokens_per_frame
         if tokens > L.MAX_SEQUENCE:
-            raise ValueError(f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
-                             f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches")
+            raise ValueError(
+                f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
+                f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches"
+            )
 
     @property
     def tokens_per_frame(self) -> int:
@@ -98,8 +101,10 @@ class ActionRecognition(FrameTask):
         cfg = self.config
         splits = U.ucf_splits(cfg.path, cfg.lists, cfg.fold)
         if len(splits.classes) != cfg.classes:
-            raise FileFormatError(f"{splits.lists / U.CLASS_FILE}: lists {len(splits.classes)} classes but the "
-                                  f"task's classes is {cfg.classes}; set task.params.classes={len(splits.classes)}")
+            raise FileFormatError(
+                f"{splits.lists / U.CLASS_FILE}: lists {len(splits.classes)} classes but the "
+                f"task's classes is {cfg.classes}; set task.params.classes={len(splits.classes)}"
+            )
         return splits
 
     def clips(self, split: str) -> tuple[U.Clip, ...]:
@@ -130,8 +135,12 @@ class ActionRecognition(FrameTask):
         targets[:, -1] = label  # the action, on the last token of the last frame
         mask = torch.zeros(B, T * P, dtype=torch.bool)
         mask[:, -1] = True
-        meta = {"frames": frames, "label": label, "video_index": torch.tensor(rows, dtype=torch.long),
-                "frame_index": torch.from_numpy(np.stack(indices)).long()}  # (B, T): frames taken from the video
+        meta = {
+            "frames": frames,
+            "label": label,
+            "video_index": torch.tensor(rows, dtype=torch.long),
+            "frame_index": torch.from_numpy(np.stack(indices)).long(),
+        }  # (B, T): frames taken from the video
         return Batch({"pixels": pixels, "patch_index": patch_index}, targets, mask, meta)
 
     def _random(self, split: str, batch_size: int, seed: int) -> Batch:
@@ -162,7 +171,7 @@ class ActionRecognition(FrameTask):
         rows = list(range(first, min(first + batch_size, count)))
         return self._batch("test", rows, lambda b, length: V.spread_indices(length, self.config.frames))
 
-    def split_batches(self, purpose: str, batch_size: int) -> Optional[int]:
+    def split_batches(self, purpose: str, batch_size: int) -> int | None:
         """Evaluation covers the test list once: at most this many batches."""
         return math.ceil(len(self.clips("test")) / batch_size) if purpose == "eval" else None
 
@@ -181,5 +190,7 @@ class ActionRecognition(FrameTask):
         k = min(TOP_K, logits.shape[-1])
         best = logits.topk(k, dim=-1).indices  # (B, N, k)
         hit = (best == batch.targets[..., None]).any(-1) & where  # (B, N)
-        return {"accuracy": masked_accuracy(logits, batch, where),
-                "top5_accuracy": (float(hit.sum()), float(where.sum()))}
+        return {
+            "accuracy": masked_accuracy(logits, batch, where),
+            "top5_accuracy": (float(hit.sum()), float(where.sum())),
+        }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -60,17 +60,18 @@ class Batch:
     def batch_size(self) -> int:
         return self.targets.shape[0]
 
-    def rows(self, start: int, stop: int) -> "Batch":
+    def rows(self, start: int, stop: int) -> Batch:
         """Rows start:stop of every tensor (a data-parallel shard of the batch)."""
         cut = lambda d: {k: v[start:stop] for k, v in d.items()}  # noqa: E731
         return Batch(cut(self.inputs), self.targets[start:stop], self.mask[start:stop], cut(self.meta))
 
-    def to(self, device: torch.device) -> "Batch":
+    def to(self, device: torch.device) -> Batch:
         """Inputs, targets and mask on ``device`` (where the model computes); meta, for viewers, stays where it is."""
-        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device),
-                     self.mask.to(device), self.meta)
+        return Batch(
+            {k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device), self.mask.to(device), self.meta
+        )
 
-    def columns(self, start: int, stop: int) -> "Batch":
+    def columns(self, start: int, stop: int) -> Batch:
         """Positions start:stop of the inputs, targets and mask (a segment of a streamed sample); meta kept whole."""
         cut = {k: v[:, start:stop] for k, v in self.inputs.items()}
         return Batch(cut, self.targets[:, start:stop], self.mask[:, start:stop], self.meta)
@@ -103,10 +104,10 @@ class Task:
     sweep_values: ClassVar[tuple]
     outputs: ClassVar[str] = "classes"  # "classes" | "values"
     headline: ClassVar[str] = "accuracy"  # the metric a model is judged and chosen by (higher is better)
-    distance_unit: ClassVar[Optional[str]] = None  # what :meth:`distances` counts ("frames", "tokens"), if it can
+    distance_unit: ClassVar[str | None] = None  # what :meth:`distances` counts ("frames", "tokens"), if it can
     # The integer parameter that sets how long a sample is without changing the model's shapes (observations, writes,
     # frames), if there is one: what a curriculum over horizon (training/curriculum.py) grows.
-    horizon: ClassVar[Optional[str]] = None
+    horizon: ClassVar[str | None] = None
 
     def __init__(self, config: ConfigBase) -> None:
         self.config = config
@@ -146,11 +147,11 @@ class Task:
         """
         return self.sample(batch_size, derive_seed(purpose, seed, index))
 
-    def split_batches(self, purpose: str, batch_size: int) -> Optional[int]:
+    def split_batches(self, purpose: str, batch_size: int) -> int | None:
         """How many batches the ``purpose`` stream holds, for a finite one (a test split); else None."""
         return None
 
-    def derived_metrics(self, metrics: dict[str, Optional[float]]) -> dict[str, Optional[float]]:
+    def derived_metrics(self, metrics: dict[str, float | None]) -> dict[str, float | None]:
         """Metrics computed from the summed ones (a perplexity from a mean cross-entropy)."""
         return {}
 
@@ -176,7 +177,7 @@ class Task:
         """(correct, total) per metric; ``accuracy`` is always present."""
         raise NotImplementedError
 
-    def true_places(self, inputs: dict[str, torch.Tensor]) -> Optional[torch.Tensor]:
+    def true_places(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """Where each token's item lives in the task's own space, (B, N, 3) as (x, y, z) in [-1, 1], for a
         task that has such a space (the address scaffold of training steers the memory there); else None."""
         return None

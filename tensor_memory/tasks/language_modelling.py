@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +27,8 @@ from torch import nn
 from .. import limits as L
 from ..config import ConfigBase, require_int
 from ..storage.user_files import read_user_file
-from .data import corpus as C
 from .base import Batch, Counts, Task, TokenEncoder, derive_seed, generator, masked_accuracy, split_of
+from .data import corpus as C
 
 TOKENIZER_FILE = "tokenizer.json"  # beside model.safetensors in a checkpoint
 
@@ -51,8 +50,10 @@ class LanguageModellingConfig(ConfigBase):
         if not isinstance(self.path, str):
             raise ValueError(f"{owner}.path must be a folder path (a string), got {self.path!r}")
         if self.corpus == "wikitext" and not self.path:
-            raise ValueError(f"{owner}.path is required for corpus 'wikitext': the folder holding "
-                             f"wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens")
+            raise ValueError(
+                f"{owner}.path is required for corpus 'wikitext': the folder holding "
+                f"wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens"
+            )
         require_int(owner, "seq_len", self.seq_len, 2, L.MAX_SEQUENCE)
         smallest = 2 if self.corpus == "wikitext" else 258  # a byte-level BPE holds the 256 bytes and <eos>
         require_int(owner, "vocab_size", self.vocab_size, smallest, L.MAX_VOCAB)
@@ -68,7 +69,7 @@ class LanguageModelling(Task):
 
     def __init__(self, config: LanguageModellingConfig) -> None:
         super().__init__(config)
-        self._tokenizer_text: Optional[str] = None  # set by a checkpoint, else trained on first use
+        self._tokenizer_text: str | None = None  # set by a checkpoint, else trained on first use
 
     # -- the tokenizer ------------------------------------------------------------------------
 
@@ -88,10 +89,15 @@ class LanguageModelling(Task):
         """Take ``text`` (tokenizers JSON) as this task's tokenizer; its size must be ``vocab_size``."""
         size = C.parse_tokenizer(text, source).get_vocab_size()
         if size != self.config.vocab_size:
-            fix = (f"set task.params.vocab_size={size} (the number of word types in the train file, with {C.EOS})"
-                   if self.config.corpus == "wikitext" else "it does not belong to this checkpoint")
-            raise C.FileFormatError(f"{source}: the tokenizer has {size:,} types but the task's vocab_size is "
-                                    f"{self.config.vocab_size:,}; {fix}")
+            fix = (
+                f"set task.params.vocab_size={size} (the number of word types in the train file, with {C.EOS})"
+                if self.config.corpus == "wikitext"
+                else "it does not belong to this checkpoint"
+            )
+            raise C.FileFormatError(
+                f"{source}: the tokenizer has {size:,} types but the task's vocab_size is "
+                f"{self.config.vocab_size:,}; {fix}"
+            )
         self._tokenizer_text = text
 
     def files_to_save(self) -> dict[str, str]:
@@ -102,8 +108,10 @@ class LanguageModelling(Task):
         try:
             text = read_user_file(path, C.MAX_TOKENIZER_BYTES, "a tokenizer file").decode("utf-8")  # never blocks
         except FileNotFoundError:
-            raise C.FileFormatError(f"{path}: missing {TOKENIZER_FILE}; a language-model checkpoint keeps its "
-                                    f"tokenizer beside the weights (copy the whole directory)") from None
+            raise C.FileFormatError(
+                f"{path}: missing {TOKENIZER_FILE}; a language-model checkpoint keeps its "
+                f"tokenizer beside the weights (copy the whole directory)"
+            ) from None
         except (OSError, UnicodeDecodeError) as error:
             raise C.FileFormatError(f"{path}: cannot read the tokenizer ({error})") from None
         self.use_tokenizer(text, str(path))
@@ -146,8 +154,10 @@ class LanguageModelling(Task):
         stream = self.stream(split)
         room = stream.numel() - self.config.seq_len - 1
         if room <= 0:
-            raise ValueError(f"the {split} split holds {stream.numel():,} tokens, fewer than seq_len + 1 = "
-                             f"{self.config.seq_len + 1}; lower task.params.seq_len")
+            raise ValueError(
+                f"the {split} split holds {stream.numel():,} tokens, fewer than seq_len + 1 = "
+                f"{self.config.seq_len + 1}; lower task.params.seq_len"
+            )
         return self._windows(stream, torch.randint(room + 1, (batch_size,), generator=generator(seed)))
 
     def sample(self, batch_size: int, seed: int) -> Batch:
@@ -160,15 +170,17 @@ class LanguageModelling(Task):
         count = self._eval_windows()
         first = index * batch_size
         if first >= count:
-            raise ValueError(f"evaluation batch {index} is past the end of the test split "
-                             f"({count:,} windows of {self.config.seq_len} tokens)")
+            raise ValueError(
+                f"evaluation batch {index} is past the end of the test split "
+                f"({count:,} windows of {self.config.seq_len} tokens)"
+            )
         rows = torch.arange(first, min(first + batch_size, count))
         return self._windows(self.stream("test"), rows * self.config.seq_len)
 
     def _eval_windows(self) -> int:
         return (self.stream("test").numel() - 1) // self.config.seq_len
 
-    def split_batches(self, purpose: str, batch_size: int) -> Optional[int]:
+    def split_batches(self, purpose: str, batch_size: int) -> int | None:
         """Evaluation covers the test split once: at most this many batches."""
         return math.ceil(self._eval_windows() / batch_size) if purpose == "eval" else None
 
@@ -180,6 +192,6 @@ class LanguageModelling(Task):
         nll = F.cross_entropy(logits[where].float(), batch.targets[where], reduction="sum")
         return {"accuracy": masked_accuracy(logits, batch, where), "cross_entropy": (float(nll), float(where.sum()))}
 
-    def derived_metrics(self, metrics: dict[str, Optional[float]]) -> dict[str, Optional[float]]:
+    def derived_metrics(self, metrics: dict[str, float | None]) -> dict[str, float | None]:
         ce = metrics.get("cross_entropy")
         return {"perplexity": None if ce is None else math.exp(ce)}

@@ -19,7 +19,6 @@ from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
 from .base import Batch, Counts, Task, embedding, generator, masked_accuracy
 
-
 # The map's plane in a memory's (x, y, z) space, for the address scaffold (true_places): near the z = −1
 # face, where every grid has a layer of voxel centres (the shipped 2-deep sheet has none at z = 0, where
 # a write of σ 0.4 reaches 4 % of a voxel and the scaffold taught nothing), yet inside the band where
@@ -41,8 +40,9 @@ class MapBuildingConfig(ConfigBase):
         require_int(owner, "map_size", self.map_size, 1, L.MAX_GRID_SIDE)
         require_int(owner, "patch", self.patch, 1)
         if self.patch > self.map_size:
-            raise ValueError(f"{owner}.patch must be an integer in [1, {self.map_size}] "
-                             f"(at most map_size), got {self.patch!r}")
+            raise ValueError(
+                f"{owner}.patch must be an integer in [1, {self.map_size}] (at most map_size), got {self.patch!r}"
+            )
         require_int(owner, "queries", self.queries, 1, L.MAX_TASK_ITEMS)
         require_float(owner, "density", self.density, 0.0, 1.0)
 
@@ -57,8 +57,9 @@ class MapEncoder(nn.Module):
         self.col = embedding(map_size, dim)
         self.flag = embedding(2, dim)  # 0: observation, 1: query
 
-    def forward(self, values: torch.Tensor, row: torch.Tensor, col: torch.Tensor,
-                is_query: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, values: torch.Tensor, row: torch.Tensor, col: torch.Tensor, is_query: torch.Tensor
+    ) -> torch.Tensor:
         return self.values(values) + self.row(row) + self.col(col) + self.flag(is_query)
 
 
@@ -139,5 +140,7 @@ class MapBuilding(Task):
         B, Q, _ = cells.shape
         seen = batch.meta["observed"][torch.arange(B)[:, None], cells[..., 0], cells[..., 1]]  # (B, Q)
         oracle = float(seen.float().add(1.0).mul(0.5).sum())  # 1 where seen, 0.5 where a guess
-        return {"accuracy": masked_accuracy(logits, batch, batch.mask),
-                "oracle_accuracy": (oracle, float(seen.numel()))}
+        return {
+            "accuracy": masked_accuracy(logits, batch, batch.mask),
+            "oracle_accuracy": (oracle, float(seen.numel())),
+        }

@@ -32,8 +32,8 @@ from torch import nn
 
 from .. import limits as L
 from ..config import ConfigBase, require_float, require_int
-from .data import images as I
 from .base import Batch, Counts, Task, derive_seed, embedding, generator, split_of
+from .data import images as I
 from .map_building import PLANE_Z
 from .patches import patchify, unpatchify
 
@@ -60,24 +60,32 @@ class MaskedPatchesConfig(ConfigBase):
         I.check_source(owner, self.source, self.path)
         require_int(owner, "image_size", self.image_size, 8, L.MAX_GRID_SIDE)  # SSIM's 7×7 window must fit
         if self.source == "skimage" and self.image_size > 25:
-            raise ValueError(f"{owner}.image_size must be at most 25 for source 'skimage' (the lfw_subset images "
-                             f"are 25×25), got {self.image_size}")
+            raise ValueError(
+                f"{owner}.image_size must be at most 25 for source 'skimage' (the lfw_subset images "
+                f"are 25×25), got {self.image_size}"
+            )
         require_int(owner, "patch", self.patch, 1, self.image_size)
         if self.image_size % self.patch:
             raise ValueError(f"{owner}.patch must divide {owner}.image_size={self.image_size}, got {self.patch}")
         if self.tokens_per_image < 2:
-            raise ValueError(f"{owner}: a {self.image_size}-pixel image of {self.patch}-pixel patches is one patch; "
-                             f"a mask must leave something visible: use smaller patches")
+            raise ValueError(
+                f"{owner}: a {self.image_size}-pixel image of {self.patch}-pixel patches is one patch; "
+                f"a mask must leave something visible: use smaller patches"
+            )
         if self.tokens_per_image > L.MAX_SEQUENCE:
-            raise ValueError(f"{owner}: (image_size / patch)² = {self.tokens_per_image:,} tokens, over the "
-                             f"{L.MAX_SEQUENCE:,} a sample may have (tensor_memory/limits.py)")
+            raise ValueError(
+                f"{owner}: (image_size / patch)² = {self.tokens_per_image:,} tokens, over the "
+                f"{L.MAX_SEQUENCE:,} a sample may have (tensor_memory/limits.py)"
+            )
         if self.channels not in (1, 3):
             raise ValueError(f"{owner}.channels must be 1 (grey) or 3 (RGB), got {self.channels!r}")
         if self.mask_rate != MIXED:
             require_float(owner, "mask_rate", self.mask_rate, 0.0, 1.0, low_open=True)
             if self.mask_rate >= 1.0:
-                raise ValueError(f"{owner}.mask_rate must be below 1 (something must stay visible) or −1 "
-                                 f"(mixed), got {self.mask_rate}")
+                raise ValueError(
+                    f"{owner}.mask_rate must be below 1 (something must stay visible) or −1 "
+                    f"(mixed), got {self.mask_rate}"
+                )
 
     @property
     def tokens_per_image(self) -> int:
@@ -133,7 +141,9 @@ def image_metrics(truth: np.ndarray, prediction: np.ndarray, hidden: np.ndarray)
     """:func:`image_scores` of one reconstruction and of its floor, the hidden pixels filled with the mean colour
     of the visible ones: ``{"psnr", "ssim", "psnr_mean_fill", "ssim_mean_fill"}``."""
     fill = np.broadcast_to(truth[~hidden].mean(axis=0), truth.shape)  # the visible pixels' mean colour
-    return dict(zip(IMAGE_METRICS, (*image_scores(truth, prediction, hidden), *image_scores(truth, fill, hidden))))
+    return dict(
+        zip(IMAGE_METRICS, (*image_scores(truth, prediction, hidden), *image_scores(truth, fill, hidden)), strict=True)
+    )
 
 
 class MaskedPatchEncoder(nn.Module):
@@ -205,12 +215,20 @@ class MaskedPatches(Task):
             origin.append((SOURCE_CODES[kind], index, top, left))
         pictures = torch.from_numpy(np.stack(crops)).float()  # (B, S, S, C): the pools hold C channels already
         mean, spread = visible_statistics(pictures, masked, cfg.patch)  # (B, C) each, from visible pixels only
-        standard = (patchify((pictures - mean[:, None, None, :]) / spread[:, None, None, :], cfg.patch))  # (B, N, p²·C)
-        inputs = {"pixels": standard.masked_fill(masked[:, :, None], 0.0),  # a hidden patch shows nothing
-                  "masked": masked.long(), "patch_index": torch.arange(N).expand(B, N).contiguous()}
-        meta = {"image": pictures, "masked": masked, "mask_rate": rates.float(), "visible_mean": mean,
-                "visible_spread": spread,
-                "origin": torch.tensor(origin, dtype=torch.long)}  # (B, 4): source, image index, top, left
+        standard = patchify((pictures - mean[:, None, None, :]) / spread[:, None, None, :], cfg.patch)  # (B, N, p²·C)
+        inputs = {
+            "pixels": standard.masked_fill(masked[:, :, None], 0.0),  # a hidden patch shows nothing
+            "masked": masked.long(),
+            "patch_index": torch.arange(N).expand(B, N).contiguous(),
+        }
+        meta = {
+            "image": pictures,
+            "masked": masked,
+            "mask_rate": rates.float(),
+            "visible_mean": mean,
+            "visible_spread": spread,
+            "origin": torch.tensor(origin, dtype=torch.long),
+        }  # (B, 4): source, image index, top, left
         return Batch(inputs, standard, masked.clone(), meta)
 
     def sample(self, batch_size: int, seed: int) -> Batch:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import nn
 
@@ -24,8 +22,9 @@ class TaskModel(nn.Module):
         self.backbone = Backbone(backbone)
         self.head = task.head(backbone.dim)
 
-    def forward(self, inputs: dict[str, torch.Tensor],
-                state: Optional[BackboneState] = None) -> tuple[torch.Tensor, Optional[BackboneState]]:
+    def forward(
+        self, inputs: dict[str, torch.Tensor], state: BackboneState | None = None
+    ) -> tuple[torch.Tensor, BackboneState | None]:
         device = model_device(self)
         tokens = self.encoder(**{k: v.to(device, non_blocking=True) for k, v in inputs.items()})  # (B, N, dim)
         features, state = self.backbone(tokens, state)

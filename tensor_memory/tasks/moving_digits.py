@@ -105,7 +105,7 @@ class MovingDigits(Occlusion):
 
     @property
     def num_classes(self) -> int:
-        return IDENTITIES * self.config.size ** 2
+        return IDENTITIES * self.config.size**2
 
     def _sample(self, split: str, batch_size: int, seed: int) -> Batch:
         cfg = self.config
@@ -116,7 +116,7 @@ class MovingDigits(Occlusion):
         images, labels = _digits()
         frames = paste(images[chosen], clip["positions"], cfg.size)  # (B, T, S, S)
         cells = clip["positions"][..., 0] * cfg.size + clip["positions"][..., 1]  # (B, T)
-        batch = self.clip_batch(frames, clip, labels[chosen][:, None] * cfg.size ** 2 + cells)
+        batch = self.clip_batch(frames, clip, labels[chosen][:, None] * cfg.size**2 + cells)
         batch.meta.update(digit=labels[chosen], digit_index=chosen)
         return batch
 
@@ -131,13 +131,16 @@ class MovingDigits(Occlusion):
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         occluded = batch.meta["occluded"].to(logits.device).repeat_interleave(self.config.tokens_per_frame, dim=1)
-        cells = self.config.size ** 2
+        cells = self.config.size**2
         predicted = logits.argmax(-1)
         same_digit = predicted // cells == batch.targets // cells
         same_cell = predicted % cells == batch.targets % cells
         out = {}
-        for prefix, where in (("", batch.mask), ("occluded_", batch.mask & occluded),
-                              ("visible_", batch.mask & ~occluded)):
+        for prefix, where in (
+            ("", batch.mask),
+            ("occluded_", batch.mask & occluded),
+            ("visible_", batch.mask & ~occluded),
+        ):
             out[f"{prefix}accuracy"] = masked_accuracy(logits, batch, where)
             out[f"{prefix}position_accuracy"] = (float((same_cell & where).sum()), float(where.sum()))
             out[f"{prefix}identity_accuracy"] = (float((same_digit & where).sum()), float(where.sum()))

@@ -46,14 +46,18 @@ def check_clip(owner: str, cfg) -> None:
         raise ValueError(f"{owner}.patch must divide {owner}.size={cfg.size}, got {cfg.patch}")
     tokens = cfg.frames * (cfg.size // cfg.patch) ** 2
     if tokens > L.MAX_SEQUENCE:
-        raise ValueError(f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
-                         f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches")
+        raise ValueError(
+            f"{owner}: frames × (size / patch)² = {tokens:,} tokens, over the {L.MAX_SEQUENCE:,} "
+            f"a sample may have (tensor_memory/limits.py); use fewer frames or larger patches"
+        )
     _require_range(owner, "occlusion_length", cfg.occlusion_length, 0, cfg.frames - 2)
     start = cfg.occlusion_start
     high = cfg.frames - cfg.occlusion_length
     if isinstance(start, bool) or not isinstance(start, int) or not (start == -1 or 2 <= start <= high):
-        raise ValueError(f"{owner}.occlusion_start must be -1 (random) or an integer in [2, {high}] "
-                         f"(= [2, frames - occlusion_length]), got {start!r}")
+        raise ValueError(
+            f"{owner}.occlusion_start must be -1 (random) or an integer in [2, {high}] "
+            f"(= [2, frames - occlusion_length]), got {start!r}"
+        )
 
 
 @dataclasses.dataclass
@@ -64,7 +68,9 @@ class OcclusionConfig(ConfigBase):
     patch: int = 4  # patch tokens are patch × patch pixels; must divide size
     occlusion_length: int = 4  # L, consecutive occluded frames (0: none)
     occlusion_start: int = -1  # first occluded frame: −1 = random per sample, else fixed, in [2, frames − L]
-    head: str = "factorised"  # "factorised": row and column scored apart (see PositionHead); "joint": one size²-way Linear
+    head: str = (
+        "factorised"  # "factorised": row and column scored apart (see PositionHead); "joint": one size²-way Linear
+    )
 
     def __post_init__(self) -> None:
         owner = "OcclusionConfig"
@@ -148,8 +154,7 @@ class Occlusion(FrameTask):
 
     @property
     def num_classes(self) -> int:
-        return self.config.size ** 2
-
+        return self.config.size**2
 
     def sample(self, batch_size: int, seed: int) -> Batch:
         cfg = self.config
@@ -195,6 +200,8 @@ class Occlusion(FrameTask):
 
     def counts(self, logits: torch.Tensor, batch: Batch) -> Counts:
         occluded = batch.meta["occluded"].to(batch.mask.device).repeat_interleave(self.config.tokens_per_frame, dim=1)
-        return {"accuracy": masked_accuracy(logits, batch, batch.mask),
-                "occluded_accuracy": masked_accuracy(logits, batch, batch.mask & occluded),
-                "visible_accuracy": masked_accuracy(logits, batch, batch.mask & ~occluded)}
+        return {
+            "accuracy": masked_accuracy(logits, batch, batch.mask),
+            "occluded_accuracy": masked_accuracy(logits, batch, batch.mask & occluded),
+            "visible_accuracy": masked_accuracy(logits, batch, batch.mask & ~occluded),
+        }

@@ -21,7 +21,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 def unpatchify(patches: torch.Tensor, patch: int, channels: int) -> torch.Tensor:
     """The inverse of :func:`patchify`: (B, N, patch²·C) → (B, S, S, C)."""
     B, N, _ = patches.shape
-    n = int(round(N ** 0.5))
+    n = int(round(N**0.5))
     x = patches.reshape(B, n, n, patch, patch, channels).permute(0, 1, 3, 2, 4, 5)  # (B, n, p, n, p, C)
     return x.reshape(B, n * patch, n * patch, channels)
 

@@ -7,5 +7,21 @@ from .evaluation import evaluate, evaluate_checkpoint, format_metric, metric_uni
 from .log import LOG_FILE, read_training_log
 from .loop import RESUME_FILE, train
 
-__all__ = ["train", "TrainConfig", "TrainingWarning", "config_warnings", "load_run_config", "apply_overrides", "resolve", "evaluate", "evaluate_checkpoint",
-           "sweep", "task_with", "format_metric", "metric_unit", "read_training_log", "LOG_FILE", "RESUME_FILE"]
+__all__ = [
+    "train",
+    "TrainConfig",
+    "TrainingWarning",
+    "config_warnings",
+    "load_run_config",
+    "apply_overrides",
+    "resolve",
+    "evaluate",
+    "evaluate_checkpoint",
+    "sweep",
+    "task_with",
+    "format_metric",
+    "metric_unit",
+    "read_training_log",
+    "LOG_FILE",
+    "RESUME_FILE",
+]

@@ -15,7 +15,7 @@ gradient wherever it is above the floor.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn

@@ -11,8 +11,8 @@ from typing import Any
 from .. import limits as L
 from ..accelerator.precision import PRECISIONS
 from ..backbone import BackboneConfig
-from ..storage.checkpoint import MAX_CONFIG_BYTES
 from ..config import ConfigBase, require_float, require_int
+from ..storage.checkpoint import MAX_CONFIG_BYTES
 from ..storage.user_files import read_user_file
 from ..tasks import Task, make_task
 
@@ -55,13 +55,21 @@ class TrainConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
-        for name, minimum, maximum in (("steps", 1, L.MAX_STEPS), ("batch_size", 1, L.MAX_BATCH),
-                                       ("warmup_steps", 0, L.MAX_STEPS), ("eval_every", 1, L.MAX_STEPS),
-                                       ("eval_batches", 1, L.MAX_STEPS), ("log_every", 1, L.MAX_STEPS),
-                                       ("seed", 0, L.MAX_SEED), ("address_scaffold_steps", 0, L.MAX_STEPS),
-                                       ("stream_segments", 1, L.MAX_SEQUENCE),
-                                       ("sigma_anneal_steps", 0, L.MAX_STEPS), ("recall_lag", 1, L.MAX_STEPS),
-                                       ("horizon_steps", 0, L.MAX_STEPS), ("horizon_from", 1, L.MAX_TASK_ITEMS)):
+        for name, minimum, maximum in (
+            ("steps", 1, L.MAX_STEPS),
+            ("batch_size", 1, L.MAX_BATCH),
+            ("warmup_steps", 0, L.MAX_STEPS),
+            ("eval_every", 1, L.MAX_STEPS),
+            ("eval_batches", 1, L.MAX_STEPS),
+            ("log_every", 1, L.MAX_STEPS),
+            ("seed", 0, L.MAX_SEED),
+            ("address_scaffold_steps", 0, L.MAX_STEPS),
+            ("stream_segments", 1, L.MAX_SEQUENCE),
+            ("sigma_anneal_steps", 0, L.MAX_STEPS),
+            ("recall_lag", 1, L.MAX_STEPS),
+            ("horizon_steps", 0, L.MAX_STEPS),
+            ("horizon_from", 1, L.MAX_TASK_ITEMS),
+        ):
             require_int(owner, name, getattr(self, name), minimum, maximum)
         require_float(owner, "lr", self.lr, 0.0, low_open=True)
         require_float(owner, "weight_decay", self.weight_decay, 0.0)
@@ -78,14 +86,17 @@ class TrainConfig(ConfigBase):
         if not isinstance(self.frozen, list) or not all(isinstance(n, str) and n for n in self.frozen):
             raise ValueError(f"{owner}.frozen must be a list of parameter-name parts, got {self.frozen!r}")
         if self.address_scaffold_steps and self.address_scaffold_steps >= self.steps:
-            raise ValueError(f"{owner}.address_scaffold_steps={self.address_scaffold_steps} must be below steps="
-                             f"{self.steps}: a model has to train on its own addressing once the scaffold is gone; "
-                             f"lower it, raise the steps, or set it to 0")
+            raise ValueError(
+                f"{owner}.address_scaffold_steps={self.address_scaffold_steps} must be below steps="
+                f"{self.steps}: a model has to train on its own addressing once the scaffold is gone; "
+                f"lower it, raise the steps, or set it to 0"
+            )
 
 
 # ---------------------------------------------------------------------------------------
 # Run configuration: TOML files in configs/ plus type-checked overrides
 # ---------------------------------------------------------------------------------------
+
 
 def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
     """A config dict {task, model, training} from a TOML file, for one backbone kind.
@@ -114,16 +125,20 @@ def load_run_config(path: Path, backbone: str) -> dict[str, Any]:
     own.pop("training", None)
     model = {**_table(data, "model", path), **own, "kind": backbone}
     task = _table(data, "task", path)
-    return {"task": {"name": task.get("name"), "params": dict(_table(task, "params", path, "task."))},
-            "model": model, "training": {**_table(data, "training", path), **own_training}}
+    return {
+        "task": {"name": task.get("name"), "params": dict(_table(task, "params", path, "task."))},
+        "model": model,
+        "training": {**_table(data, "training", path), **own_training},
+    }
 
 
 def _table(data: dict[str, Any], key: str, path: Path, prefix: str = "") -> dict[str, Any]:
     """``data[key]`` when it is a TOML table (``{}`` when absent); a ValueError naming ``prefix + key`` otherwise."""
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise ValueError(f"{path}: {prefix}{key} must be a table ([{prefix}{key}] with name = value lines), got "
-                         f"{value!r}")
+        raise ValueError(
+            f"{path}: {prefix}{key} must be a table ([{prefix}{key}] with name = value lines), got {value!r}"
+        )
     return value
 
 
@@ -183,20 +198,26 @@ def resolve(config: dict[str, Any]) -> tuple[Task, BackboneConfig, TrainConfig]:
     backbone = BackboneConfig.from_dict(model)
     cfg = TrainConfig.from_dict(config.get("training", {}))
     if cfg.stream_segments > 1 and not (hasattr(task, "stream") and backbone.causal):
-        raise ValueError(f"training.stream_segments={cfg.stream_segments}: streamed training feeds a text in order "
-                         f"to a causal model, so it applies to language_modelling only; set it to 1")
+        raise ValueError(
+            f"training.stream_segments={cfg.stream_segments}: streamed training feeds a text in order "
+            f"to a causal model, so it applies to language_modelling only; set it to 1"
+        )
     chunks = 0  # memory chunks a sample writes; partial_chunk "pad" writes the last, short one too
     if backbone.memory is not None:
         rounding = math.ceil if backbone.memory.public_code.partial_chunk == "pad" else math.floor
         chunks = rounding(task.tokens / backbone.memory.chunk_size)
     if cfg.recall_weight and cfg.address_scaffold_steps:
-        raise ValueError("training.recall_weight with training.address_scaffold_steps: the recall loss reads where "
-                         "the model's own head put each write, but while the scaffold lasts the writes go where it "
-                         "blends them; use one or the other")
+        raise ValueError(
+            "training.recall_weight with training.address_scaffold_steps: the recall loss reads where "
+            "the model's own head put each write, but while the scaffold lasts the writes go where it "
+            "blends them; use one or the other"
+        )
     if cfg.recall_weight and cfg.recall_lag >= chunks:
-        raise ValueError(f"training.recall_lag={cfg.recall_lag}: a sample of {task.name} has {chunks} memory chunks, "
-                         f"so no write has a state that many chunks on to be found in and the recall loss would do "
-                         f"nothing; set recall_lag below {chunks}" + ("" if chunks else " (or use a tensor backbone)"))
+        raise ValueError(
+            f"training.recall_lag={cfg.recall_lag}: a sample of {task.name} has {chunks} memory chunks, "
+            f"so no write has a state that many chunks on to be found in and the recall loss would do "
+            f"nothing; set recall_lag below {chunks}" + ("" if chunks else " (or use a tensor backbone)")
+        )
     return task, backbone, cfg
 
 
@@ -216,9 +237,11 @@ def config_warnings(cfg: TrainConfig) -> list[str]:
     """Settings that are valid but cannot train well, each in one line that says what to change."""
     warnings = []
     if cfg.warmup_steps >= cfg.steps:
-        warnings.append(f"training.warmup_steps={cfg.warmup_steps} is not below training.steps={cfg.steps}: the "
-                        f"learning rate never reaches training.lr and the run ends still warming up; lower "
-                        f"warmup_steps (a tenth of the steps is usual) or raise steps")
+        warnings.append(
+            f"training.warmup_steps={cfg.warmup_steps} is not below training.steps={cfg.steps}: the "
+            f"learning rate never reaches training.lr and the run ends still warming up; lower "
+            f"warmup_steps (a tenth of the steps is usual) or raise steps"
+        )
     return warnings
 
 

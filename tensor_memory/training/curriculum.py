@@ -33,14 +33,20 @@ class HorizonCurriculum:
         if not self.steps:
             return
         if task.horizon is None:
-            raise ValueError(f"training.horizon_steps={self.steps}: task {task.name} has no horizon to grow (map "
-                             f"building, coordinate binding, occlusion and moving digits have); set it to 0")
+            raise ValueError(
+                f"training.horizon_steps={self.steps}: task {task.name} has no horizon to grow (map "
+                f"building, coordinate binding, occlusion and moving digits have); set it to 0"
+            )
         if cfg.stream_segments > 1:
-            raise ValueError("training.horizon_steps with training.stream_segments: a streamed sample's length is "
-                             "its segments'; use one or the other")
+            raise ValueError(
+                "training.horizon_steps with training.stream_segments: a streamed sample's length is "
+                "its segments'; use one or the other"
+            )
         if not 1 <= self.start <= self.end:
-            raise ValueError(f"training.horizon_from={self.start}: the curriculum starts {task.name}'s "
-                             f"{task.horizon} between 1 and its own value, {self.end}")
+            raise ValueError(
+                f"training.horizon_from={self.start}: the curriculum starts {task.name}'s "
+                f"{task.horizon} between 1 and its own value, {self.end}"
+            )
         self.task_at(0)  # the shortest task built now: a start the task refuses is said before training
 
     def task_at(self, step: int) -> Task:
@@ -51,8 +57,10 @@ class HorizonCurriculum:
             try:
                 self._tasks[value] = make_task(self.task.name, params)
             except ValueError as error:
-                raise ValueError(f"training.horizon_from={self.start}: {self.task.name} with {self.task.horizon}="
-                                 f"{value} is refused: {error}") from None
+                raise ValueError(
+                    f"training.horizon_from={self.start}: {self.task.name} with {self.task.horizon}="
+                    f"{value} is refused: {error}"
+                ) from None
         return self._tasks[value]
 
 

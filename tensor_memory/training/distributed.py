@@ -23,7 +23,10 @@ class Distributed:
         return self.rank == 0
 
 
-def init_distributed(device: torch.device = torch.device("cpu")) -> Distributed:
+CPU = torch.device("cpu")
+
+
+def init_distributed(device: torch.device = CPU) -> Distributed:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1); otherwise a single process.
 
     Ranks on GPUs (``device`` cuda:LOCAL_RANK, from ``accelerator.rank_device``) talk over NCCL, each bound to its

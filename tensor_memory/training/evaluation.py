@@ -3,14 +3,14 @@
 Batch ``i`` of an evaluation with seed ``s`` is ``task.draw("eval", batch_size, s, i)`` — for the
 synthetic tasks ``task.sample(batch_size, derive_seed("eval", s, i))``: the evaluation stream never
 overlaps the training stream, and the same seed gives the same batches (and, for a given model, the
-same metrics) on every run. Language modelling's evaluation walks its test split once, in order. Counts (correct, total) are
-summed over batches before dividing, so a metric is exact over all scored positions.
+same metrics) on every run. Language modelling's evaluation walks its test split once, in order. Counts (correct,
+total) are summed over batches before dividing, so a metric is exact over all scored positions.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,13 +19,13 @@ from .. import limits as L
 from ..accelerator import autocast, check_device_memory, check_precision, model_device, resolve_device
 from ..backbone import SLOT_GATE_INIT, SlotMemory, check_budget
 from ..backbone.budget import task_bytes
-from ..storage.checkpoint import Checkpoint
 from ..config import require_int
 from ..memory import TensorMemory
+from ..storage.checkpoint import Checkpoint
 from ..tasks import Task, make_task
 
 
-def gate_drift(model: nn.Module) -> Optional[float]:
+def gate_drift(model: nn.Module) -> float | None:
     """σ(γ) − σ(γ_init) of the memory layer that moved most (sign kept: positive = read amplified).
 
     Memory layers are the tensor memories (γ_init = their ``config.gate_init``) and the slot
@@ -46,8 +46,9 @@ def gate_drift(model: nn.Module) -> Optional[float]:
     return max(drifts, key=abs)
 
 
-def _placed(model: nn.Module, task: Task, batch_size: int, device: Union[str, torch.device, None],
-            precision: str) -> torch.device:
+def _placed(
+    model: nn.Module, task: Task, batch_size: int, device: str | torch.device | None, precision: str
+) -> torch.device:
     """Where an evaluation runs: ``model`` moved to ``device`` when one is named, after checking that a batch fits
     the memory budget and the device's free memory and that the device runs ``precision``."""
     backbone = getattr(getattr(model, "backbone", None), "config", None)
@@ -61,9 +62,17 @@ def _placed(model: nn.Module, task: Task, batch_size: int, device: Union[str, to
     return target
 
 
-def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batch_size: int = 64,
-             progress: Optional[bool] = None, purpose: str = "eval", device: Union[str, torch.device, None] = None,
-             precision: str = "fp32") -> dict[str, Optional[float]]:
+def evaluate(
+    model: nn.Module,
+    task: Task,
+    seed: int = 0,
+    batches: int = 8,
+    batch_size: int = 64,
+    progress: bool | None = None,
+    purpose: str = "eval",
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+) -> dict[str, float | None]:
     """Metrics of ``model`` on ``task`` over ``batches`` seeded batches.
 
     Returns ``{metric: correct / total}`` for each metric of ``task.counts`` (None where no
@@ -92,16 +101,24 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     model.eval()
     try:
         with torch.no_grad():
-            for index in tqdm(range(batches), desc=f"eval {task.name}", unit="batch", disable=not progress,
-                              leave=False, file=sys.stderr):
+            for index in tqdm(
+                range(batches),
+                desc=f"eval {task.name}",
+                unit="batch",
+                disable=not progress,
+                leave=False,
+                file=sys.stderr,
+            ):
                 batch = task.draw(purpose, batch_size, seed, index).to(device)
                 with autocast(precision, device):
                     logits, _ = model(batch.inputs)
                 logits = logits.float()  # the metrics in float32, whatever the forward's type
                 if not torch.isfinite(logits).all():
-                    raise FloatingPointError(f"the model's outputs are NaN or infinite on evaluation batch {index}: "
-                                             f"its weights are broken, so its accuracy would mean nothing; "
-                                             f"retrain it or use another checkpoint")
+                    raise FloatingPointError(
+                        f"the model's outputs are NaN or infinite on evaluation batch {index}: "
+                        f"its weights are broken, so its accuracy would mean nothing; "
+                        f"retrain it or use another checkpoint"
+                    )
                 for metric, (correct, total) in task.counts(logits, batch).items():
                     acc = totals.setdefault(metric, [0.0, 0.0])
                     acc[0] += float(correct)
@@ -109,8 +126,9 @@ def evaluate(model: nn.Module, task: Task, seed: int = 0, batches: int = 8, batc
     finally:
         model.train(was_training)
 
-    metrics: dict[str, Optional[float]] = {
-        metric: (correct / total if total > 0 else None) for metric, (correct, total) in totals.items()}
+    metrics: dict[str, float | None] = {
+        metric: (correct / total if total > 0 else None) for metric, (correct, total) in totals.items()
+    }
     metrics.update(task.derived_metrics(metrics))
     if task.outputs == "classes":
         metrics["chance"] = 1.0 / task.num_classes
@@ -126,13 +144,13 @@ PLAIN_METRICS = ("ssim", "ssim_mean_fill", "mse", "cross_entropy", "perplexity")
 
 
 def metric_unit(metric: str) -> str:
-    """"%" for a share of positions (accuracies, chance), "dB" for a PSNR, "" for the rest (SSIM, errors, drift)."""
+    """ "%" for a share of positions (accuracies, chance), "dB" for a PSNR, "" for the rest (SSIM, errors, drift)."""
     if metric in DECIBEL_METRICS:
         return "dB"
     return "" if metric in PLAIN_METRICS or metric == "gate_drift" else "%"
 
 
-def format_metric(metric: str, value: Optional[float], percent_digits: int = 2) -> str:
+def format_metric(metric: str, value: float | None, percent_digits: int = 2) -> str:
     """``value`` of ``metric`` as people read it: "99.61%", "25.32 dB", "0.7312", "+0.0012"; "—" for None."""
     if value is None:
         return "—"
@@ -148,7 +166,7 @@ def _shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: tuple(value.shape) for name, value in module.state_dict().items()}
 
 
-def task_with(ckpt: Checkpoint, params: Optional[dict[str, Any]]) -> Task:
+def task_with(ckpt: Checkpoint, params: dict[str, Any] | None) -> Task:
     """The checkpoint's task with ``params`` overriding its config, checked to fit the trained model.
 
     Raises ValueError when a value is invalid or would change the encoder's or head's shapes
@@ -171,24 +189,42 @@ def task_with(ckpt: Checkpoint, params: Optional[dict[str, Any]]) -> Task:
     except Exception:  # an encoder whose construction needs real values
         with torch.random.fork_rng(devices=[]):
             encoder, head = task.encoder(dim), task.head(dim)
-    if (type(encoder) is not type(model.encoder) or _shapes(encoder) != _shapes(model.encoder)
-            or _shapes(head) != _shapes(model.head) or task.output_width != ckpt.task.output_width):
-        raise ValueError(f"task parameters {params} change the shapes of the {name!r} encoder or head the "
-                         f"checkpoint was trained with; only parameters that leave them unchanged can be varied")
+    if (
+        type(encoder) is not type(model.encoder)
+        or _shapes(encoder) != _shapes(model.encoder)
+        or _shapes(head) != _shapes(model.head)
+        or task.output_width != ckpt.task.output_width
+    ):
+        raise ValueError(
+            f"task parameters {params} change the shapes of the {name!r} encoder or head the "
+            f"checkpoint was trained with; only parameters that leave them unchanged can be varied"
+        )
     return task
 
 
-def evaluate_checkpoint(ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 64,
-                        task_params: Optional[dict[str, Any]] = None,
-                        progress: Optional[bool] = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    ckpt: Checkpoint,
+    seed: int = 0,
+    batches: int = 8,
+    batch_size: int = 64,
+    task_params: dict[str, Any] | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """``{"task", "backbone", "seed", "batches", "batch_size", "params", "metrics"}`` for a loaded checkpoint.
 
     ``task_params`` override the task's config (for sweeps); the trained model is reused.
     """
     task = task_with(ckpt, task_params)
     metrics = evaluate(ckpt.model, task, seed=seed, batches=batches, batch_size=batch_size, progress=progress)
-    return {"task": task.name, "backbone": ckpt.model.backbone.config.kind, "seed": seed, "batches": batches,
-            "batch_size": batch_size, "params": task.config.to_dict(), "metrics": metrics}
+    return {
+        "task": task.name,
+        "backbone": ckpt.model.backbone.config.kind,
+        "seed": seed,
+        "batches": batches,
+        "batch_size": batch_size,
+        "params": task.config.to_dict(),
+        "metrics": metrics,
+    }
 
 
 def sweep_points(task: Task) -> list[dict[str, Any]]:
@@ -204,14 +240,28 @@ def sweep_points(task: Task) -> list[dict[str, Any]]:
     return unique
 
 
-def sweep(ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 64,
-          progress: Optional[bool] = None) -> list[dict[str, Any]]:
+def sweep(
+    ckpt: Checkpoint, seed: int = 0, batches: int = 8, batch_size: int = 64, progress: bool | None = None
+) -> list[dict[str, Any]]:
     """``[{"params": {...}, "metrics": {...}}, ...]`` at every point of the task's sweep (same seeds at each)."""
-    return [{"params": point,
-             "metrics": evaluate_checkpoint(ckpt, seed, batches, batch_size, task_params=point,
-                                            progress=progress)["metrics"]}
-            for point in sweep_points(ckpt.task)]
+    return [
+        {
+            "params": point,
+            "metrics": evaluate_checkpoint(ckpt, seed, batches, batch_size, task_params=point, progress=progress)[
+                "metrics"
+            ],
+        }
+        for point in sweep_points(ckpt.task)
+    ]
 
 
-__all__ = ["evaluate", "evaluate_checkpoint", "sweep", "sweep_points", "gate_drift", "task_with", "metric_unit",
-           "format_metric"]
+__all__ = [
+    "evaluate",
+    "evaluate_checkpoint",
+    "sweep",
+    "sweep_points",
+    "gate_drift",
+    "task_with",
+    "metric_unit",
+    "format_metric",
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ..storage.user_files import read_user_file
 
@@ -19,7 +19,7 @@ LOG_FILE = "train_log.jsonl"
 MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this
 
 
-def read_training_log(path: Union[str, Path], allow_cut_last_line: bool = False) -> list[dict[str, Any]]:
+def read_training_log(path: str | Path, allow_cut_last_line: bool = False) -> list[dict[str, Any]]:
     """The entries of a ``train_log.jsonl`` (a file, or the checkpoint folder holding one).
 
     Raises ``ValueError`` naming the file and the first bad line for anything that is not one JSON
@@ -29,11 +29,13 @@ def read_training_log(path: Union[str, Path], allow_cut_last_line: bool = False)
     if path.is_dir():
         path = path / LOG_FILE
     try:
-        lines = read_user_file(path, MAX_LOG_BYTES, "a training log",
-                               "; pass the train_log.jsonl the run wrote").split(b"\n")
+        lines = read_user_file(path, MAX_LOG_BYTES, "a training log", "; pass the train_log.jsonl the run wrote").split(
+            b"\n"
+        )
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no training log (checkpoints written by `tensor-memory train` have "
-                                f"one)") from None
+        raise FileNotFoundError(
+            f"{path}: no training log (checkpoints written by `tensor-memory train` have one)"
+        ) from None
     entries = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -43,8 +45,10 @@ def read_training_log(path: Union[str, Path], allow_cut_last_line: bool = False)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             if allow_cut_last_line and number == len(lines):  # no newline after it: cut short by a kill
                 break
-            raise ValueError(f"{path}, line {number}: not JSON ({error}); was the run killed while "
-                             f"writing it? Delete that line to read the rest") from None
+            raise ValueError(
+                f"{path}, line {number}: not JSON ({error}); was the run killed while "
+                f"writing it? Delete that line to read the rest"
+            ) from None
         step = entry.get("step") if isinstance(entry, dict) else None
         if isinstance(step, bool) or not isinstance(step, int):
             raise ValueError(f"{path}, line {number}: expected an object with an integer 'step'")

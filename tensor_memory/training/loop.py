@@ -17,7 +17,7 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,28 +26,28 @@ from tqdm import tqdm
 from ..accelerator import autocast, check_device_memory, check_precision, grad_scaler, rank_device
 from ..backbone import check_budget, state_budget
 from ..backbone.budget import task_bytes
-from ..storage.checkpoint import SCHEMA_VERSION, save_checkpoint
-from ..storage.files import atomic_write_text, remove_stale_temp_files
 from ..memory import memory_layers, record
 from ..memory.measures import layer_measures
+from ..storage.checkpoint import SCHEMA_VERSION, save_checkpoint
+from ..storage.files import atomic_write_text, remove_stale_temp_files
 from ..tasks import Batch, Task, TaskModel
+from .anneal import sigma_annealing
 from .config import TrainConfig, TrainingWarning, config_warnings, resolve, stream_window_task
+from .curriculum import HorizonCurriculum
 from .distributed import Distributed, init_distributed
 from .evaluation import evaluate
-from .optimisation import freeze, learning_rate, make_optimizer, set_learning_rate
 from .log import LOG_FILE, append_entry, read_training_log, tensorboard_writer
-from .run_folder import check_free, check_out, hold_run_folder
-from .resume import load_resume, save_resume
-from .anneal import sigma_annealing
-from .curriculum import HorizonCurriculum
-from .scaffold import address_scaffold, check_scaffold, scaffold_weight
+from .optimisation import freeze, learning_rate, make_optimizer, set_learning_rate
 from .penalties import addressing_penalties
+from .resume import load_resume, save_resume
+from .run_folder import check_free, check_out, hold_run_folder
+from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
 ADDRESSING_SAMPLES = 16  # validation samples whose recording gives the addressing measures logged at each evaluation
 
 
-def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[str, dict[str, Optional[float]]]:
+def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[str, dict[str, float | None]]:
     """Each memory layer's addressing measures (``memory/measures.py``) on a few validation samples.
 
     Logged at every evaluation, so a collapse shows when it happens: {layer path: {measure: value}}.
@@ -74,15 +74,19 @@ def loss_on(model: torch.nn.Module, task: Task, batch: Batch, state: Any = None)
     return task.loss(outputs, batch), state
 
 
-def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig,
-                  state: Any = None) -> tuple[torch.Tensor, Any]:
+def training_loss(
+    model: torch.nn.Module, task: Task, batch: Batch, step: int, cfg: TrainConfig, state: Any = None
+) -> tuple[torch.Tensor, Any]:
     """``loss_on`` at training step ``step``, with the address scaffold's places blended in and the writes' σ floor
     (``anneal.py``) while each lasts, plus the addressing penalties (``penalties.py``, which see the model's own
     values, before the scaffold and the floor)."""
     weight = scaffold_weight(step, cfg.address_scaffold_steps)
     places = task.true_places(batch.inputs) if weight else None
-    with addressing_penalties(model, cfg) as penalty, address_scaffold(model, places, weight), \
-            sigma_annealing(model, step, cfg.sigma_anneal_steps, cfg.sigma_anneal_from):
+    with (
+        addressing_penalties(model, cfg) as penalty,
+        address_scaffold(model, places, weight),
+        sigma_annealing(model, step, cfg.sigma_anneal_steps, cfg.sigma_anneal_from),
+    ):
         loss, state = loss_on(model, task, batch, state)
     extra = penalty()
     return (loss if extra is None else loss + extra), state
@@ -91,6 +95,7 @@ def training_loss(model: torch.nn.Module, task: Task, batch: Batch, step: int, c
 # ---------------------------------------------------------------------------------------
 # The run's folder
 # ---------------------------------------------------------------------------------------
+
 
 def _trim_log(path: Path, step: int) -> None:
     """Keep the log entries of steps a resumed run will not redo."""
@@ -102,6 +107,7 @@ def _trim_log(path: Path, step: int) -> None:
 # ---------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Run:
@@ -117,7 +123,7 @@ class Run:
     samples: Task  # what training draws from: the task, or windows of stream_segments segments of it
     curriculum: HorizonCurriculum  # which length of samples each step draws (samples itself unless horizon_steps)
     device: torch.device = torch.device("cpu")  # where this rank computes
-    scaler: Optional[torch.amp.GradScaler] = None  # fp16's loss scaling
+    scaler: torch.amp.GradScaler | None = None  # fp16's loss scaling
 
     @property
     def log_path(self) -> Path:
@@ -128,8 +134,14 @@ class Run:
         return self.out / RESUME_FILE
 
 
-def train(config: dict[str, Any], out: Path, resume: bool = False, progress: bool = True,
-          overwrite: bool = False, device: Union[str, torch.device, None] = "auto") -> dict[str, Any]:
+def train(
+    config: dict[str, Any],
+    out: Path,
+    resume: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
+    device: str | torch.device | None = "auto",
+) -> dict[str, Any]:
     """Train one run into ``out``; returns the final evaluation metrics.
 
     ``config``: {task: {name, params}, model: BackboneConfig fields, training: TrainConfig
@@ -163,9 +175,13 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     check_budget(backbone, samples.tokens, cfg.batch_size, training=True, where="the training config", task=samples)
     device = rank_device(device_spec)
     check_precision(cfg.precision, device)
-    full_config = {"schema_version": SCHEMA_VERSION,
-                   "task": {"name": task.name, "params": task.config.to_dict()},
-                   "model": backbone.to_dict(), "training": cfg.to_dict(), "state_budget": state_budget(backbone)}
+    full_config = {
+        "schema_version": SCHEMA_VERSION,
+        "task": {"name": task.name, "params": task.config.to_dict()},
+        "model": backbone.to_dict(),
+        "training": cfg.to_dict(),
+        "state_budget": state_budget(backbone),
+    }
     ranks = init_distributed(device)
     if cfg.batch_size % ranks.size:
         raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} must divide evenly over {ranks.size} processes")
@@ -180,8 +196,19 @@ def _set_up(config: dict[str, Any], out: Path, resume: bool, overwrite: bool, de
     model = TaskModel(task, backbone).to(device)
     freeze(model, cfg.frozen)
     check_scaffold(model, task, cfg.address_scaffold_steps)
-    return Run(task, cfg, full_config, model, make_optimizer(model, cfg), ranks, out, samples, curriculum, device,
-               grad_scaler(cfg.precision, device))
+    return Run(
+        task,
+        cfg,
+        full_config,
+        model,
+        make_optimizer(model, cfg),
+        ranks,
+        out,
+        samples,
+        curriculum,
+        device,
+        grad_scaler(cfg.precision, device),
+    )
 
 
 def _restore(run: Run, resume: bool) -> int:
@@ -217,8 +244,15 @@ def _loop(run: Run, start: int, writer, progress: bool) -> None:
     cfg, ranks = run.cfg, run.ranks
     on_gpu = [run.device.index] if run.device.type == "cuda" else None  # DDP's one device per rank
     wrapped = run.model if ranks.size == 1 else torch.nn.parallel.DistributedDataParallel(run.model, device_ids=on_gpu)
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and ranks.main),
-               desc=f"{run.task.name}-{run.model.backbone.config.kind}", unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        range(start, cfg.steps),
+        initial=start,
+        total=cfg.steps,
+        disable=not (progress and ranks.main),
+        desc=f"{run.task.name}-{run.model.backbone.config.kind}",
+        unit="step",
+        dynamic_ncols=True,
+    )
     last_time, tokens = time.perf_counter(), 0
     for step in bar:
         loss, grad_norm, batch_tokens = _step(run, wrapped, step)
@@ -226,8 +260,13 @@ def _loop(run: Run, start: int, writer, progress: bool) -> None:
         done = step + 1
         if ranks.main and (done % cfg.log_every == 0 or done == cfg.steps):
             now = time.perf_counter()
-            entry = {"step": done, "loss": round(loss.item(), 6), "lr": run.optimizer.param_groups[0]["lr"],
-                     "grad_norm": round(float(grad_norm), 4), "tokens_per_s": round(tokens / (now - last_time), 1)}
+            entry = {
+                "step": done,
+                "loss": round(loss.item(), 6),
+                "lr": run.optimizer.param_groups[0]["lr"],
+                "grad_norm": round(float(grad_norm), 4),
+                "tokens_per_s": round(tokens / (now - last_time), 1),
+            }
             last_time, tokens = now, 0
             bar.set_postfix(loss=f"{entry['loss']:.4f}", tok_s=f"{entry['tokens_per_s']:.0f}")
             append_entry(run.log_path, writer, entry)
@@ -288,11 +327,25 @@ def _backward(run: Run, wrapped: torch.nn.Module, batch: Batch, step: int) -> to
 def _validate(run: Run, writer, done: int) -> None:
     """Validation metrics and addressing into the log, and the resume file, after ``done`` steps."""
     cfg = run.cfg
-    metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
-                       purpose="val", precision=cfg.precision)
+    metrics = evaluate(
+        run.model,
+        run.task,
+        seed=cfg.seed,
+        batches=cfg.eval_batches,
+        batch_size=cfg.batch_size,
+        purpose="val",
+        precision=cfg.precision,
+    )
     addressing = addressing_during_training(run.model, run.task, cfg.seed)
-    append_entry(run.log_path, writer, {"step": done, **{f"val_{k}": v for k, v in metrics.items()},
-                                        **({"addressing": addressing} if addressing else {})})
+    append_entry(
+        run.log_path,
+        writer,
+        {
+            "step": done,
+            **{f"val_{k}": v for k, v in metrics.items()},
+            **({"addressing": addressing} if addressing else {}),
+        },
+    )
     save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config, run.scaler)
 
 
@@ -300,14 +353,33 @@ def _finish(run: Run, writer) -> dict[str, Any]:
     """Save the checkpoint, evaluate it and drop the resume file: the checkpoint is the result."""
     cfg = run.cfg
     save_checkpoint(run.out, run.model, run.saved_config, task=run.task)
-    metrics = evaluate(run.model, run.task, seed=cfg.seed, batches=cfg.eval_batches, batch_size=cfg.batch_size,
-                       purpose="val", precision=cfg.precision)
+    metrics = evaluate(
+        run.model,
+        run.task,
+        seed=cfg.seed,
+        batches=cfg.eval_batches,
+        batch_size=cfg.batch_size,
+        purpose="val",
+        precision=cfg.precision,
+    )
     run.resume_path.unlink(missing_ok=True)
     if writer is not None:
         writer.close()
     return metrics
 
 
-__all__ = ["train", "loss_on", "training_loss", "learning_rate", "set_learning_rate", "freeze", "make_optimizer",
-           "addressing_during_training", "check_out", "init_distributed", "Distributed", "RESUME_FILE",
-           "ADDRESSING_SAMPLES"]
+__all__ = [
+    "train",
+    "loss_on",
+    "training_loss",
+    "learning_rate",
+    "set_learning_rate",
+    "freeze",
+    "make_optimizer",
+    "addressing_during_training",
+    "check_out",
+    "init_distributed",
+    "Distributed",
+    "RESUME_FILE",
+    "ADDRESSING_SAMPLES",
+]

@@ -48,8 +48,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 def _decay_groups(parameters: list, cfg: TrainConfig) -> list[dict]:
     """Matrices with weight decay, the rest (norms, biases, the memory gate γ) without."""
-    return [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-            {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:

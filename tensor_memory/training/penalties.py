@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +37,12 @@ from .config import TrainConfig
 
 RECALL_TEMPERATURE = 0.1  # sharp enough that a read half-way between two writes is a poor answer
 # The hook points each penalty reads.
-POINTS_READ = {"sigma_pull": ("sigma",), "occupancy": ("mu_write",), "recall": ("mu_write", "h"),
-               "reach": ("mu_read", "mu_write")}
+POINTS_READ = {
+    "sigma_pull": ("sigma",),
+    "occupancy": ("mu_write",),
+    "recall": ("mu_write", "h"),
+    "reach": ("mu_read", "mu_write"),
+}
 
 
 def log_ratio_squared(sigma: torch.Tensor, target: float) -> torch.Tensor:
@@ -58,7 +62,7 @@ def occupancy_shortfall(mu: torch.Tensor, sigma: float, grid: tuple[int, int, in
     return (1 - entropy / math.log(p.shape[-1])).mean()
 
 
-def recall_shortfall(h: torch.Tensor, mu: torch.Tensor, lag: int) -> Optional[torch.Tensor]:
+def recall_shortfall(h: torch.Tensor, mu: torch.Tensor, lag: int) -> torch.Tensor | None:
     """InfoNCE of finding each chunk's write again ``lag`` chunks later; h (B, K, C, D, H, W) the states after each
     chunk, μ (B, K, 3) where each chunk wrote. None when no chunk has ``lag`` chunks after it."""
     B, K, C, D, H, W = h.shape
@@ -78,24 +82,28 @@ def recall_shortfall(h: torch.Tensor, mu: torch.Tensor, lag: int) -> Optional[to
     return F.cross_entropy(logits.reshape(B * asked, K), target)
 
 
-def reach_shortfall(mu_read: torch.Tensor, mu_write: torch.Tensor) -> Optional[torch.Tensor]:
+def reach_shortfall(mu_read: torch.Tensor, mu_write: torch.Tensor) -> torch.Tensor | None:
     """Mean over reads k ≥ 1 of min over writes j < k of |μ_read_k − μ_write_j|²; μ_read (B, n_read, 3), μ_write
     (B, n_write, 3) of one call, the writes detached. None when no read has an earlier write."""
     n = min(mu_read.shape[1], mu_write.shape[1] + 1)  # reads 1 … n−1 each follow a write
     if n < 2:
         return None
     # (B, n−1, n−1): read k+1 against write j, as differences (torch.cdist's matrix product is not exact at 0)
-    squared = (mu_read[:, 1:n, None] - mu_write[:, None, :n - 1].detach()).square().sum(-1)
+    squared = (mu_read[:, 1:n, None] - mu_write[:, None, : n - 1].detach()).square().sum(-1)
     earlier = torch.ones(n - 1, n - 1, dtype=torch.bool, device=mu_read.device).tril()  # read k+1 sees writes ≤ k
     return squared.masked_fill(~earlier, math.inf).amin(-1).mean()
 
 
 @contextlib.contextmanager
-def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callable[[], Optional[torch.Tensor]]]:
+def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callable[[], torch.Tensor | None]]:
     """While the block runs, the values the penalties need are collected; yields a function that returns their
     weighted sum (None when every weight is 0 or nothing was written: the loss is the task's alone)."""
-    weights = {"sigma_pull": cfg.sigma_pull, "occupancy": cfg.occupancy_weight, "recall": cfg.recall_weight,
-               "reach": cfg.reach_weight}
+    weights = {
+        "sigma_pull": cfg.sigma_pull,
+        "occupancy": cfg.occupancy_weight,
+        "recall": cfg.recall_weight,
+        "reach": cfg.reach_weight,
+    }
     terms: dict[str, list[torch.Tensor]] = {term: [] for term in weights}
 
     def collectors(layer) -> dict[str, Callable[[torch.Tensor], None]]:
@@ -123,9 +131,10 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
             found = recall_shortfall(h, last_mu_write[0], cfg.recall_lag) if h.numel() else None
             if found is not None:
                 terms["recall"].append(found)
+
         return {"sigma": on_sigma, "mu_read": on_mu_read, "mu_write": on_mu_write, "h": on_h}
 
-    def total() -> Optional[torch.Tensor]:
+    def total() -> torch.Tensor | None:
         parts = [weights[term] * torch.stack(values).mean() for term, values in terms.items() if values]
         return sum(parts) if parts else None
 
@@ -133,8 +142,12 @@ def addressing_penalties(model: nn.Module, cfg: TrainConfig) -> Iterator[Callabl
         yield total
         return
     needed = {point for term, points in POINTS_READ.items() if weights[term] for point in points}
-    spec = {f"{name}.{point}" if name else point: hook for name, layer in memory_layers(model).items()
-            for point, hook in collectors(layer).items() if point in needed}
+    spec = {
+        f"{name}.{point}" if name else point: hook
+        for name, layer in memory_layers(model).items()
+        for point, hook in collectors(layer).items()
+        if point in needed
+    }
     with hooks(model, spec):
         yield total
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import torch
 from safetensors.torch import save as save_safetensors
@@ -27,8 +26,14 @@ REDO = "delete it to start afresh"
 SCALER_KEY = "grad_scaler"  # fp16 runs: the loss scaler's state_dict, as JSON in the metadata
 
 
-def save_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                config: dict, scaler: Optional[torch.amp.GradScaler] = None) -> None:
+def save_resume(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    config: dict,
+    scaler: torch.amp.GradScaler | None = None,
+) -> None:
     """Weights, optimizer moments and the step in one safetensors file, written atomically; with fp16's loss
     ``scaler``, its scale and growth count too (a resumed run scales as the uninterrupted one would)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -57,8 +62,13 @@ def _fail(path: Path, problem: str) -> ValueError:
     return ValueError(f"{path}: cannot resume from this file: {problem}; {REDO}")
 
 
-def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict,
-                scaler: Optional[torch.amp.GradScaler] = None) -> int:
+def load_resume(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: dict,
+    scaler: torch.amp.GradScaler | None = None,
+) -> int:
     """Restore a run from ``save_resume``'s file (and fp16's loss ``scaler`` when it saved one); returns the number
     of steps already done."""
     try:
@@ -71,8 +81,9 @@ def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     except (KeyError, ValueError, RecursionError):
         raise _fail(path, "its metadata lacks a valid step and config") from None
     if saved_config != config:
-        raise ValueError(f"{path}: was written by a run with a different configuration; "
-                         f"use another --out directory, or {REDO}")
+        raise ValueError(
+            f"{path}: was written by a run with a different configuration; use another --out directory, or {REDO}"
+        )
     steps = config["training"]["steps"]
     if not 0 <= step <= steps:
         raise _fail(path, f"it says {step} steps were done, outside [0, {steps}]")
@@ -103,7 +114,7 @@ def load_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
         raise _fail(path, f"it says {step} steps were done, but its optimizer took {max(counts)}")
 
     scaler_state = _scaler_state(path, metadata) if scaler is not None and SCALER_KEY in metadata else None
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    model.load_state_dict({k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")})
     if scaler_state is not None:
         scaler.load_state_dict(scaler_state)
     state = optimizer.state_dict()

@@ -15,8 +15,8 @@ import contextlib
 import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 from ..storage.files import RUN_FILES
 from ..storage.user_files import check_plain_name
@@ -31,8 +31,10 @@ def check_out(out: Path, resume: bool, overwrite: bool) -> None:
         raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
     found = [name for name in RUN_FILES if (out / name).exists()]
     if found and not (resume or overwrite):
-        raise ValueError(f"--out {out}: already holds a run ({', '.join(found)}); continue it with --resume, "
-                         f"replace it with --overwrite, or choose another --out")
+        raise ValueError(
+            f"--out {out}: already holds a run ({', '.join(found)}); continue it with --resume, "
+            f"replace it with --overwrite, or choose another --out"
+        )
     if not out.exists():
         parent = next((p for p in out.parents if p.exists()), Path("."))
         if not parent.is_dir() or not os.access(parent, os.W_OK):
@@ -60,16 +62,18 @@ def _open_lock(path: Path, flags: int) -> int:
     return fd
 
 
-def _recorded_pid(fd: int) -> Optional[int]:
+def _recorded_pid(fd: int) -> int | None:
     """The process id written in an open lock file, or None if it holds none (yet)."""
     text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
 
 
-def _busy(out: Path, pid: Optional[int]) -> RunFolderBusy:
+def _busy(out: Path, pid: int | None) -> RunFolderBusy:
     who = f"process {pid}" if pid else "another process"
-    return RunFolderBusy(f"--out {out}: another training run ({who}) is writing there; wait for it to end, stop it, "
-                         f"or choose another --out")
+    return RunFolderBusy(
+        f"--out {out}: another training run ({who}) is writing there; wait for it to end, stop it, "
+        f"or choose another --out"
+    )
 
 
 def check_free(out: Path) -> None:

@@ -14,7 +14,7 @@ memory needs it, and when: ``docs/trainability.md``.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -38,12 +38,13 @@ def check_scaffold(model: nn.Module, task, steps: int) -> None:
     if task.true_places(task.sample(1, 0).inputs) is None:
         raise ValueError(f"{where}={steps}: task {task.name!r} gives no true places to steer towards; set it to 0")
     if any(m.config.chunk_size != 1 for m in memories):
-        raise ValueError(f"{where}={steps}: the scaffold places one token per chunk; it needs "
-                         f"model.memory.chunk_size = 1")
+        raise ValueError(
+            f"{where}={steps}: the scaffold places one token per chunk; it needs model.memory.chunk_size = 1"
+        )
 
 
 @contextlib.contextmanager
-def address_scaffold(model: nn.Module, places: Optional[torch.Tensor], weight: float) -> Iterator[None]:
+def address_scaffold(model: nn.Module, places: torch.Tensor | None, weight: float) -> Iterator[None]:
     """While the block runs, every memory layer's μ_read and μ_write become ``weight · places + (1 − weight) · μ``.
 
     places: (B, N, 3), one per token (chunks of one token, so one per read and per write). Nothing is
@@ -54,7 +55,7 @@ def address_scaffold(model: nn.Module, places: Optional[torch.Tensor], weight: f
         return
 
     def blend(mu: torch.Tensor) -> torch.Tensor:  # (B, K, 3): the first K tokens' coordinates
-        return weight * places[:, :mu.shape[1]].to(mu.dtype) + (1.0 - weight) * mu
+        return weight * places[:, : mu.shape[1]].to(mu.dtype) + (1.0 - weight) * mu
 
     spec = {f"{name}.{point}": blend for name in memory_layers(model) for point in ("mu_read", "mu_write")}
     with hooks(model, spec):

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import math
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +25,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..backbone import BackboneConfig
-from ..storage.checkpoint import Checkpoint
 from ..memory import memory_layers
 from ..memory.hooking import hooks, reads_off
+from ..storage.checkpoint import Checkpoint
 
 
 @dataclasses.dataclass
@@ -37,12 +37,12 @@ class StreamedLoss:
     nll: torch.Tensor  # (rows, T − 1) float64
     position: torch.Tensor  # (rows, T − 1) int64
 
-    def mean_nll(self, at_least: int = 0) -> Optional[float]:
+    def mean_nll(self, at_least: int = 0) -> float | None:
         """Mean NLL of the tokens at position ≥ ``at_least``; None when there are none."""
         chosen = self.nll[self.position >= at_least]
         return float(chosen.mean()) if chosen.numel() else None
 
-    def perplexity(self, at_least: int = 0) -> Optional[float]:
+    def perplexity(self, at_least: int = 0) -> float | None:
         nll = self.mean_nll(at_least)
         return None if nll is None else math.exp(nll)
 
@@ -62,14 +62,16 @@ def stream_rows(ids: torch.Tensor, rows: int) -> torch.Tensor:
     """A token stream ``ids`` (T,) cut into ``rows`` contiguous rows (rows, T // rows); the remainder is dropped."""
     length = ids.numel() // rows
     if length < 2:
-        raise ValueError(f"a stream of {ids.numel():,} tokens cannot fill {rows} rows of 2 tokens or more; "
-                         f"use fewer rows")
+        raise ValueError(
+            f"a stream of {ids.numel():,} tokens cannot fill {rows} rows of 2 tokens or more; use fewer rows"
+        )
     return ids[: rows * length].view(rows, length)  # (rows, T)
 
 
 @torch.no_grad()
-def streamed_loss(model: nn.Module, ids: torch.Tensor, segment: int, rows: int = 8, carry: bool = True,
-                  progress: Optional[bool] = None) -> StreamedLoss:
+def streamed_loss(
+    model: nn.Module, ids: torch.Tensor, segment: int, rows: int = 8, carry: bool = True, progress: bool | None = None
+) -> StreamedLoss:
     """The loss of ``model`` (a causal language model: ``logits, state = model({"tokens": x}, state)``) on token
     stream ``ids`` fed ``segment`` tokens at a time in ``rows`` rows, its state carried between segments (``carry``)
     or started afresh for each. The model runs in eval mode (its mode is restored afterwards)."""
@@ -85,12 +87,16 @@ def streamed_loss(model: nn.Module, ids: torch.Tensor, segment: int, rows: int =
     if progress is None:
         progress = sys.stderr.isatty()
     try:
-        for start in tqdm(starts, desc="streaming" if carry else "segments", unit="segment", disable=not progress,
-                          leave=False):
-            piece = inputs[:, start:start + segment].to(device)
+        for start in tqdm(
+            starts, desc="streaming" if carry else "segments", unit="segment", disable=not progress, leave=False
+        ):
+            piece = inputs[:, start : start + segment].to(device)
             logits, state = model({"tokens": piece}, state if carry else None)  # (rows, n, vocab)
-            nll.append(F.cross_entropy(logits.double().transpose(1, 2), targets[:, start:start + segment].to(device),
-                                       reduction="none").cpu())  # (rows, n)
+            nll.append(
+                F.cross_entropy(
+                    logits.double().transpose(1, 2), targets[:, start : start + segment].to(device), reduction="none"
+                ).cpu()
+            )  # (rows, n)
     finally:
         model.train(was_training)
     offsets = torch.arange(inputs.shape[1])
@@ -104,15 +110,18 @@ def attention_reach(backbone: BackboneConfig, trained_length: int) -> int:
     return backbone.window or (backbone.xl_segment if backbone.kind == "xl" else None) or trained_length
 
 
-def stream_evaluation(ckpt: Checkpoint, segment: Optional[int] = None, rows: int = 8, tokens: Optional[int] = None,
-                      progress: Optional[bool] = None) -> dict[str, Any]:
+def stream_evaluation(
+    ckpt: Checkpoint, segment: int | None = None, rows: int = 8, tokens: int | None = None, progress: bool | None = None
+) -> dict[str, Any]:
     """A language-model checkpoint on its test split as a stream: the loss with its state carried, reset every
     segment, and (with memory layers) carried with the memory's reads off; each as the perplexity, the mean NLL at
     positions t ≥ W and t ≥ 4W and the log-binned curve. ``segment``: tokens a call (default the trained
     ``seq_len``); ``tokens``: the first this many tokens of the split (default all)."""
     if ckpt.task.name != "language_modelling":
-        raise ValueError(f"--stream applies to language models (language_modelling checkpoints); {ckpt.path} holds "
-                         f"a model of task {ckpt.task.name}")
+        raise ValueError(
+            f"--stream applies to language models (language_modelling checkpoints); {ckpt.path} holds "
+            f"a model of task {ckpt.task.name}"
+        )
     segment = segment or ckpt.task.tokens
     ids = ckpt.task.stream("test")
     ids = ids if tokens is None else ids[:tokens]
@@ -125,8 +134,12 @@ def stream_evaluation(ckpt: Checkpoint, segment: Optional[int] = None, rows: int
     for name, run in runs.items():
         with hooks(ckpt.model, run["hooks"]) if "hooks" in run else contextlib.nullcontext():
             loss = streamed_loss(ckpt.model, ids, segment, rows, run["carry"], progress)
-        out[name] = {"perplexity": loss.perplexity(), "nll_t>=W": loss.mean_nll(reach),
-                     "nll_t>=4W": loss.mean_nll(4 * reach), "curve": loss.curve()}
+        out[name] = {
+            "perplexity": loss.perplexity(),
+            "nll_t>=W": loss.mean_nll(reach),
+            "nll_t>=4W": loss.mean_nll(4 * reach),
+            "curve": loss.curve(),
+        }
     return out
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import nn
 
@@ -33,8 +31,13 @@ class SoftArgmax(nn.Module):
     def forward(self, out: torch.Tensor) -> torch.Tensor:
         D, H, W = self.grid
         logits = out.split((W, H, D), dim=-1)  # (…, W), (…, H), (…, D): x's voxels, y's, z's
-        return torch.stack([axis.softmax(-1) @ voxel_centres(n, axis.dtype, axis.device)
-                            for axis, n in zip(logits, (W, H, D))], dim=-1)  # (…, 3)
+        return torch.stack(
+            [
+                axis.softmax(-1) @ voxel_centres(n, axis.dtype, axis.device)
+                for axis, n in zip(logits, (W, H, D), strict=True)
+            ],
+            dim=-1,
+        )  # (…, 3)
 
 
 class FreePath(nn.Module):
@@ -43,7 +46,7 @@ class FreePath(nn.Module):
     def initialise(self) -> None:
         """Nothing to set: the path has no parameters."""
 
-    def forward(self, head: nn.Module, summaries: torch.Tensor, place: Optional[torch.Tensor]):
+    def forward(self, head: nn.Module, summaries: torch.Tensor, place: torch.Tensor | None):
         return head(summaries), place  # (B, n_write, width); nothing to carry
 
 
@@ -62,7 +65,7 @@ class IntegratedPath(nn.Module):
             self.step_head.weight.mul_(0.1)
             nn.init.zeros_(self.step_head.bias)
 
-    def forward(self, head: nn.Module, summaries: torch.Tensor, place: Optional[torch.Tensor]):
+    def forward(self, head: nn.Module, summaries: torch.Tensor, place: torch.Tensor | None):
         raw = head(summaries)  # (B, n_write, 3)
         if not raw.shape[1]:
             return raw, place
@@ -87,7 +90,7 @@ class Addressing(nn.Module):
         """(B, n_read, d) queries → μ_read (B, n_read, 3)."""
         return self.to_coordinates((head if self.read_head is None else self.read_head)(queries))
 
-    def writes(self, head: nn.Module, summaries: torch.Tensor, place: Optional[torch.Tensor]):
+    def writes(self, head: nn.Module, summaries: torch.Tensor, place: torch.Tensor | None):
         """(B, n_write, d) summaries → μ_write (B, n_write, 3) and the place a later call's writes continue from."""
         raw, place = self.path(head, summaries, place)
         return self.to_coordinates(raw), place

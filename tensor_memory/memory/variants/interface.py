@@ -7,8 +7,6 @@ incomplete chunk and writes it at once, and returns the message ``m`` for its bl
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,7 +19,7 @@ def input_norm(config: MemoryConfig) -> nn.Module:
     return nn.LayerNorm(config.token_dim) if config.public_code.input_norm else nn.Identity()
 
 
-def read_gate(config: MemoryConfig) -> Optional[nn.Parameter]:
+def read_gate(config: MemoryConfig) -> nn.Parameter | None:
     """γ, the learned scalar whose sigmoid scales the read; None where the output is the message alone."""
     residual = config.public_code.output == "residual"
     return nn.Parameter(torch.tensor(float(config.gate_init))) if residual else None
@@ -39,7 +37,7 @@ class PendingChunks(nn.Module):
         """(B, T, d) → (B, n_write, chunk·d), the tokens of each complete chunk side by side."""
         B, T, d = tokens.shape
         n_write = T // self.chunk_size
-        return tokens[:, :n_write * self.chunk_size].reshape(B, n_write, self.chunk_size * d)
+        return tokens[:, : n_write * self.chunk_size].reshape(B, n_write, self.chunk_size * d)
 
 
 class PaddedChunks(PendingChunks):

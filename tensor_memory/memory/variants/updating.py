@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,13 +42,21 @@ class Update(nn.Module):
         offset = None if self.depthwise_bias is None else bias_volume(depthwise, self.depthwise_bias, self.grid)
         return taps_v, taps_h, offset
 
-    def forward(self, factors, write, h0: torch.Tensor, c0: torch.Tensor, taps_h: torch.Tensor, mix: nn.Linear,
-                offset: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        factors,
+        write,
+        h0: torch.Tensor,
+        c0: torch.Tensor,
+        taps_h: torch.Tensor,
+        mix: nn.Linear,
+        offset: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """States after every chunk, hs and cs (n_write, B, D, H, W, C), from h0, c0 (B, D, H, W, C), the write's
         convolved factors and the write itself (its place and σ bound a local update's region)."""
         if self.window_k is None:
             return convlstm_scan(factors, h0, c0, taps_h, mix.weight, mix.bias, offset)
         n_write, B = write.content.shape[:2]
         box = write_box(write.xyz, write.sigma, self.grid, self.window_k)
-        regions = update_regions([inside.view(n_write, B, n) for inside, n in zip(box, self.grid)])
+        regions = update_regions([inside.view(n_write, B, n) for inside, n in zip(box, self.grid, strict=True)])
         return local_scan(factors, regions, h0, c0, taps_h, mix.weight, mix.bias, offset)

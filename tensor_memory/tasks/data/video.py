@@ -15,8 +15,8 @@ import io
 import re
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -34,6 +34,7 @@ MAX_CACHE_BYTES = 2 << 30  # decoded small videos kept in memory (UCF-101 at 32�
 # ---------------------------------------------------------------------------------------
 # Frames
 # ---------------------------------------------------------------------------------------
+
 
 def shrink(image, size: int, channels: int) -> np.ndarray:
     """A PIL image centre-cropped to a square and resized (anti-aliased) to (size, size, channels) uint8."""
@@ -74,8 +75,9 @@ def read_frame_folder(folder: Path, size: int, channels: int, max_frames: int = 
         try:
             with Image.open(io.BytesIO(read_user_file(file, MAX_IMAGE_BYTES, "an image"))) as handle:  # never blocks
                 if handle.width * handle.height > MAX_IMAGE_PIXELS:
-                    raise FileFormatError(f"{file}: {handle.width}×{handle.height} pixels, over the "
-                                          f"{MAX_IMAGE_PIXELS:,} a frame may have")
+                    raise FileFormatError(
+                        f"{file}: {handle.width}×{handle.height} pixels, over the {MAX_IMAGE_PIXELS:,} a frame may have"
+                    )
                 frames.append(shrink(handle, size, channels))
         except FileFormatError:
             raise
@@ -96,12 +98,15 @@ def read_avi(path: Path, size: int, channels: int, max_frames: int = MAX_FRAMES)
             stream = container.streams.video[0]
             width, height = stream.codec_context.width, stream.codec_context.height
             if width * height > MAX_IMAGE_PIXELS:
-                raise FileFormatError(f"{path}: {width}×{height} frames, over the {MAX_IMAGE_PIXELS:,} pixels "
-                                      f"a frame may have")
+                raise FileFormatError(
+                    f"{path}: {width}×{height} frames, over the {MAX_IMAGE_PIXELS:,} pixels a frame may have"
+                )
             for frame in container.decode(stream):
                 if frame.width * frame.height > MAX_IMAGE_PIXELS:
-                    raise FileFormatError(f"{path}: a {frame.width}×{frame.height} frame, over the "
-                                          f"{MAX_IMAGE_PIXELS:,} pixels a frame may have")
+                    raise FileFormatError(
+                        f"{path}: a {frame.width}×{frame.height} frame, over the "
+                        f"{MAX_IMAGE_PIXELS:,} pixels a frame may have"
+                    )
                 frames.append(shrink(frame.to_image(), size, channels))
                 if len(frames) >= max_frames:
                     break
@@ -151,7 +156,7 @@ class FrameCache:
 CACHE = FrameCache(MAX_CACHE_BYTES)
 
 
-def read_video(source: Path, size: int, channels: int, cache: Optional[FrameCache] = None) -> np.ndarray:
+def read_video(source: Path, size: int, channels: int, cache: FrameCache | None = None) -> np.ndarray:
     """The frames of ``source`` (an .avi file or a frame folder) as (F, size, size, channels) uint8, cached
     (by path, size, channels and the file's modification time and size)."""
     try:
@@ -168,6 +173,7 @@ def read_video(source: Path, size: int, channels: int, cache: Optional[FrameCach
 # ---------------------------------------------------------------------------------------
 # Which frames a clip takes
 # ---------------------------------------------------------------------------------------
+
 
 def strided_indices(length: int, frames: int, stride: int, start: int) -> np.ndarray:
     """``frames`` indices from ``start``, ``stride`` apart; past the video's end the last frame repeats."""
@@ -187,5 +193,16 @@ def spread_indices(length: int, frames: int) -> np.ndarray:
     return (np.arange(frames) * (length - 1)) // (frames - 1)
 
 
-__all__ = ["FrameCache", "CACHE", "read_video", "read_avi", "read_frame_folder", "shrink", "strided_indices",
-           "start_room", "spread_indices", "MAX_FRAMES", "MAX_CACHE_BYTES"]
+__all__ = [
+    "FrameCache",
+    "CACHE",
+    "read_video",
+    "read_avi",
+    "read_frame_folder",
+    "shrink",
+    "strided_indices",
+    "start_room",
+    "spread_indices",
+    "MAX_FRAMES",
+    "MAX_CACHE_BYTES",
+]
