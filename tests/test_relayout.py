@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tensor_memory import MemoryConfig, TensorMemory, record
+from tensor_memory.memory.hookpoints import RECORDED_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "ede4c79"  # the last commit with the flat tensor_memory/ package
@@ -99,20 +100,7 @@ def test_the_layer_computes_bit_for_bit_what_it_did_before_the_relayout(
     assert same(y_new, y_old) and rounded(g_new, g_old)
     for field in ("h", "c", "pending"):
         assert same(getattr(s_new, field), getattr(s_old, field)), field
-    for field in (
-        "mu_read",
-        "read",
-        "mu_write",
-        "sigma",
-        "content",
-        "h",
-        "c",
-        "gate_i",
-        "gate_f",
-        "gate_o",
-        "gate_g",
-        "gate_scale",
-    ):
+    for field in RECORDED_POINTS:
         assert same(getattr(r_new, field), getattr(r_old, field)), field
     assert p_new.keys() == p_old.keys()
     for k in p_new:
