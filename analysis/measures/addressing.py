@@ -19,15 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from analysis.traces import summaries
 from analysis.traces.trace import LayerTrace, Trace
-from tensor_memory.memory.geometry import gaussian_profiles, in_voxels, sigma_voxels_per_axis
-from tensor_memory.memory.hookpoints import GATE_POINTS
+from tensor_memory.memory.geometry import in_voxels
 from tensor_memory.memory.measures import (
     BOUNDARY_EPS,
     boundary_fraction,
     median,
     median_sigma_voxels,
-    read_write_distances,
     write_spread_voxels,
 )
 
@@ -51,7 +50,7 @@ DEAD_READ_RATIO = 1e-3  # reads vary less than 0.1% of the read gate's scale: th
 DEAD_GATE_SCALE = 1e-3  # σ(γ) below this: the read is multiplied away
 UNREAD_FRACTION = 0.05  # under 1 read in 20 within 2σ of an earlier write: reads and writes live apart
 GATE_SATURATION_FRACTION = 0.9  # over 90% of gate values within GATE_EPS of 0 or 1: gradients vanish
-GATE_EPS = 0.01
+GATE_EPS = summaries.GATE_EPS  # what the summaries count saturated: within this of 0 or 1
 ACTIVE_WEIGHT = np.exp(-2.0)  # a voxel is written when some write reaches it at ≥ e^-2 (within 2σ)
 
 # For each failure, the switch that helped where it was measured, and the table of docs/trainability.md that measured
@@ -80,15 +79,7 @@ THRESHOLDS = {
 
 def write_mass(layer: LayerTrace) -> np.ndarray:
     """(K, D, H, W): the Gaussian weight of each chunk's write at every voxel (content left out)."""
-    gz, gy, gx = (
-        g.numpy()
-        for g in gaussian_profiles(
-            torch.from_numpy(layer.mu_write.astype(np.float64)),
-            torch.from_numpy(layer.sigma.astype(np.float64)),
-            layer.grid,
-        )
-    )
-    return gz[:, :, None, None] * gy[:, None, :, None] * gx[:, None, None, :]
+    return summaries.write_weights(layer.mu_write, layer.sigma, layer.grid)
 
 
 def _layers(traces: Sequence[Trace], name: str | None) -> tuple[str, list[LayerTrace]]:
@@ -104,6 +95,7 @@ def _layers(traces: Sequence[Trace], name: str | None) -> tuple[str, list[LayerT
 def measure(traces: Sequence[Trace], layer: str | None = None) -> dict[str, Any]:
     """Every addressing measure over ``traces`` for one memory layer (the last by default)."""
     name, layers = _layers(traces, layer)
+    summed = [t.summary(name) for t in traces]  # per chunk and totals, measured once a segment at a time
     grid = layers[0].grid
     D, H, W = grid
     frozen = [part for part in traces[0].info.get("training_frozen", []) if "coord_head" in part]
@@ -114,11 +106,11 @@ def measure(traces: Sequence[Trace], layer: str | None = None) -> dict[str, Any]
         "chunks": int(sum(len(lay.mu_write) for lay in layers)),
         "grid": list(grid),
         "voxels": int(D * H * W),
-        **_where_writes_go(layers, grid),
-        **_reads_against_writes(layers, grid),
+        **_where_writes_go(layers, summed, grid),
+        **_reads_against_writes(layers, summed, grid),
         **_spreads(layers, grid),
-        **_read_path(layers),
-        "gates": _gate_statistics(layers),
+        **_read_path(layers, summed),
+        "gates": _gate_statistics(layers, summed),
     }
 
 
@@ -127,10 +119,12 @@ def _coordinates(layers: Sequence[LayerTrace], field: str) -> list[torch.Tensor]
     return [torch.from_numpy(getattr(lay, field).astype(np.float64)) for lay in layers]
 
 
-def _where_writes_go(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
+def _where_writes_go(
+    layers: Sequence[LayerTrace], summed: Sequence[dict[str, np.ndarray]], grid: tuple[int, int, int]
+) -> dict[str, Any]:
     """How the write mass fills the grid, and how the write coordinates spread over chunks and samples."""
-    mass = np.concatenate([write_mass(lay) for lay in layers])  # (ΣK, D, H, W), pooled over every chunk
-    total = mass.sum(0).ravel()
+    total = np.sum([s["write_mass_sum"] for s in summed], axis=0).ravel()  # (D·H·W,) pooled over every chunk
+    peak = np.max([s["write_mass_max"] for s in summed], axis=0)  # (D, H, W)
     p = total / max(total.sum(), 1e-30)
     entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
     mu_writes = _coordinates(layers, "mu_write")
@@ -148,7 +142,7 @@ def _where_writes_go(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -
         "write_entropy": entropy,
         "effective_voxels": float(np.exp(entropy)),
         "effective_fraction": float(np.exp(entropy) / p.size),
-        "ever_active_fraction": float((mass.max(0) >= ACTIVE_WEIGHT).mean()),
+        "ever_active_fraction": float((peak >= ACTIVE_WEIGHT).mean()),
         "write_spread_voxels": spread_all,
         "write_spread_within_sample": float(np.mean([write_spread_voxels(w, grid) for w in mu_writes])),
         "write_spread_across_samples": across,
@@ -156,22 +150,16 @@ def _where_writes_go(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -
     }
 
 
-def _reads_against_writes(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[str, Any]:
+def _reads_against_writes(
+    layers: Sequence[LayerTrace], summed: Sequence[dict[str, np.ndarray]], grid: tuple[int, int, int]
+) -> dict[str, Any]:
     """Each read's distance to the nearest earlier write, the share within 2σ of one, and the pinned coordinates."""
     mu_reads, mu_writes = _coordinates(layers, "mu_read"), _coordinates(layers, "mu_write")
-    distances = torch.cat(
-        [read_write_distances(r[None], w[None], grid) for r, w in zip(mu_reads, mu_writes, strict=True)]
-    )
-    within_reach = []
-    for lay, r, w in zip(layers, mu_reads, mu_writes, strict=True):
-        r, w = in_voxels(r.numpy(), grid), in_voxels(w.numpy(), grid)
-        sig = sigma_voxels_per_axis(lay.sigma, grid)  # (K, 3) σ in voxels per axis
-        for k in range(1, min(len(r), len(w) + 1)):
-            z = (r[k][None, :] - w[:k]) / sig[:k]  # (k, 3) distance in σ units per axis
-            within_reach.append(bool((np.sqrt((z**2).sum(-1)) <= 2.0).any()))
+    distances = np.concatenate([s["read_to_write_voxels"][1:] for s in summed])  # chunk 0 has no earlier write
+    within_reach = np.concatenate([s["reads_within_2sigma"][1:] for s in summed])
     return {
-        "read_write_distance_voxels": median(distances) if len(distances) else None,
-        "reads_within_2sigma": float(np.mean(within_reach)) if within_reach else None,
+        "read_write_distance_voxels": median(torch.from_numpy(distances)) if len(distances) else None,
+        "reads_within_2sigma": float(np.mean(within_reach)) if len(within_reach) else None,
         "boundary_fraction": boundary_fraction(*mu_reads, *mu_writes, grid=grid),
     }
 
@@ -186,28 +174,29 @@ def _spreads(layers: Sequence[LayerTrace], grid: tuple[int, int, int]) -> dict[s
     }  # the grid's extent is 2 in normalised units
 
 
-def _read_path(layers: Sequence[LayerTrace]) -> dict[str, Any]:
+def _read_path(layers: Sequence[LayerTrace], summed: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
     """What the read carries: σ(γ), how much the read vectors vary, the largest |h|."""
     reads = np.concatenate([lay.read for lay in layers]).astype(np.float64)
     return {
         "gate_scale": float(np.mean([lay.gate_scale for lay in layers])),
         "read_variation": float(reads.std(0).mean()),
-        "state_peak": float(max(np.abs(lay.h.astype(np.float32)).max() for lay in layers)),
+        "state_peak": float(max(s["state_peak"].max() for s in summed)),
     }
 
 
-def _gate_statistics(layers: Sequence[LayerTrace]) -> dict[str, Any]:
-    """Mean and saturated share of the i, f and o gates (sigmoids; g is a tanh), when the traces hold them."""
+def _gate_statistics(layers: Sequence[LayerTrace], summed: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Mean and saturated share of the i, f and o gates (sigmoids; g is a tanh), when the traces hold them: each
+    chunk's share weighted by its count of values (its channels: the grid is shared)."""
     if not all(lay.has_gates for lay in layers):
         return {}
-    gates = {}
-    for field in GATE_POINTS[:3]:
-        values = np.concatenate([getattr(lay, field).astype(np.float32).ravel() for lay in layers])
-        gates[field] = {
-            "mean": float(values.mean()),
-            "saturated": float(((values < GATE_EPS) | (values > 1 - GATE_EPS)).mean()),
+    weights = np.concatenate([np.full(len(lay.sigma), lay.channels) for lay in layers])  # (ΣK,)
+    return {
+        field: {
+            stat: float(np.average(np.concatenate([s[f"{field}_{stat}"] for s in summed]), weights=weights))
+            for stat in ("mean", "saturated")
         }
-    return gates
+        for field in summaries.SUMMARY_GATES
+    }
 
 
 def _findings(m: dict[str, Any]) -> list[tuple[str, str]]:

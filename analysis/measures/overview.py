@@ -9,14 +9,12 @@ write, and the energy ‖h‖² the memory holds.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
 from tensor_memory.memory.geometry import in_voxels
-from tensor_memory.memory.measures import read_write_distances, sigma_unit
+from tensor_memory.memory.measures import sigma_unit
 
-ENERGY_BLOCK = 256  # chunks decoded at a time: an int8 trace of thousands of chunks is never decoded whole
 # Each series: (the overview row's short name, what it is).
 SERIES = {
     "p_target": ("p(target)", "p(target)"),
@@ -32,7 +30,6 @@ SERIES = {
 def chunk_overview(trace: Trace, layer: str | None = None) -> dict[str, np.ndarray]:
     """Ordered ``{series: (K,) float64}`` of :data:`SERIES`, NaN where a chunk has no value (an unscored chunk's
     p(target); chunk 0's step and read distance). The memory's series need ``layer`` (a layer name)."""
-    K = trace.num_chunks
     out: dict[str, np.ndarray] = {}
     if trace.predicts_values:
         out["error"] = np.asarray(chunk_errors(trace), dtype=np.float64)
@@ -49,17 +46,9 @@ def chunk_overview(trace: Trace, layer: str | None = None) -> dict[str, np.ndarr
     out["sigma_voxels"] = np.asarray(lay.sigma, dtype=np.float64) / sigma_unit(grid)  # as the addressing report
     writes = in_voxels(np.asarray(lay.mu_write, dtype=np.float64), grid)  # (K, 3)
     out["write_step_voxels"] = np.concatenate([[np.nan], np.linalg.norm(np.diff(writes, axis=0), axis=1)])
-    distances = read_write_distances(
-        torch.as_tensor(lay.mu_read, dtype=torch.float64)[None],
-        torch.as_tensor(lay.mu_write, dtype=torch.float64)[None],
-        grid,
-    )  # chunks 1…K−1
-    out["read_to_write_voxels"] = np.concatenate([[np.nan], distances.numpy()])[:K]
-    energy = [
-        (np.asarray(lay.h[first : first + ENERGY_BLOCK], dtype=np.float64) ** 2).sum(axis=(1, 2, 3, 4))
-        for first in range(0, K, ENERGY_BLOCK)
-    ]  # a block decoded, summed and let go at a time
-    out["energy"] = np.concatenate(energy) if energy else np.zeros(0)
+    summary = trace.summary(layer)  # the read distances and energies, measured once a segment at a time
+    out["read_to_write_voxels"] = summary["read_to_write_voxels"].copy()  # the trace's own stay as they are
+    out["energy"] = summary["energy"].copy()
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from analysis.traces.quantized import QuantizedVolumes
+from analysis.traces.summaries import summarize
 from analysis.traces.validation import (
     MAX_TRACE_BYTES,
     REDO,
@@ -84,6 +85,9 @@ class Trace:
     meta: dict[str, np.ndarray]  # the task's metadata for this sample
     tokens: list[str] | None = None  # the input's tokens as text, one per position, when recorded
     per_token: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # target, prediction, p_target (N,)
+    # Per memory layer, its per-chunk summaries and totals (analysis.traces.summaries), stored or computed once;
+    # derived from ``layers``: a trace given other layers (dataclasses.replace) must be given its own, or none.
+    summaries: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
 
     @property
     def num_chunks(self) -> int:
@@ -135,6 +139,14 @@ class Trace:
         if name not in self.layers:
             raise KeyError(f"no memory layer {name!r} in this trace; it has {', '.join(self.layers)}")
         return self.layers[name]
+
+    def summary(self, layer: str | None = None) -> dict[str, np.ndarray]:
+        """The named memory layer's (the last one's) per-chunk summaries and totals: stored ones, or computed from
+        its volumes by :func:`~analysis.traces.summaries.summarize` and kept, so a second call is free."""
+        name = self.layer_names[-1] if layer is None else layer
+        if name not in self.summaries:
+            self.summaries[name] = summarize(self.layer(name))
+        return self.summaries[name]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every recorded array by its file name (``layer/<path>/<field>``, ``chunk/…``, ``meta/…``),
