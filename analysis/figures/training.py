@@ -14,7 +14,7 @@ from tensor_memory.training.evaluation import metric_unit
 PANELS = (
     ("where writes go", ("write_spread_voxels", "read_write_distance_voxels"), "voxels"),
     ("write spread σ", ("sigma_voxels",), "voxels"),
-    ("pinned at a face", ("boundary_fraction",), "share"),
+    ("shares of the grid", ("boundary_fraction", "occupancy"), "share"),
     ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"),
 )
 LABELS = {
@@ -22,6 +22,7 @@ LABELS = {
     "read_write_distance_voxels": "read–write distance",
     "sigma_voxels": "median σ",
     "boundary_fraction": "coordinates at a face",
+    "occupancy": "voxels written (≥ e⁻²)",
     "gate_scale": "σ(γ)",
     "gate_i_mean": "mean i",
     "gate_f_mean": "mean f",
@@ -33,7 +34,8 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
     """The addressing measures of ``layer`` (default: the last) against the training step, with the
     validation accuracy in the last panel. A ValueError when the log holds no addressing.
 
-    ``scaffold_steps`` (the run's ``training.address_scaffold_steps``) shades the steps during which
+    A history may name its last panel's series and unit (``metric_label``, ``metric_unit``: a run folder's
+    training loss). ``scaffold_steps`` (the run's ``training.address_scaffold_steps``) shades the steps during which
     the address scaffold steered training; the measures there are still the model's own addressing.
     """
     layers = history["layers"]
@@ -47,7 +49,9 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
         raise ValueError(f"no addressing measures for layer {layer!r} in this log; it has {sorted(layers)}")
     measures = layers[layer]
     metric = history.get("metric", "accuracy")
-    titles = [title for title, _, _ in PANELS] + [f"validation {metric.replace('_', ' ')}"]
+    label = history.get("metric_label", f"validation {metric.replace('_', ' ')}")
+    metric_axis = history.get("metric_unit", metric_unit(metric))
+    titles = [title for title, _, _ in PANELS] + [label]
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.05)
     for column, (_, names, unit) in enumerate(PANELS, start=1):
         for name in names:
@@ -63,10 +67,10 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
         fig.update_yaxes(title_text=unit, row=1, col=column)
     steps, values = history[f"val_{metric}"]
     fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=titles[-1]), row=1, col=len(titles))
-    if metric_unit(metric) == "%":
+    if metric_axis == "%":
         fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
     else:
-        fig.update_yaxes(title_text=metric_unit(metric) or metric, row=1, col=len(titles))
+        fig.update_yaxes(title_text=metric_axis or metric, row=1, col=len(titles))
     fig.update_xaxes(title_text="training step")
     if scaffold_steps > 0:
         for column in range(1, len(titles) + 1):

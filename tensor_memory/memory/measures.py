@@ -13,13 +13,16 @@ centres), so the numbers read the same for every grid.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from .geometry import in_voxels, spanning_axes, voxel_spacing
+from .geometry import gaussian_profiles, in_voxels, spanning_axes, voxel_spacing
 
 BOUNDARY_EPS = 0.98  # |coordinate| above this (of 1) counts as pinned at a face: tanh' < 0.04 there
+OCCUPIED_WEIGHT = math.exp(-2.0)  # a voxel is occupied when some write reaches it at ≥ e^-2 (within 2σ of it)
+OCCUPANCY_BLOCK = 256  # writes weighed at a time: (256, D, H, W) in float64
 
 
 def write_spread_voxels(mu_write: torch.Tensor, grid: tuple[int, int, int]) -> float:
@@ -66,6 +69,18 @@ def read_write_distances(mu_read: torch.Tensor, mu_write: torch.Tensor, grid: tu
     return d.masked_fill(~earlier, float("inf")).min(-1).values.reshape(-1)
 
 
+def occupancy(mu_write: torch.Tensor, sigma: torch.Tensor, grid: tuple[int, int, int]) -> float:
+    """Share of the grid's voxels that some write reaches at ≥ :data:`OCCUPIED_WEIGHT`; writes (…, 3), σ (…)."""
+    mu, width = mu_write.reshape(-1, 3).double(), sigma.reshape(-1).double()
+    reached = torch.zeros(grid, dtype=torch.bool, device=mu.device)
+    for start in range(0, len(mu), OCCUPANCY_BLOCK):
+        part = slice(start, start + OCCUPANCY_BLOCK)
+        gz, gy, gx = gaussian_profiles(mu[part], width[part], grid)  # (m, D), (m, H), (m, W)
+        weight = gz[:, :, None, None] * gy[:, None, :, None] * gx[:, None, None, :]  # (m, D, H, W)
+        reached |= (weight >= OCCUPIED_WEIGHT).any(0)
+    return float(reached.double().mean())
+
+
 def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, float | None]:
     """The addressing measures of one layer's :class:`~tensor_memory.memory.recording.MemoryRecord`.
 
@@ -88,6 +103,8 @@ def layer_measures(record: Any, grid: tuple[int, int, int]) -> dict[str, float |
 
 __all__ = [
     "BOUNDARY_EPS",
+    "OCCUPIED_WEIGHT",
+    "occupancy",
     "write_spread_voxels",
     "boundary_fraction",
     "sigma_unit",

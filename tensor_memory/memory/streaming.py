@@ -17,19 +17,25 @@ chunk boundaries give one pass there)::
 A call that passes its own state (this project's backbones do) uses that state; the stream
 keeps whatever the call returns. Leaving the block removes the carrying: the next call is
 fresh again. The state keeps its autograd graph; ``stream.detach()`` cuts it (truncated
-backpropagation through time).
+backpropagation through time). Inside ``with streams_paused():`` the streams open at its start neither give nor keep
+a state, so a look at the model between two steps (a monitor's probe) leaves the carried states as they were.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from torch import nn
 
 from .config import MemoryState
 from .layer import memory_layers
+
+_OPEN: weakref.WeakSet[Stream] = weakref.WeakSet()  # the streams whose ``with`` block is running
+_PAUSED: ContextVar[frozenset[int]] = ContextVar("paused_streams", default=frozenset())  # ids of paused streams
 
 
 class Stream:
@@ -53,7 +59,7 @@ class Stream:
         """Forward pre-hook of memory ``name``: give a call without a state the carried one."""
         given = args[1] if len(args) > 1 else kwargs.get("state")
         carried = self.states.get(name)
-        if given is not None or carried is None:
+        if given is not None or carried is None or id(self) in _PAUSED.get():
             return None
         x = args[0] if args else kwargs["x"]
         if x.shape[0] != carried.h.shape[0]:
@@ -67,7 +73,8 @@ class Stream:
 
     def after_call(self, name: str, output: tuple) -> None:
         """Forward hook of memory ``name``: keep the state the call returned."""
-        self.states[name] = output[1]
+        if id(self) not in _PAUSED.get():
+            self.states[name] = output[1]
 
 
 @contextmanager
@@ -84,11 +91,24 @@ def streaming(model: nn.Module) -> Iterator[Stream]:
         handles.append(
             memory.register_forward_hook(lambda _m, _args, output, name=name: stream.after_call(name, output))
         )
+    _OPEN.add(stream)
     try:
         yield stream
     finally:
+        _OPEN.discard(stream)
         for handle in handles:
             handle.remove()
 
 
-__all__ = ["Stream", "streaming"]
+@contextmanager
+def streams_paused() -> Iterator[None]:
+    """Within the block, every stream open at its start passes calls through fresh and keeps nothing they return;
+    streams opened inside it carry as usual."""
+    token = _PAUSED.set(_PAUSED.get() | {id(stream) for stream in _OPEN})
+    try:
+        yield
+    finally:
+        _PAUSED.reset(token)
+
+
+__all__ = ["Stream", "streaming", "streams_paused"]

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from ..accelerator import autocast, check_device_memory, check_precision, grad_scaler, rank_device
 from ..backbone import check_budget, state_budget
 from ..backbone.budget import task_bytes
-from ..memory import memory_layers, record
+from ..memory import Recording, memory_layers, record
 from ..memory.measures import layer_measures
 from ..storage.checkpoint import SCHEMA_VERSION, save_checkpoint
 from ..storage.files import atomic_write_text, remove_stale_temp_files
@@ -41,6 +41,7 @@ from .optimisation import freeze, learning_rate, make_optimizer, set_learning_ra
 from .penalties import addressing_penalties
 from .resume import load_resume, save_resume
 from .run_folder import check_free, check_out, hold_run_folder
+from .run_log import HEADER_FILE, RECORDS_FILE, RunLog, summaries
 from .scaffold import address_scaffold, check_scaffold, scaffold_weight
 
 RESUME_FILE = "resume.safetensors"  # weights + optimizer state + step, one atomic file
@@ -53,9 +54,13 @@ def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[
     Logged at every evaluation, so a collapse shows when it happens: {layer path: {measure: value}}.
     Empty for a model without memory layers.
     """
-    grids = {name: memory.config.grid for name, memory in memory_layers(model).items()}
-    if not grids:
-        return {}
+    return summaries(_addressing_recording(model, task, seed), model, layer_measures)
+
+
+def _addressing_recording(model: TaskModel, task: Task, seed: int) -> Recording | None:
+    """The recording of every memory layer on the ``ADDRESSING_SAMPLES`` validation samples; None without one."""
+    if not memory_layers(model):
+        return None
     batch = task.draw("val-addressing", ADDRESSING_SAMPLES, seed, 0)
     was_training = model.training
     model.eval()
@@ -64,7 +69,7 @@ def addressing_during_training(model: TaskModel, task: Task, seed: int) -> dict[
             model(batch.inputs)
     finally:
         model.train(was_training)
-    return {name: layer_measures(layer, grids[name]) for name, layer in recording.layers.items()}
+    return recording
 
 
 def loss_on(model: torch.nn.Module, task: Task, batch: Batch, state: Any = None) -> tuple[torch.Tensor, Any]:
@@ -235,8 +240,19 @@ def _prepare_out(run: Run, start: int) -> None:
         atomic_write_text(run.out / name, text)
     if start:
         _trim_log(run.log_path, start)
-    elif run.log_path.exists():
-        run.log_path.unlink()
+        _trim_log(run.out / RECORDS_FILE, start)
+    else:
+        run.log_path.unlink(missing_ok=True)
+        (run.out / RECORDS_FILE).unlink(missing_ok=True)
+        (run.out / HEADER_FILE).unlink(missing_ok=True)
+    if memory_layers(run.model) and not (start and (run.out / HEADER_FILE).exists()):
+        RunLog(run.out).start(
+            run.model,
+            every=run.cfg.eval_every,
+            snapshot_every=None,
+            writer="tensor-memory train",
+            probe=f"{ADDRESSING_SAMPLES} validation samples",
+        )
 
 
 def _loop(run: Run, start: int, writer, progress: bool) -> None:
@@ -336,7 +352,8 @@ def _validate(run: Run, writer, done: int) -> None:
         purpose="val",
         precision=cfg.precision,
     )
-    addressing = addressing_during_training(run.model, run.task, cfg.seed)
+    recording = _addressing_recording(run.model, run.task, cfg.seed)
+    addressing = summaries(recording, run.model, layer_measures)
     append_entry(
         run.log_path,
         writer,
@@ -346,6 +363,8 @@ def _validate(run: Run, writer, done: int) -> None:
             **({"addressing": addressing} if addressing else {}),
         },
     )
+    if recording is not None:  # the same recording, summed up for the run log that can be followed
+        RunLog(run.out).append(done, summaries(recording, run.model), metrics=metrics)
     save_resume(run.resume_path, run.model, run.optimizer, done, run.saved_config, run.scaler)
 
 
