@@ -43,10 +43,9 @@ def opening_page_work() -> None:
     is no memory to draw), so the page finds them cached. A ``--trace`` file or a
     pretrained memory opens on a page of its own (the trace, the MiniLM page): nothing is prepared for them."""
     from analysis.figures import use_template_by_default
-    from analysis.figures.annotations import key_chunk
     from app import cache, state
     from app.layout import VolumeView
-    from app.paging import stepping_span
+    from app.paging import opening_chunk, stepping_span
     from app.views.explore import explore_views
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
@@ -58,7 +57,7 @@ def opening_page_work() -> None:
     trace = cache.sample_trace(ref, sample)
     layer = trace.layer_names[-1] if trace.layer_names else None
     drawable = layer is not None and state.memory_note(ref, cache.load(ref), trace) is None  # as Context decides
-    span = stepping_span(key_chunk(trace), trace.num_chunks)  # the page the stepper opens on (None: all of it)
+    span = stepping_span(opening_chunk(trace), trace.num_chunks)  # the page the stepper opens on (None: all of it)
     cache.stepper_payload("explore", explore_views, ref, sample, layer, VolumeView() if drawable else None, span)
 
 

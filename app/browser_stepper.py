@@ -34,9 +34,10 @@ import plotly
 import plotly.graph_objects as go
 import streamlit.components.v1 as components
 
-from analysis.figures.annotations import annotation_figure
+from analysis.figures.annotations import annotation_figure, annotation_leaves
 from analysis.figures.base import TEMPLATE
 from analysis.figures.chunk_input import chunk_outcome
+from analysis.figures.stepped import Leaves, plain_leaves
 from analysis.traces.trace import Trace
 
 SOURCE = Path(__file__).resolve().parent / "browser"
@@ -69,12 +70,15 @@ class StepperPayload:
     - ``offset``, ``count``, ``total``: the chunks held are ``offset`` … ``offset + count − 1`` of the trace's
       ``total`` (a long trace goes a page at a time); chunks keep the trace's numbers.
     - ``rows``: the layout, :class:`Row` and :class:`Heading` in order, under the controls and the track.
-    - ``views``: a view's name → one view per chunk held: a Plotly figure's JSON, an HTML text or a PNG as a data URL.
+    - ``views``: a view's name → one view per chunk held: a Plotly figure's JSON, an HTML text or a PNG as a data URL;
+      for a view in ``drawn``, the leaves that make its figure that chunk's (``analysis.figures.stepped``).
     - ``kinds``: a name → ``"figure"``, ``"html"`` or ``"image"``.
     - ``labels``: a name → the caption above its cell (names without one are left out).
     - ``heights``: a name → its height in pixels, or None for a figure's own.
     - ``events``: per chunk held, what happens in it, in words (under the counter).
     - ``template``: the figures' Plotly template, sent once; a figure without a template of its own takes it.
+    - ``drawn``: a view's name → its figure drawn once for the page (at the first chunk held), where each chunk's
+      figure differs from it only in a few values (the current chunk's marker, a volume's data, a title).
     - ``reports``: whether the browser sends the chunk it shows back to the server (pages drawn on the server).
     - ``interval_ms``: Play's pace, milliseconds a chunk.
     - ``start``: the server's chunk, where the browser opens on a new sample or after a move of the server's.
@@ -95,6 +99,7 @@ class StepperPayload:
     heights: dict[str, int | None]
     events: list[str]
     template: dict[str, Any]
+    drawn: dict[str, Any] = dataclasses.field(default_factory=dict)
     reports: bool = False
     interval_ms: int = PLAY_INTERVAL_MS
     start: int = 0
@@ -174,8 +179,11 @@ def _plain(fig: go.Figure, template: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def _view(view: Any, template: dict[str, Any]) -> tuple[str, Any]:
-    """(kind, JSON value) of one view: a Plotly figure, a PNG image's bytes, or an HTML text."""
+def _view(view: Any, template: dict[str, Any], drawn: dict[str, Any] | None) -> tuple[str, Any]:
+    """(kind, JSON value) of one view: a Plotly figure, the leaves that make the figure ``drawn`` (its JSON) the
+    chunk's, a PNG image's bytes, or an HTML text."""
+    if isinstance(view, Leaves):
+        return "figure", plain_leaves(drawn, view)
     if isinstance(view, go.Figure):
         return "figure", _plain(view, template)
     if isinstance(view, bytes):
@@ -193,20 +201,28 @@ def stepper_payload(
     heights: dict[str, int] | None = None,
     span: tuple[int, int] | None = None,
     reports: bool = False,
+    drawn: dict[str, go.Figure] | None = None,
 ) -> StepperPayload:
-    """Every chunk's views: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly figure, an HTML text, or a
-    PNG image's bytes; ``outcome`` is its :func:`chunk_outcome`), beside the annotation track; ``rows`` lay the
-    names out, ``labels`` caption them, ``heights`` (pixels) size them. ``identity`` names the sample (the session's
-    ``sample_key``), ``settings`` what else the views depend on. ``span`` (first, last): only those chunks, a page of
-    a long trace. ``reports``: the page draws per-chunk views on the server, so the browser reports its chunk."""
+    """Every chunk's views: ``views(k, outcome)`` gives chunk ``k``'s (a name → a Plotly figure, an HTML text, a
+    PNG image's bytes, or for a name in ``drawn`` the :class:`Leaves` that make that figure chunk ``k``'s; ``outcome``
+    is its :func:`chunk_outcome`), beside the annotation track; ``drawn``: figures drawn once, at the first chunk.
+    ``rows`` lay the names out, ``labels`` caption them, ``heights`` (pixels) size them. ``identity`` names the
+    sample (the session's ``sample_key``), ``settings`` what else the views depend on. ``span`` (first, last): only
+    those chunks, a page of a long trace. ``reports``: the page draws per-chunk views on the server, so the browser
+    reports its chunk."""
     first, last = (0, trace.num_chunks - 1) if span is None else span
+    template = shared_template()
+    once = {
+        name: _plain(fig, template)
+        for name, fig in {TRACK: annotation_figure(trace, first, span), **(drawn or {})}.items()
+    }
     held: dict[str, list[Any]] = {}  # a view's name → its view of every chunk
     kinds: dict[str, str] = {}
-    events, template = [], shared_template()
+    events = []
     for k in range(first, last + 1):
         outcome = chunk_outcome(trace, k)
-        for name, view in {TRACK: annotation_figure(trace, k, span), **views(k, outcome)}.items():
-            kinds[name], value = _view(view, template)
+        for name, view in {TRACK: annotation_leaves(k), **views(k, outcome)}.items():
+            kinds[name], value = _view(view, template, once.get(name))
             held.setdefault(name, []).append(value)
         events.append(outcome["event"])
     return StepperPayload(
@@ -222,6 +238,7 @@ def stepper_payload(
         heights={name: (heights or {}).get(name) for name in kinds},
         events=events,
         template=template,
+        drawn=once,
         reports=reports,
     )
 

@@ -166,10 +166,17 @@ def sample_trace(ref: CheckpointRef, sample: Sample) -> Trace:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def volume_series(
-    ref: CheckpointRef | TraceRef, sample: Sample, layer: str, field: str, mode: str, index: int
+    ref: CheckpointRef | TraceRef,
+    sample: Sample,
+    layer: str,
+    field: str,
+    mode: str,
+    index: int,
+    span: tuple[int, int] | None = None,
 ) -> VolumeSeries:
-    """A layer's ``h`` or ``c`` over every chunk, reduced one way with one colour range."""
-    return state_series(trace_of(ref, sample).layer(layer), field, mode, index)
+    """A layer's ``h`` or ``c`` over every chunk (of ``span``, a page of a long trace: no volume outside it is
+    read), reduced one way with one colour range."""
+    return state_series(trace_of(ref, sample).layer(layer), field, mode, index, span)
 
 
 @st.cache_data(max_entries=32, show_spinner="Drawing every chunk's views…")
@@ -198,10 +205,9 @@ def volume_renderings(
 ) -> list[bytes]:
     """The PyVista volume rendering (PNG) of every chunk (of ``span``) of a layer's volume series, in one render
     window."""
-    series = volume_series(ref, sample, layer, field, mode, index)
-    values = series.values if span is None else series.values[span[0] : span[1] + 1]
+    series = volume_series(ref, sample, layer, field, mode, index, span)
     with RENDER_LOCK:
-        return [png_bytes(image) for image in volume_frames(values, series.value_range)]
+        return [png_bytes(image) for image in volume_frames(series.values, series.value_range)]
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)

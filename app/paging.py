@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.figures.annotations import key_chunk
 from analysis.figures.overview import overview_figure
 from analysis.measures.overview import SERIES
+from analysis.traces.trace import Trace
 
-from . import cache
-from .state import Context, go_to
+from . import cache, state
 
 STEPPING_WINDOW = 64  # a trace longer than this goes to the browser this many chunks at a time (a page of it)
 CHART_CONFIG = {"displayModeBar": False}
@@ -29,11 +30,17 @@ def stepping_span(chunk: int, count: int, width: int = STEPPING_WINDOW) -> tuple
     return first, min(first + width, count) - 1
 
 
+def opening_chunk(trace: Trace, width: int = STEPPING_WINDOW) -> int:
+    """The chunk a sample opens on: its key chunk (:func:`key_chunk`), or the first of a trace longer than one page,
+    which opens on its first page with Next to step on (its key chunk may lie on any page, the last one at worst)."""
+    return 0 if trace.num_chunks > width else key_chunk(trace)
+
+
 def _typed(key: str) -> None:
-    go_to(st.session_state[key])
+    state.go_to(st.session_state[key])
 
 
-def _overview(context: Context, key: str, span: tuple[int, int]) -> None:
+def _overview(context: state.Context, key: str, span: tuple[int, int]) -> None:
     """The overview of every chunk; a click on it goes to that chunk."""
     count, chunk = context.num_chunks, context.chunk
     measured = cache.overview(context.ref, context.sample, context.layer)
@@ -50,11 +57,11 @@ def _overview(context: Context, key: str, span: tuple[int, int]) -> None:
     clicked = int(round(points[0]["x"])) if points else None
     if clicked is not None and st.session_state.get(JUMPED_KEY) != (key, clicked):
         st.session_state[JUMPED_KEY] = (key, clicked)
-        go_to(min(max(clicked, 0), count - 1))
+        state.go_to(min(max(clicked, 0), count - 1))
         st.rerun()
 
 
-def pages(context: Context, key: str) -> tuple[int, int] | None:
+def pages(context: state.Context, key: str) -> tuple[int, int] | None:
     """For a trace longer than the browser takes at once: the overview, the pages before and after and a chunk to
     go to; returns the page of the current chunk, (first, last), that goes to the browser. None for a shorter
     trace, which goes whole (nothing is drawn). ``key`` prefixes the controls' keys."""
@@ -74,7 +81,7 @@ def pages(context: Context, key: str) -> tuple[int, int] | None:
             "Chunks {}–{}".format(*stepping_span(first - 1, count)) if first else "The first chunks",
             icon=":material/skip_previous:",
             disabled=first == 0,
-            on_click=go_to,
+            on_click=state.go_to,
             args=(first - 1,),
             key=f"{key}.earlier",
             width="stretch",
@@ -83,7 +90,7 @@ def pages(context: Context, key: str) -> tuple[int, int] | None:
             "Chunks {}–{}".format(*stepping_span(last + 1, count)) if last < count - 1 else "The last chunks",
             icon=":material/skip_next:",
             disabled=last == count - 1,
-            on_click=go_to,
+            on_click=state.go_to,
             args=(last + 1,),
             key=f"{key}.later",
             width="stretch",
@@ -93,4 +100,4 @@ def pages(context: Context, key: str) -> tuple[int, int] | None:
     return span
 
 
-__all__ = ["pages", "stepping_span", "STEPPING_WINDOW"]
+__all__ = ["pages", "stepping_span", "opening_chunk", "STEPPING_WINDOW"]

@@ -2,8 +2,8 @@
 
 ``main.py`` builds a :class:`Context` once per run from the sidebar's choices and publishes it in
 the session; pages read it with :func:`current`. The chunk is the session's, shared by every page: a
-new sample opens at its key chunk, the server moves it (:func:`go_to`) or follows the browser's
-stepper to it (:func:`follow`). Everything a session chooses lives in its own
+new sample opens at its key chunk (a long trace at its first), the server moves it (:func:`go_to`) or
+follows the browser's stepper to it (:func:`follow`). Everything a session chooses lives in its own
 ``st.session_state``, so sessions never see each other's choices; what they compute is shared
 only through the caches in :mod:`app.cache`. Failures never leave a session without a view:
 a checkpoint that does not load falls back to the last one that did, a sample that cannot run
@@ -19,13 +19,12 @@ from typing import Any
 
 import streamlit as st
 
-from analysis.figures.annotations import key_chunk
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.trace import Trace
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 
-from . import cache
+from . import cache, paging
 from .cache import CheckpointRef, Loaded, Sample, TraceRef
 from .cli import CHECKPOINT_ENV, DATA_ROOT_ENV, TRACE_ENV
 
@@ -239,11 +238,11 @@ def moves() -> int:
 
 
 def publish(context: Context) -> None:
-    """Make ``context`` this run's; a sample new to the session opens at its key chunk."""
+    """Make ``context`` this run's; a sample new to the session opens at :func:`paging.opening_chunk`."""
     st.session_state[CONTEXT_KEY] = context
     if context.trace is not None and st.session_state.get(SAMPLE_KEY) != context.sample_key:
         st.session_state[SAMPLE_KEY] = context.sample_key
-        go_to(key_chunk(context.trace))
+        go_to(paging.opening_chunk(context.trace))
 
 
 def current() -> Context:

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from analysis.figures.stepped import patched
+
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
 CHECKPOINTS = ROOT / "checkpoints"
@@ -51,6 +53,13 @@ def report(at: AppTest, page: str, chunk: int, **changed) -> AppTest:
     return ok(at.run())
 
 
+def figure(sent: dict, name: str, chunk: int) -> dict:
+    """The figure JSON a stepper's payload ``sent`` draws for view ``name`` at the trace's ``chunk`` (as
+    ``browser/stepper.js`` makes it: a view drawn once gets the chunk's leaves put in)."""
+    held = sent["views"][name][chunk - sent["offset"]]
+    return patched(sent["drawn"][name], held) if name in sent.get("drawn", {}) else held
+
+
 def chart(at: AppTest, title: str, chunk: int | None = None) -> dict:
     """The spec of the Plotly chart whose title contains ``title``: drawn by the server, or sent to the
     in-browser stepper for ``chunk`` (default: the chunk it opens on)."""
@@ -58,8 +67,7 @@ def chart(at: AppTest, title: str, chunk: int | None = None) -> dict:
     sent = payload(at)
     if sent is not None:
         at_chunk = sent["start"] if chunk is None else chunk
-        at_chunk -= sent["offset"]  # a long trace's page starts at its offset
-        specs += [views[at_chunk] for name, views in sent["views"].items() if sent["kinds"][name] == "figure"]
+        specs += [figure(sent, name, at_chunk) for name in sent["views"] if sent["kinds"][name] == "figure"]
     for spec in specs:
         if title in (spec["layout"].get("title") or {}).get("text", ""):
             return spec

@@ -23,6 +23,7 @@ from app_helpers import (
     chart,
     counter,
     drawn_volume,
+    figure,
     ok,
     payload,
     report,
@@ -81,10 +82,9 @@ def test_opens_on_occlusion_tensor_with_the_memory_at_work(app, default_trace):
     sent = payload(app)
     assert "render" not in sent["views"]  # PyVista waits until asked for
     titles = [
-        fig["layout"].get("title", {}).get("text", "")
-        for name, shown in sent["views"].items()
+        figure(sent, name, k)["layout"].get("title", {}).get("text", "")
+        for name in sent["views"]
         if sent["kinds"][name] == "figure"
-        for fig in shown[k : k + 1]
     ]
     assert any("read and write coordinates" in t for t in titles) and "gates" in titles and "write spread σ" in titles
     assert not app.error
@@ -222,7 +222,7 @@ def test_every_page_renders_its_content(default_trace):
         assert all(f"frame {j}" in titles for j in frames_around(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
         assert f"{b['truth_probability'][k]:.1%}" in sent["views"]["belief_card"][k]
         z = slice_index(default_trace, None, k, "write")[0]  # the slices go through the chunk's write
-        np.testing.assert_allclose(values(sent["views"]["energy_slices"][k]["data"][0]["z"]), energy[k][z], rtol=1e-5)
+        np.testing.assert_allclose(values(figure(sent, "energy_slices", k)["data"][0]["z"]), energy[k][z], rtol=1e-5)
     labels = {m.label: m.value for m in at.metric}
     hidden = default_trace.meta["occluded"].astype(bool)
     right = default_trace.chunks["prediction"] == default_trace.chunks["target"]
@@ -281,7 +281,7 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
     for k in range(K):
         assert sent["views"]["a_card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
         assert sent["views"]["b_card"][k] == prediction_card(chunk_outcome(base, k), True)
-        shown = drawn_volume(sent["views"]["a_volume"][k], series.values[k].shape)
+        shown = drawn_volume(figure(sent, "a_volume", k), series.values[k].shape)
         held = ~np.isnan(shown)
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)
     assert any(c != sent["views"]["b_card"][0] for c in sent["views"]["b_card"])  # the sides step, not stand still
@@ -289,7 +289,7 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
     ok(at.selectbox(key="layer_choice").set_value(first_layer).run())
     other = state_series(default_trace.layer(first_layer), "h", "norm")
     assert payload(at)["id"] != sent["id"]
-    shown = drawn_volume(payload(at)["views"]["a_volume"][0], other.values[0].shape)
+    shown = drawn_volume(figure(payload(at), "a_volume", 0), other.values[0].shape)
     np.testing.assert_allclose(shown[~np.isnan(shown)], other.values[0][~np.isnan(shown)], rtol=1e-5)
     ok(at.selectbox(key="diagnose.other.occlusion-tensor").set_value("coordinate_binding-tensor").run())
     assert payload(at) is None and any("another task" in i.value for i in at.info)

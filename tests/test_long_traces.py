@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from app_helpers import CHECKPOINTS, chart, counter, ok, payload, report, start
+from app_helpers import CHECKPOINTS, chart, counter, figure, ok, payload, report, start
 
 from analysis import capture, load_trace
 from analysis.figures.annotations import annotation_figure
@@ -112,7 +112,7 @@ def test_a_page_holds_only_its_chunks_each_as_drawn_alone(long_trace):
     assert all(len(cells) == 64 for cells in sent["views"].values()) and len(sent["events"]) == 64
     alone = explore_figures(long_trace, 100, name, series, "volume", "write", span)
     for view in ("volume", "timeline", "sigma", "gates", "trajectory"):
-        drawn = sent["views"][view][100 - 64]
+        drawn = figure(sent, view, 100)
         assert drawn["data"] == json.loads(alone[view].to_json())["data"], view
     timeline = alone["timeline"]
     assert list(timeline.data[0].x) == list(range(64, 128))  # only the page's chunks
@@ -124,7 +124,7 @@ def test_a_page_holds_only_its_chunks_each_as_drawn_alone(long_trace):
     assert all(min(trace.x, default=64) >= 64 and max(trace.x, default=127) <= 127 for trace in track.data[1:])
     occlusion = occlusion_payload(long_trace, "sample", name, True, span).to_json()
     assert occlusion["count"] == 64 and occlusion["offset"] == 64
-    energy = occlusion["views"]["energy"][100 - 64]
+    energy = figure(occlusion, "energy", 100)
     assert energy["layout"]["shapes"]  # the current chunk marked (and occluded runs shaded) on the page
 
 
@@ -162,13 +162,11 @@ def test_the_text_view_reads_a_long_language_model_trace_chunk_by_chunk(tmp_path
     monkeypatch.setenv(TRACE_ENV, str(path))
     at = start()
     ok(at.switch_page("views/text.py").run())
-    assert counter(at) == "Chunk 79 / 79" and payload(at)["offset"] == 64  # its last page
-    report(at, "text", 78)
+    assert counter(at) == "Chunk 0 / 79" and payload(at)["offset"] == 0  # a long trace opens on its first chunk
+    report(at, "text", 38)
     heading = next(m.value for m in at.markdown if m.value.startswith("##### Chunk"))
-    assert heading == "##### Chunk 78: tokens 1248–1263"
+    assert heading == "##### Chunk 38: tokens 608–623"
     shown = load_trace(path)
     rows = at.dataframe[0].value
-    assert list(rows["token"]) == shown.tokens[1248:1264]
-    assert list(rows["p(target)"]) == pytest.approx(
-        [round(float(p), 4) for p in shown.per_token["p_target"][1248:1264]]
-    )
+    assert list(rows["token"]) == shown.tokens[608:624]
+    assert list(rows["p(target)"]) == pytest.approx([round(float(p), 4) for p in shown.per_token["p_target"][608:624]])

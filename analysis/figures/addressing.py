@@ -14,9 +14,11 @@ from analysis.figures.base import (
     chunk_span,
     finish,
     mark_current,
+    marker_leaves,
     rgb,
     voxel_scene,
 )
+from analysis.figures.stepped import Leaves, Path
 from analysis.measures.checks import check_array, check_index
 from analysis.traces.trace import LayerTrace
 from tensor_memory.memory.geometry import grid_sizes, in_voxels, sigma_voxels_per_axis
@@ -43,24 +45,38 @@ def _box_trace(grid: Sequence[int]) -> go.Scatter3d:
     )
 
 
-def _path_trace(name: str, points: np.ndarray, colour: tuple[int, int, int], tail: int) -> go.Scatter3d:
-    """(n, 3) voxel points of chunks 0..n-1 as a line whose older points fade towards white.
-
-    The last ``tail`` points keep most of their colour and larger markers; the newest is largest.
-    """
+def _path_arrays(points: np.ndarray, tail: int) -> dict[Path, np.ndarray]:
+    """A path trace's arrays by their path in the trace: the (n, 3) points, each one's chunk (0..n-1), and the
+    colours and sizes that fade the older ones (the last ``tail`` keep most colour; the newest is largest)."""
     age = np.arange(len(points))[::-1]
     recency = np.where(age < tail, 1.0 - 0.5 * age / tail, 0.15)
     size = np.where(age == 0, 9, np.where(age < tail, 5, 3))
+    return {
+        ("x",): points[:, 0],
+        ("y",): points[:, 1],
+        ("z",): points[:, 2],
+        ("customdata",): np.arange(len(points)),
+        ("line", "color"): recency,
+        ("marker", "color"): recency,
+        ("marker", "size"): size,
+    }
+
+
+def _path_trace(name: str, points: np.ndarray, colour: tuple[int, int, int], tail: int) -> go.Scatter3d:
+    """(n, 3) voxel points of chunks 0..n-1 as a line whose older points fade towards white (:func:`_path_arrays`)."""
+    arrays = _path_arrays(points, tail)
     scale = [[0.0, rgb(colour, white=0.85)], [1.0, rgb(colour)]]
     return go.Scatter3d(
-        x=points[:, 0],
-        y=points[:, 1],
-        z=points[:, 2],
+        x=arrays["x",],
+        y=arrays["y",],
+        z=arrays["z",],
         mode="lines+markers",
         name=name,
-        customdata=np.arange(len(points)),
-        line=dict(color=recency, colorscale=scale, cmin=0.0, cmax=1.0, width=4),
-        marker=dict(color=recency, colorscale=scale, cmin=0.0, cmax=1.0, size=size),
+        customdata=arrays["customdata",],
+        line=dict(color=arrays["line", "color"], colorscale=scale, cmin=0.0, cmax=1.0, width=4),
+        marker=dict(
+            color=arrays["marker", "color"], colorscale=scale, cmin=0.0, cmax=1.0, size=arrays["marker", "size"]
+        ),
         hovertemplate=f"{name}, chunk %{{customdata}}<br>x %{{x:.2f}}, y %{{y:.2f}}, z %{{z:.2f}}<extra></extra>",
     )
 
@@ -79,12 +95,17 @@ def _unit_sphere(rings: int = 12, segments: int = 24) -> tuple[np.ndarray, np.nd
     return vertices, triangles
 
 
+def _ellipsoid_points(centre: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """(V, 3) vertices of :func:`_unit_sphere` stretched by ``radii`` (x, y, z) around ``centre``."""
+    return centre + _unit_sphere()[0] * radii
+
+
 def _ellipsoid_trace(
     name: str, centre: np.ndarray, radii: np.ndarray, colour: tuple[int, int, int], opacity: float, hover: str
 ) -> go.Mesh3d:
     """An ellipsoid mesh with semi-axes ``radii`` (x, y, z) around ``centre``."""
-    vertices, triangles = _unit_sphere()
-    points = centre + vertices * radii
+    points = _ellipsoid_points(centre, radii)
+    _, triangles = _unit_sphere()
     return go.Mesh3d(
         x=points[:, 0],
         y=points[:, 1],
@@ -108,30 +129,65 @@ def trajectory_figure(layer: LayerTrace, upto: int, tail: int = 8, since: int = 
     1σ and 2σ isosurfaces (``"1σ"``, ``"2σ"``): ellipsoids centred on the write coordinate with
     semi-axes σ(n - 1)/2 voxels along each axis (the spread is isotropic in normalised units).
     """
+    upto, since, paths, footprints = _trajectory_parts(layer, upto, tail, since)
+    fig = go.Figure(_box_trace(layer.grid))
+    for (name, colour), points in zip((("read", READ_COLOUR), ("write", WRITE_COLOUR)), paths, strict=True):
+        fig.add_trace(_path_trace(name, points, colour, tail))
+    for (level, opacity), (centre, radii, hover) in zip(FOOTPRINTS, footprints, strict=True):
+        fig.add_trace(_ellipsoid_trace(f"{level}σ", centre, radii, WRITE_COLOUR, opacity, hover))
+    return finish(
+        fig,
+        _trajectory_title(since, upto),
+        scene=voxel_scene(),
+        legend=dict(itemsizing="constant"),
+    )
+
+
+FOOTPRINTS = ((1, 0.5), (2, 0.18))  # the write's footprint: (σ multiple, opacity) of each ellipsoid drawn
+
+
+def _trajectory_title(since: int, upto: int) -> str:
+    return f"read and write coordinates, chunks {since}–{upto}"
+
+
+def _trajectory_parts(layer: LayerTrace, upto: int, tail: int, since: int) -> tuple[int, int, list, list]:
+    """(upto, since, the read and write paths as (n, 3) voxel points, per footprint (centre, radii, hover))."""
     count = layer.mu_write.shape[0]
     upto = check_index(upto, count, "upto (a chunk index)")
     if tail < 1:
         raise ValueError(f"tail must be at least 1, got {tail}")
     since = check_index(since, upto + 1, "since (a chunk index up to upto)")
     grid = layer.grid
-    fig = go.Figure(_box_trace(grid))
-    for name, mu, colour in (("read", layer.mu_read, READ_COLOUR), ("write", layer.mu_write, WRITE_COLOUR)):
-        mu = check_array(mu, 2, f"mu_{name}", "(K, 3)")
-        fig.add_trace(_path_trace(name, in_voxels(mu[since : upto + 1], grid), colour, tail))
+    paths = [
+        in_voxels(check_array(mu, 2, f"mu_{name}", "(K, 3)")[since : upto + 1], grid)
+        for name, mu in (("read", layer.mu_read), ("write", layer.mu_write))
+    ]
     centre = in_voxels(layer.mu_write[upto], grid)
     radii = sigma_voxels_per_axis(layer.sigma[upto], grid)
-    for level, opacity in ((1, 0.5), (2, 0.18)):
-        hover = (
+    footprints = [
+        (
+            centre,
+            level * radii,
             f"{level}σ of chunk {upto}'s write: σ = {float(layer.sigma[upto]):.3f} normalised, "
-            f"semi-axes {', '.join(f'{r:.2f}' for r in level * radii)} voxels"
+            f"semi-axes {', '.join(f'{r:.2f}' for r in level * radii)} voxels",
         )
-        fig.add_trace(_ellipsoid_trace(f"{level}σ", centre, level * radii, WRITE_COLOUR, opacity, hover))
-    return finish(
-        fig,
-        f"read and write coordinates, chunks {since}–{upto}",
-        scene=voxel_scene(),
-        legend=dict(itemsizing="constant"),
-    )
+        for level, _ in FOOTPRINTS
+    ]
+    return upto, since, paths, footprints
+
+
+def trajectory_leaves(layer: LayerTrace, upto: int, tail: int = 8, since: int = 0) -> Leaves:
+    """What differs in :func:`trajectory_figure` at chunk ``upto`` from the same figure at another chunk with the
+    same ``since``: the paths, the footprint and the title (see ``analysis.figures.stepped``)."""
+    upto, since, paths, footprints = _trajectory_parts(layer, upto, tail, since)
+    leaves = Leaves({("layout", "title", "text"): _trajectory_title(since, upto)})
+    for index, points in enumerate(paths, start=1):
+        leaves.update({("data", index, *path): value for path, value in _path_arrays(points, tail).items()})
+    for index, (centre, radii, hover) in enumerate(footprints, start=3):
+        points = _ellipsoid_points(centre, radii)
+        leaves.update({("data", index, axis): points[:, i] for i, axis in enumerate("xyz")})
+        leaves["data", index, "hovertemplate"] = f"{hover}<extra></extra>"
+    return leaves
 
 
 def sigma_figure(
@@ -142,22 +198,9 @@ def sigma_figure(
     One line when every axis of ``grid`` (D, H, W) has the same size, else one per axis size.
     The current chunk gets a marker and a dashed line. ``span`` (first, last): only those chunks.
     """
-    values = check_array(sigma, 1, "sigma", "(K,)").astype(np.float64)
-    current = check_index(current, len(values), "current (a chunk index)")
-    chunks = chunk_span(span, len(values), current)
-    values = values[chunks]
-    D, H, W = grid_sizes(grid)
-    axes_by_size: dict[int, list[str]] = {}
-    for axis, n in (("x", W), ("y", H), ("z", D)):
-        if n > 1:
-            axes_by_size.setdefault(n, []).append(axis)
-    if not axes_by_size:
-        raise ValueError(f"σ in voxel spacings needs an axis with more than one voxel, grid is {(D, H, W)}")
+    current, chunks, values, lines = _sigma_lines(sigma, current, grid, span)
     fig = go.Figure()
-    in_voxels_along = sigma_voxels_per_axis(values, (D, H, W))  # (K, 3) along x, y, z
-    for axes in axes_by_size.values():
-        name = "σ" if len(axes_by_size) == 1 else f"σ along {', '.join(axes)}"
-        spread = in_voxels_along[:, "xyz".index(axes[0])]  # σ in voxel spacings along these axes
+    for name, spread in lines:
         fig.add_trace(
             go.Scatter(
                 x=chunks,
@@ -182,6 +225,43 @@ def sigma_figure(
         )
     mark_current(fig, current)
     return finish(fig, "write spread σ", xaxis_title="chunk", yaxis_title="σ (voxel spacings)")
+
+
+def _sigma_lines(
+    sigma: np.ndarray, current: int, grid: Sequence[int], span: tuple[int, int] | None
+) -> tuple[int, np.ndarray, np.ndarray, list[tuple[str, np.ndarray]]]:
+    """(current, the chunks shown, their σ normalised, per line its name and σ in voxel spacings along its axes)."""
+    values = check_array(sigma, 1, "sigma", "(K,)").astype(np.float64)
+    current = check_index(current, len(values), "current (a chunk index)")
+    chunks = chunk_span(span, len(values), current)
+    values = values[chunks]
+    D, H, W = grid_sizes(grid)
+    axes_by_size: dict[int, list[str]] = {}
+    for axis, n in (("x", W), ("y", H), ("z", D)):
+        if n > 1:
+            axes_by_size.setdefault(n, []).append(axis)
+    if not axes_by_size:
+        raise ValueError(f"σ in voxel spacings needs an axis with more than one voxel, grid is {(D, H, W)}")
+    in_voxels_along = sigma_voxels_per_axis(values, (D, H, W))  # (K, 3) along x, y, z
+    lines = [
+        (
+            "σ" if len(axes_by_size) == 1 else f"σ along {', '.join(axes)}",
+            in_voxels_along[:, "xyz".index(axes[0])],  # σ in voxel spacings along these axes
+        )
+        for axes in axes_by_size.values()
+    ]
+    return current, chunks, values, lines
+
+
+def sigma_leaves(sigma: np.ndarray, current: int, grid: Sequence[int], span: tuple[int, int] | None = None) -> Leaves:
+    """What differs in :func:`sigma_figure` at chunk ``current`` (same σ, grid and span): each line's current-chunk
+    marker, and the dashed line (see ``analysis.figures.stepped``)."""
+    current, chunks, _, lines = _sigma_lines(sigma, current, grid, span)
+    leaves = marker_leaves(current)
+    for line, (_, spread) in enumerate(lines):
+        leaves["data", 2 * line + 1, "x"] = [current]
+        leaves["data", 2 * line + 1, "y"] = [spread[current - chunks[0]]]
+    return leaves
 
 
 # ---------------------------------------------------------------------------------------

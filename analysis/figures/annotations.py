@@ -13,6 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.figures.base import chunk_span, templated
+from analysis.figures.stepped import Leaves
 from analysis.traces.trace import Trace
 
 EVENT_COLOURS = {
@@ -123,7 +124,7 @@ def annotation_figure(trace: Trace, current: int, span: tuple[int, int] | None =
                 hovertemplate=f"chunk %{{x}}: {name}<extra></extra>",
             )
         )
-    fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="#ff7f0e", opacity=0.25, line_width=0, layer="below")
+    fig.add_vrect(**_highlight(current), fillcolor="#ff7f0e", opacity=0.25, line_width=0, layer="below")
     fig.update_layout(
         **templated(
             height=34 + 24 * len(rows), margin=dict(l=10, r=10, t=6, b=24), showlegend=False, hovermode="closest"
@@ -136,4 +137,15 @@ def annotation_figure(trace: Trace, current: int, span: tuple[int, int] | None =
     return fig
 
 
-__all__ = ["chunk_events", "key_chunk", "annotation_figure", "EVENT_COLOURS"]
+def _highlight(current: int) -> dict[str, float]:
+    """Where the current chunk's band lies (the track's only shape)."""
+    return {"x0": current - 0.5, "x1": current + 0.5}
+
+
+def annotation_leaves(current: int) -> Leaves:
+    """What differs in :func:`annotation_figure` at chunk ``current`` (same trace and span): the band (see
+    ``analysis.figures.stepped``)."""
+    return Leaves({("layout", "shapes", -1, name): x for name, x in _highlight(int(current)).items()})
+
+
+__all__ = ["chunk_events", "key_chunk", "annotation_figure", "annotation_leaves", "EVENT_COLOURS"]

@@ -14,6 +14,8 @@ import pandas  # noqa: F401
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from analysis.figures.stepped import Leaves
+
 TEMPLATE = "plotly_white"
 MARGIN = dict(l=10, r=10, t=40, b=10)
 COLORSCALE = "Viridis"
@@ -61,15 +63,32 @@ def voxel_scene(shape: Sequence[int] | None = None) -> dict:
     return scene
 
 
+def _marker_label(current: int) -> str:
+    return f"chunk {current}"
+
+
 def mark_current(fig: go.Figure, current: int) -> None:
-    """A dashed vertical line at chunk ``current``."""
+    """A dashed vertical line at chunk ``current`` (the figure's last shape and last annotation)."""
     fig.add_vline(
         x=current,
         line_dash="dash",
         line_color=CURRENT_COLOUR,
         line_width=1,
-        annotation_text=f"chunk {current}",
+        annotation_text=_marker_label(current),
         annotation_position="top right",
+    )
+
+
+def marker_leaves(current: int) -> Leaves:
+    """What :func:`mark_current` puts in a figure that differs at chunk ``current`` (see ``stepped``)."""
+    current = int(current)
+    return Leaves(
+        {
+            ("layout", "shapes", -1, "x0"): current,
+            ("layout", "shapes", -1, "x1"): current,
+            ("layout", "annotations", -1, "x"): current,
+            ("layout", "annotations", -1, "text"): _marker_label(current),
+        }
     )
 
 

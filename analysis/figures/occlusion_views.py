@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis import figures
+from analysis.figures.stepped import Leaves
 from analysis.measures.interventions import InterventionResult
 from analysis.measures.occlusion import memory_energy
 from analysis.traces.trace import LayerTrace
@@ -107,6 +108,12 @@ def energy_figure(
     return figures.finish(fig, "memory energy ‖h‖² per voxel", height=460, showlegend=False)
 
 
+def energy_leaves(current: int) -> Leaves:
+    """What differs in :func:`energy_figure` at chunk ``current`` (same layer, flags and span): the dashed line of
+    each row, its last two shapes (see ``analysis.figures.stepped``)."""
+    return Leaves({("layout", "shapes", row, x): int(current) for row in (-2, -1) for x in ("x0", "x1")})
+
+
 def intervention_figure(result: InterventionResult) -> go.Figure:
     """The probability of the truth per chunk, untouched against intervened; changed predictions marked."""
     base, changed = result.target_probability("baseline"), result.target_probability("intervened")
@@ -190,4 +197,4 @@ def survival_figure(survival: dict[str, Any]) -> go.Figure:
     )
 
 
-__all__ = ["energy_figure", "intervention_figure", "survival_figure", "belief_card", "KIND_NAMES"]
+__all__ = ["energy_figure", "energy_leaves", "intervention_figure", "survival_figure", "belief_card", "KIND_NAMES"]

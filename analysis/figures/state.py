@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.figures.base import AXIS_TITLES, COLORSCALE, finish, voxel_scene
+from analysis.figures.stepped import Leaves, Path
 from analysis.measures.checks import check_array, check_index
 from analysis.measures.volumes import colour_range
 
@@ -38,38 +39,32 @@ def volume_figure(
     ``value_range`` (low, high) fixes the colours and levels, so that stepping through chunks does not
     rescale them; by default the data's range is used. The axes span the whole grid whatever is drawn.
     """
-    array = _values(values)
-    low, high = colour_range(array, value_range)
-    z, y, x = np.meshgrid(*(np.arange(n) for n in array.shape), indexing="ij")
+    array, low, high, data = _volume_data(values, kind, value_range)
     colours = dict(cmin=low, cmax=high, colorscale=COLORSCALE, colorbar=dict(thickness=12, len=0.8))
     hover = "x %{x}, y %{y}, z %{z}<br>value %{customdata:.3f}<extra></extra>"
     if kind == "points":
-        if low < 0:  # a signed field (one channel, a principal component): a voxel holds its value either way
-            share = np.abs(array) / max(-low, abs(high))
-        else:
-            share = (array - low) / (high - low)  # colour_range keeps high > low
-        shown = share >= POINT_FLOOR  # (D, H, W) mask
         trace = go.Scatter3d(
-            x=x[shown],
-            y=y[shown],
-            z=z[shown],
+            x=data["x",],
+            y=data["y",],
+            z=data["z",],
             mode="markers",
-            customdata=array[shown],
+            customdata=data["customdata",],
             marker=dict(
-                color=array[shown],
-                size=3 + 9 * np.clip(share[shown], 0, 1),
+                color=data["marker", "color"],
+                size=data["marker", "size"],
                 opacity=0.8 if opacity is None else opacity,
                 line=dict(width=0),
                 **colours,
             ),
             hovertemplate=hover,
         )
-    elif kind in ("volume", "isosurface"):
+    else:
+        z, y, x = np.meshgrid(*(np.arange(n) for n in array.shape), indexing="ij")
         common = dict(
             x=x.ravel(),
             y=y.ravel(),
             z=z.ravel(),
-            value=array.ravel(),
+            value=data["value",],
             isomin=low,
             isomax=high,
             hovertemplate=hover.replace("customdata", "value"),
@@ -84,9 +79,52 @@ def volume_figure(
                 surface_count=4,
                 caps=dict(x_show=False, y_show=False, z_show=False),
             )
-    else:
-        raise ValueError(f"kind must be one of {', '.join(map(repr, VOLUME_KINDS))}, got {kind!r}")
     return finish(go.Figure(trace), title, scene=voxel_scene(array.shape))
+
+
+def _volume_data(
+    values: np.ndarray, kind: str, value_range: Sequence[float] | None
+) -> tuple[np.ndarray, float, float, dict[Path, np.ndarray]]:
+    """(the values as float32, the colour range, the arrays of :func:`volume_figure`'s trace that hold the values,
+    by their path in the trace)."""
+    array = _values(values)
+    low, high = colour_range(array, value_range)
+    if kind in ("volume", "isosurface"):
+        return array, low, high, {("value",): array.ravel()}
+    if kind != "points":
+        raise ValueError(f"kind must be one of {', '.join(map(repr, VOLUME_KINDS))}, got {kind!r}")
+    if low < 0:  # a signed field (one channel, a principal component): a voxel holds its value either way
+        share = np.abs(array) / max(-low, abs(high))
+    else:
+        share = (array - low) / (high - low)  # colour_range keeps high > low
+    shown = share >= POINT_FLOOR  # (D, H, W) mask
+    z, y, x = np.meshgrid(*(np.arange(n) for n in array.shape), indexing="ij")
+    return (
+        array,
+        low,
+        high,
+        {
+            ("x",): x[shown],
+            ("y",): y[shown],
+            ("z",): z[shown],
+            ("customdata",): array[shown],
+            ("marker", "color"): array[shown],
+            ("marker", "size"): 3 + 9 * np.clip(share[shown], 0, 1),
+        },
+    )
+
+
+def volume_leaves(
+    values: np.ndarray, kind: str = "volume", title: str = "", value_range: Sequence[float] | None = None
+) -> Leaves:
+    """What differs in :func:`volume_figure` of ``values`` from the same figure (kind, grid, ``value_range``) of
+    other values: the trace's arrays, its colour range and the title (see ``analysis.figures.stepped``)."""
+    _, low, high, data = _volume_data(values, kind, value_range)
+    ranges = {("marker", "cmin"): low, ("marker", "cmax"): high}
+    if kind != "points":
+        ranges = {("cmin",): low, ("cmax",): high, ("isomin",): low, ("isomax",): high}
+    shown = data | ranges
+    return Leaves({("data", 0, *path): value for path, value in shown.items()} | {("layout", "title", "text"): title})
 
 
 def slices_figure(
@@ -98,23 +136,8 @@ def slices_figure(
     on one colour scale (``value_range`` or the whole volume's range). ``index`` defaults to the
     centre voxel.
     """
-    array = _values(values)
-    D, H, W = array.shape
-    if index is None:
-        index = (D // 2, H // 2, W // 2)
-    if len(index) != 3:
-        raise ValueError(f"index must be (z, y, x), got {tuple(index)}")
-    z, y, x = (
-        check_index(i, n, name) for i, n, name in zip(index, (D, H, W), ("z index", "y index", "x index"), strict=True)
-    )
-    low, high = colour_range(array, value_range)
-    panels = ((array[z], "x", "y"), (array[:, y, :], "x", "z"), (array[:, :, x], "y", "z"))
-    fig = make_subplots(
-        rows=1,
-        cols=3,
-        horizontal_spacing=0.08,
-        subplot_titles=(f"z = {z}: y against x", f"y = {y}: z against x", f"x = {x}: z against y"),
-    )
+    low, high, panels, titles = _slices(values, index, value_range)
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=titles)
     for col, (plane, across, up) in enumerate(panels, start=1):
         fig.add_trace(
             go.Heatmap(
@@ -130,3 +153,41 @@ def slices_figure(
             title_text=AXIS_TITLES[up], scaleanchor="x" if col == 1 else f"x{col}", constrain="domain", row=1, col=col
         )
     return finish(fig, title, coloraxis=dict(colorscale=COLORSCALE, cmin=low, cmax=high, colorbar=dict(thickness=12)))
+
+
+def _slices(
+    values: np.ndarray, index: Sequence[int] | None, value_range: Sequence[float] | None
+) -> tuple[float, float, list[tuple[np.ndarray, str, str]], tuple[str, str, str]]:
+    """(the colour range, the three (plane, across, up) panels of :func:`slices_figure`, their titles)."""
+    array = _values(values)
+    D, H, W = array.shape
+    if index is None:
+        index = (D // 2, H // 2, W // 2)
+    if len(index) != 3:
+        raise ValueError(f"index must be (z, y, x), got {tuple(index)}")
+    z, y, x = (
+        check_index(i, n, name) for i, n, name in zip(index, (D, H, W), ("z index", "y index", "x index"), strict=True)
+    )
+    low, high = colour_range(array, value_range)
+    panels = [(array[z], "x", "y"), (array[:, y, :], "x", "z"), (array[:, :, x], "y", "z")]
+    return low, high, panels, (f"z = {z}: y against x", f"y = {y}: z against x", f"x = {x}: z against y")
+
+
+def slices_leaves(
+    values: np.ndarray, index: Sequence[int] | None = None, title: str = "", value_range: Sequence[float] | None = None
+) -> Leaves:
+    """What differs in :func:`slices_figure` of ``values`` from the same figure (grid, ``value_range``) of other
+    values or through another voxel: the planes, their titles, the colour range and the title (see
+    ``analysis.figures.stepped``)."""
+    low, high, panels, titles = _slices(values, index, value_range)
+    leaves = Leaves(
+        {
+            ("layout", "title", "text"): title,
+            ("layout", "coloraxis", "cmin"): low,
+            ("layout", "coloraxis", "cmax"): high,
+        }
+    )
+    for col, ((plane, _, _), text) in enumerate(zip(panels, titles, strict=True)):
+        leaves["data", col, "z"] = plane
+        leaves["layout", "annotations", col, "text"] = text
+    return leaves

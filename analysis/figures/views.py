@@ -10,7 +10,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from analysis import figures
+from analysis.figures.addressing import sigma_leaves, trajectory_leaves
+from analysis.figures.base import marker_leaves
 from analysis.figures.chunk_input import chunk_input_figure
+from analysis.figures.state import slices_leaves, volume_leaves
+from analysis.figures.stepped import Leaves
 from analysis.measures.volumes import VolumeSeries
 from analysis.traces.trace import Trace
 from tensor_memory.memory.geometry import nearest_voxel
@@ -49,7 +53,7 @@ def explore_figures(
     if series is None:
         return out
     lay = trace.layer(layer)
-    values = series.values[chunk]
+    values = series.at(chunk)
     out["volume"] = figures.volume_figure(
         values, kind, f"{series.label} after chunk {chunk}", value_range=series.value_range
     )
@@ -62,4 +66,28 @@ def explore_figures(
     return out
 
 
-__all__ = ["explore_figures", "slice_index", "SLICE_ANCHORS"]
+def explore_leaves(
+    trace: Trace,
+    chunk: int,
+    layer: str | None = None,
+    series: VolumeSeries | None = None,
+    kind: str = "volume",
+    anchor: str = "write",
+    span: tuple[int, int] | None = None,
+) -> dict[str, Leaves]:
+    """What differs in each figure of :func:`explore_figures` at ``chunk`` from the same figures at another chunk of
+    ``span`` (see ``analysis.figures.stepped``): every figure but the input, whose chunks differ throughout."""
+    out = {"timeline": marker_leaves(chunk)}
+    if series is None:
+        return out
+    lay = trace.layer(layer)
+    values = series.at(chunk)
+    out["volume"] = volume_leaves(values, kind, f"{series.label} after chunk {chunk}", series.value_range)
+    out["slices"] = slices_leaves(values, slice_index(trace, layer, chunk, anchor), "", series.value_range)
+    out["trajectory"] = trajectory_leaves(lay, chunk, since=0 if span is None else span[0])
+    out["sigma"] = sigma_leaves(lay.sigma, chunk, lay.grid, span)
+    out["gates"] = marker_leaves(chunk)
+    return out
+
+
+__all__ = ["explore_figures", "explore_leaves", "slice_index", "SLICE_ANCHORS"]

@@ -101,21 +101,34 @@ def volume_values(
 
 @dataclasses.dataclass(frozen=True)
 class VolumeSeries:
-    """Every chunk's volume reduced to (D, H, W) values, with the range to colour them by."""
+    """Every chunk's volume (of a span: chunks ``first`` … ``first + len(values) - 1``) reduced to (D, H, W) values,
+    with the range to colour them by."""
 
-    values: np.ndarray  # (K, D, H, W) float32
-    value_range: tuple[float, float]  # (low, high) over every chunk
+    values: np.ndarray  # (K, D, H, W) float32, chunk first + k at k
+    value_range: tuple[float, float]  # (low, high) over every chunk held
     label: str  # what the values are, e.g. "‖h‖ over 16 channels" or "h, PC 1 (38% of variance)"
     field: str
     mode: str
     index: int  # the channel or component shown (0 for the norm)
+    first: int = 0  # the trace's chunk at values[0]
+
+    def at(self, chunk: int) -> np.ndarray:
+        """(D, H, W) values of the trace's chunk ``chunk``, which the series must hold."""
+        if not self.first <= chunk < self.first + len(self.values):
+            raise ValueError(
+                f"chunk {chunk} is not held: the series holds {self.first}…{self.first + len(self.values) - 1}"
+            )
+        return self.values[chunk - self.first]
 
 
-def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index: int = 0) -> VolumeSeries:
+def state_series(
+    layer: LayerTrace, field: str = "h", mode: str = "norm", index: int = 0, span: tuple[int, int] | None = None
+) -> VolumeSeries:
     """``field`` (``"h"`` or ``"c"``) of every chunk reduced by ``mode`` (``"norm"``, ``"channel"``, ``"pca"``).
 
     ``index`` is the channel (mode ``"channel"``) or the principal component (mode ``"pca"``, fitted
-    over the voxels of all chunks together). The norm's range starts at 0.
+    over the voxels of all chunks together). The norm's range starts at 0. ``span`` (first, last): those chunks
+    only, the basis and the colour range theirs (a page of a long trace reads no volume outside it).
     """
     if field not in FIELDS:
         raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {field!r}")
@@ -124,7 +137,8 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
     volumes = getattr(layer, field)
     if volumes is None:
         raise ValueError(f"the trace holds no {FIELDS[field]} (captured with cell_state=False)")
-    volumes = volumes.astype(np.float32)  # (K, C, D, H, W)
+    first = 0 if span is None else int(span[0])
+    volumes = (volumes if span is None else volumes[first : int(span[1]) + 1]).astype(np.float32)  # (K, C, D, H, W)
     channels = volumes.shape[1]
     if not 0 <= index < channels:
         raise ValueError(f"index must be in 0..{channels - 1} for {channels} channels, got {index}")
@@ -148,6 +162,7 @@ def state_series(layer: LayerTrace, field: str = "h", mode: str = "norm", index:
         field=field,
         mode=mode,
         index=int(index),
+        first=first,
     )
 
 

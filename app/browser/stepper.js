@@ -10,12 +10,14 @@
 //   count        how many chunks are held: offset … offset + count − 1
 //   total        the trace's chunks
 //   rows         the layout under the controls: {heading} or {widths: [fr, …], columns: [[cell name, …], …]}
-//   views        a view's name → one view per chunk held: a Plotly figure ({data, layout}), an HTML text, an image URL
+//   views        a view's name → one view per chunk held: a Plotly figure ({data, layout}), an HTML text, an image URL;
+//                for a view in drawn, the leaves ([path, value] pairs) that make the drawn figure that chunk's
 //   kinds        a cell name → "figure", "html" or "image"
 //   labels       a cell name → the caption above it (absent: none)
 //   heights      a cell name → its height in pixels (null: the figure's own)
 //   events       per chunk held, what happens in it, in words (under the counter)
 //   template     the figures' Plotly template, sent once: a figure without a template of its own takes it
+//   drawn        a view's name → its figure drawn once for the page, where chunks differ only in their leaves
 //   reports      whether the chunk shown is sent back to the server ({chunk, sample, moves})
 //   interval_ms  Play's pace, milliseconds a chunk
 //   start        the server's chunk: where a new sample opens, and where a move of the server's goes
@@ -91,6 +93,18 @@ function build(payload) {
   slider.addEventListener("input", () => { stop(); show(Number(slider.value)); });
 }
 
+// The figure of a view in payload.drawn at one chunk: a copy of the drawn figure with the chunk's leaves put in
+// (a copy: Plotly writes into the figure it draws, and the drawn one serves every chunk).
+function patched(drawn, leaves) {
+  const figure = structuredClone(drawn);
+  for (const [path, value] of leaves) {
+    let node = figure;
+    for (const key of path.slice(0, -1)) node = node[key] ?? (node[key] = {});
+    node[path[path.length - 1]] = value;
+  }
+  return figure;
+}
+
 function show(chunk) {
   const payload = view.payload;
   const low = first(payload), high = last(payload);
@@ -98,7 +112,8 @@ function show(chunk) {
   view.chunk = chunk;
   for (const [name, values] of Object.entries(payload.views)) {
     const node = document.getElementById(`cell-${name}`);
-    const value = values[chunk - low];
+    const held = values[chunk - low];
+    const value = payload.drawn[name] ? patched(payload.drawn[name], held) : held;
     if (payload.kinds[name] === "image") node.src = value;
     else if (payload.kinds[name] === "html") node.innerHTML = value;
     else {

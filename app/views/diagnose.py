@@ -7,9 +7,10 @@ from typing import Any
 
 import streamlit as st
 
+from analysis.figures.base import marker_leaves
 from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, prediction_card
 from analysis.figures.compare import comparison_figure
-from analysis.figures.state import volume_figure
+from analysis.figures.state import volume_figure, volume_leaves
 from analysis.figures.timeline import timeline_figure
 from analysis.figures.training import addressing_history_figure
 from analysis.measures.compare import comparison_note, comparison_rows
@@ -55,6 +56,12 @@ def comparison_payload(
             f"their memory chunks differ, so no chunk of one is a chunk of the other"
         )
     named = dict(zip("ab", sides, strict=True))
+    start = 0 if span is None else span[0]
+    drawn = {}  # drawn once, at the first chunk: a chunk's differ in leaves
+    for side, (_, run, series) in named.items():
+        if series is not None:
+            drawn[f"{side}_volume"] = volume_figure(**_volume(series, start, kind))
+        drawn[f"{side}_timeline"] = timeline_figure(run, start, span)
 
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
         shown: dict[str, Any] = {}
@@ -64,10 +71,8 @@ def comparison_payload(
                 outcome if run is trace else chunk_outcome(run, k), run.has_predictions
             )
             if series is not None:
-                shown[f"{side}_volume"] = volume_figure(
-                    series.values[k], kind, f"{series.label} after chunk {k}", value_range=series.value_range
-                )
-            shown[f"{side}_timeline"] = timeline_figure(run, k, span)
+                shown[f"{side}_volume"] = volume_leaves(**_volume(series, k, kind))
+            shown[f"{side}_timeline"] = marker_leaves(k)
         return shown
 
     parts = ("input", "card", "volume", "timeline")
@@ -78,7 +83,12 @@ def comparison_payload(
     labels = {f"{side}_input": name for side, (name, _, _) in named.items()}
     heights = {f"{side}_{part}": height for side in named for part, height in HEIGHTS.items()}
     shown = ("compare", first, second, settings, kind, tuple(s is None for _, _, s in sides))
-    return stepper_payload(trace, identity, shown, views, (Row(columns, (1, 1)),), labels, heights, span)
+    return stepper_payload(trace, identity, shown, views, (Row(columns, (1, 1)),), labels, heights, span, drawn=drawn)
+
+
+def _volume(series: VolumeSeries, k: int, kind: str) -> dict[str, Any]:
+    """The arguments of :func:`volume_figure` (and of its leaves) for chunk ``k`` of ``series``."""
+    return dict(values=series.at(k), kind=kind, title=f"{series.label} after chunk {k}", value_range=series.value_range)
 
 
 def comparison_views(
@@ -96,7 +106,7 @@ def comparison_views(
     for ref, sample, shown_layer in zip(refs, samples, (layer, None), strict=True):
         trace = cache.sample_trace(ref, sample)
         drawable = cache.load(ref).has_memory and not nonfinite_fields(trace)
-        series = cache.volume_series(ref, sample, shown_layer, field, mode, index) if drawable else None
+        series = cache.volume_series(ref, sample, shown_layer, field, mode, index, span) if drawable else None
         sides.append((ref.label, trace, series))
     return comparison_payload(sides, (refs[0], samples[0]), (layer, field, mode, index), kind, span)
 

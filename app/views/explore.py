@@ -11,9 +11,9 @@ from typing import Any
 
 import streamlit as st
 
-from analysis.figures.chunk_input import prediction_card
+from analysis.figures.chunk_input import chunk_input_figure, prediction_card
 from analysis.figures.state import VOLUME_KINDS
-from analysis.figures.views import SLICE_ANCHORS, explore_figures
+from analysis.figures.views import SLICE_ANCHORS, explore_figures, explore_leaves
 from analysis.measures.volumes import FIELDS, MODES, VolumeSeries
 from analysis.measures.world import READOUT_SAMPLES
 from analysis.traces.trace import Trace
@@ -47,17 +47,20 @@ def explore_payload(
     else the input, the prediction and the timeline; ``images`` the PyVista renderings (PNG, one a chunk of the
     span) when they are shown. ``identity`` names the sample."""
     first = 0 if span is None else span[0]
+    drawn = explore_figures(trace, first, layer, series, kind, anchor, span)  # once: a chunk's differ in leaves
+    del drawn["input"]  # different throughout: drawn for each chunk
 
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
         shown = {
-            **explore_figures(trace, k, layer, series, kind, anchor, span),
+            **explore_leaves(trace, k, layer, series, kind, anchor, span),
+            "input": chunk_input_figure(trace, k),
             "card": prediction_card(outcome, trace.has_predictions),
         }
         return shown if images is None else {**shown, "render": images[k - first]}
 
     if series is None:
         rows = (Row((("input",), ("card", "timeline")), (1, 1)),)
-        return stepper_payload(trace, identity, (layer, None), views, rows, heights=HEIGHTS, span=span)
+        return stepper_payload(trace, identity, (layer, None), views, rows, heights=HEIGHTS, span=span, drawn=drawn)
     labels = {"slices": f"Slices of {series.label} {SLICE_ANCHORS[anchor]}"}
     top = Row((("input", "card"), ("volume",)), (1, 1.6))
     if images is not None:
@@ -70,7 +73,7 @@ def explore_payload(
         Row((("trajectory",), ("sigma",), ("gates",)), (1.2, 1, 1)),
     )
     settings = (layer, series.field, series.mode, series.index, kind, anchor, images is not None)
-    return stepper_payload(trace, identity, settings, views, rows, labels, HEIGHTS, span)
+    return stepper_payload(trace, identity, settings, views, rows, labels, HEIGHTS, span, drawn=drawn)
 
 
 def explore_views(
@@ -85,7 +88,7 @@ def explore_views(
     trace = cache.trace_of(ref, sample)
     if view is None:
         return explore_payload(trace, (ref, sample), layer, None, "volume", "write", span=span)
-    series = cache.volume_series(ref, sample, layer, view.field, view.mode, view.index)
+    series = cache.volume_series(ref, sample, layer, view.field, view.mode, view.index, span)
     images = (
         cache.volume_renderings(ref, sample, layer, view.field, view.mode, view.index, span) if view.rendered else None
     )

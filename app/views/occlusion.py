@@ -17,10 +17,11 @@ from analysis.figures.occlusion_views import (
     KIND_NAMES,
     belief_card,
     energy_figure,
+    energy_leaves,
     intervention_figure,
     survival_figure,
 )
-from analysis.figures.state import slices_figure
+from analysis.figures.state import slices_figure, slices_leaves
 from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import slice_index
 from analysis.measures.interventions import KINDS, intervention_defaults
@@ -56,8 +57,13 @@ def occlusion_payload(
     b = belief(trace) if trace.info.get("task") in TASKS else None
     digits = b is not None and "identity_probs" in b
     lay = trace.layer(layer) if memory else None
-    energy = None if lay is None else memory_energy(lay)  # (K, D, H, W)
+    first = 0 if span is None else span[0]
+    energy = None if lay is None else memory_energy(lay, span)  # (k, D, H, W): the chunks held
     count = trace.num_chunks
+    drawn = {}  # drawn once, at the first chunk: a chunk's differ in leaves
+    if energy is not None:
+        drawn["energy"] = energy_figure(lay, first, None if b is None else b["occluded"], span)
+        drawn["energy_slices"] = slices_figure(energy[0], slice_index(trace, layer, first, "write"))
 
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
         shown: dict[str, Any] = {}
@@ -74,8 +80,8 @@ def occlusion_payload(
             )
             shown["belief_card"] = belief_card(b, k)
         if energy is not None:
-            shown["energy"] = energy_figure(lay, k, None if b is None else b["occluded"], span)
-            shown["energy_slices"] = slices_figure(energy[k], slice_index(trace, layer, k, "write"))
+            shown["energy"] = energy_leaves(k)
+            shown["energy_slices"] = slices_leaves(energy[k - first], slice_index(trace, layer, k, "write"))
         return shown
 
     rows: list[Row | Heading] = []
@@ -94,7 +100,8 @@ def occlusion_payload(
         "identity": "Which digit the model believes it is, frame by frame",
         "energy_slices": "‖h‖² after this chunk, through its write",
     }
-    return stepper_payload(trace, identity, ("occlusion", layer, memory), views, tuple(rows), labels, HEIGHTS, span)
+    shown = ("occlusion", layer, memory)
+    return stepper_payload(trace, identity, shown, views, tuple(rows), labels, HEIGHTS, span, drawn=drawn)
 
 
 def occlusion_views(
