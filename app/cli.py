@@ -16,6 +16,7 @@ from tensor_memory.accelerator import add_device_argument
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
 TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace file the app opens on, instead
+RUN_ENV = "TENSOR_MEMORY_RUN"  # the training run folder the app follows (its Run page)
 DATA_ROOT_ENV = "TENSOR_MEMORY_DATA_ROOT"  # the one folder whose data uploaded checkpoints may read
 DEVICE_ENV = "TENSOR_MEMORY_DEVICE"  # where the app runs the models it opens (auto, cpu, cuda, cuda:N)
 LOCAL_HOST = "127.0.0.1"  # where the app listens unless told otherwise (.streamlit/config.toml says so too)
@@ -25,7 +26,8 @@ DESCRIPTION = (
     "chunk and watch the memory in 3D, see the occlusion belief and interventions, diagnose addressing, walk "
     "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
     "--checkpoint names another folder, or on a trace file with --trace (any model's, written by "
-    "analysis.trace_model or `tensor-memory trace`); stop it with Ctrl-C. It listens on this machine only "
+    "analysis.trace_model or `tensor-memory trace`); --run follows a training run folder while it grows (written "
+    "by analysis.monitor or `tensor-memory train`). Stop it with Ctrl-C. It listens on this machine only "
     "unless --host says otherwise, and shows errors in one line (with --debug, their tracebacks too)."
 )
 
@@ -56,6 +58,12 @@ def _app(args: argparse.Namespace) -> int:
         path = Path(args.trace).expanduser().resolve()
         load_trace(path)  # likewise: a file that is not a valid trace is refused here
         env[TRACE_ENV] = str(path)
+    if args.run:
+        from analysis.traces.run_log import follow_run
+
+        folder = Path(args.run).expanduser().resolve()
+        follow_run(folder)  # likewise: a folder that holds no run (or a broken one) is refused here
+        env[RUN_ENV] = str(folder)
     if args.data_root:
         root = Path(args.data_root).expanduser().resolve()
         if not root.is_dir():
@@ -112,6 +120,12 @@ def add_app_parser(subparsers: Any) -> None:
         help="trace file to open on (a .safetensors trace of any model, "
         "from analysis.trace_model or `tensor-memory trace`)",
     )
+    app.add_argument(
+        "--run",
+        metavar="DIR",
+        help="training run folder to follow on the Run page while it grows (written by analysis.monitor or "
+        "`tensor-memory train`)",
+    )
     app.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
     app.add_argument(
         "--host",
@@ -130,4 +144,4 @@ def add_app_parser(subparsers: Any) -> None:
     app.set_defaults(func=_app)
 
 
-__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV", "DATA_ROOT_ENV", "DEVICE_ENV", "LOCAL_HOST"]
+__all__ = ["add_app_parser", "CHECKPOINT_ENV", "TRACE_ENV", "RUN_ENV", "DATA_ROOT_ENV", "DEVICE_ENV", "LOCAL_HOST"]

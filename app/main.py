@@ -43,8 +43,9 @@ PAGES = {
     "text": st.Page("views/text.py", title="Text", icon=":material/notes:"),
     "audit": st.Page("views/audit.py", title="Audit", icon=":material/policy:"),
     "export": st.Page("views/export.py", title="Export", icon=":material/download:"),
+    "run": st.Page("views/run.py", title="Run", icon=":material/monitoring:"),
 }
-TRACE_PAGES = ("explore", "diagnose", "text", "export")  # the pages that read a trace alone (Text: with its tokens)
+TRACE_PAGES = ("explore", "diagnose", "text", "export", "run")  # what a trace shows (Text: with its tokens; Run: any)
 NOT_FOR_TRACE = "Not for this trace"  # the navigation's menu of the pages a trace file cannot show
 
 with st.sidebar:
@@ -60,6 +61,8 @@ if isinstance(chosen, TraceRef):  # a trace file: the pages that read a trace, t
     )
 else:
     page = st.navigation(list(PAGES.values()), position="top")
+with st.sidebar:
+    sidebar.run_section()  # after the navigation: it links to the Run page
 st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 3rem; }</style>")  # the top bar holds the pages
 
 if isinstance(chosen, TraceRef):

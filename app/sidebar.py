@@ -12,7 +12,7 @@ from analysis.traces.trace import Trace
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
 
-from . import cache
+from . import cache, runs
 from .cache import CheckpointRef, Sample, TraceRef
 from .state import data_root, shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
 from .upload import (
@@ -32,6 +32,7 @@ UPLOADS_KEY = "uploaded_checkpoints"  # {label: folder} of this session's upload
 TRACE_UPLOAD_KEY = "trace_upload"
 TRACES_KEY = "opened_traces"  # {label: file} of this session's uploaded traces
 OUTCOMES_KEY = "upload_outcomes"  # {file_id: (label or None, message)}: each upload is checked once
+RUN_PATH_KEY = "run_path"
 LAYER_KEY = "layer_choice"
 SEED_KEY = "seed"
 
@@ -146,6 +147,35 @@ def checkpoint_section() -> CheckpointRef | TraceRef:
         return CheckpointRef.of(options[label], label)
     except CheckpointError:  # a shipped folder being rewritten, or an upload removed from disk:
         return CheckpointRef(label=label, path=str(options[label]), stamp=(0, 0))  # loading it says what is wrong
+
+
+def run_section() -> None:
+    """The training run the Run page follows: the one the app was started with (``--run``), or a run folder typed
+    here, which must lie under the data root (``--data-root``); a folder refused says why in one line."""
+    folder, root = runs.opened(), data_root()
+    with st.expander("Training run", icon=":material/monitoring:", expanded=folder is not None):
+        if folder is None and root is None:
+            st.caption(
+                "Start the explorer with `--run DIR` to follow a training run, or `--data-root DIR` to open "
+                "run folders under it."
+            )
+            return
+        st.session_state.setdefault(RUN_PATH_KEY, "" if folder is None else str(folder))
+        text = st.text_input(
+            "Run folder",
+            key=RUN_PATH_KEY,
+            placeholder=f"a folder under {root}" if root else None,
+            help="A folder written by analysis.monitor or `tensor-memory train` (run.json, run_log.jsonl): "
+            + (f"under {root}, or " if root else "")
+            + "the one the explorer was started with.",
+        )
+        if text.strip():
+            try:
+                folder = runs.open_run(text)
+            except EXPECTED_ERRORS as error:
+                st.error(describe(error) + (f" Still following {folder.name}." if folder else ""))
+        if folder is not None:
+            st.page_link("views/run.py", label=f"Follow {folder.name}", icon=":material/monitoring:")
 
 
 def _slider(label: str, key: str, low: int, high: int, default: int, help: str = "") -> int:
@@ -288,6 +318,7 @@ def layer_section(trace: Trace | None) -> str | None:
 __all__ = [
     "checkpoint_options",
     "checkpoint_section",
+    "run_section",
     "sample_section",
     "layer_section",
     "CHOICE_KEY",

@@ -17,7 +17,7 @@ from analysis.measures.compare import comparison_note, comparison_rows
 from analysis.measures.volumes import VolumeSeries
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.trace import Trace
-from app import cache, layout, state, stepping, world_view
+from app import cache, layout, runs, state, stepping, world_view
 from app.browser_stepper import Row, StepperPayload, stepper_payload
 from app.cache import CheckpointRef, Sample
 from app.sidebar import checkpoint_options
@@ -180,6 +180,25 @@ if report is not None:
         st.warning(f"**What usually helps ({failure}):** {remedy}", icon=":material/build:")
     with st.expander("Every measure and threshold"):
         st.json({"measures": report["measures"], "thresholds": report["thresholds"]}, expanded=False)
+
+
+def run_section() -> None:
+    """Where the collapse of the training run this session follows began, when it follows one (the Run page)."""
+    folder = runs.opened()
+    if folder is None:
+        return
+    st.markdown(f"##### The training run followed: {folder.name}")
+    try:
+        run = runs.live(folder)
+        run.poll()
+    except EXPECTED_ERRORS as error:
+        st.info(f"Could not read the run {folder}: {describe(error)}", icon=":material/info:")
+        return
+    runs.onset_notice(run)
+    st.page_link("views/run.py", label=f"Follow {folder.name} as it grows", icon=":material/monitoring:")
+
+
+run_section()
 
 
 def training_section(ref: CheckpointRef, layer: str | None, scaffold_steps: int) -> None:
