@@ -4,6 +4,8 @@ that looking leaves the training bit for bit as it was, and the errors that say 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,3 +212,11 @@ def test_the_readme_monitor_example_runs_after_the_your_own_model_example(tmp_pa
     run = follow_run(tmp_path / "runs" / "mine")
     assert [r["step"] for r in run.records] == [0, 2, 4, 6, 8] and run.records[-1]["loss"] > 0
     assert run.header["snapshot_every"] == 20 and run.newest_snapshot().name == "step-0000000000.trace.safetensors"
+
+
+def test_analysis_imports_without_transformers_until_the_callback_is_asked_for():
+    code = (
+        "import sys, analysis; assert 'transformers' not in sys.modules; "
+        "analysis.TensorMemoryCallback; assert 'transformers' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -23,6 +23,13 @@ PROBE_ROWS = 8  # samples of a batch kept as the probe: enough for stable median
 Probe = torch.Tensor | dict[str, torch.Tensor]
 
 
+def _first_rows(tensors: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
+    """The first ``rows`` samples of each tensor batched as ``input_ids`` (else the first batch tensor) is; other
+    tensors as they are."""
+    size = tensors.get("input_ids", next(v for v in tensors.values() if v.dim() >= 2)).shape[0]
+    return {k: v[:rows] if v.dim() >= 1 and v.shape[0] == size else v for k, v in tensors.items()}
+
+
 def as_probe(inputs: Any, rows: int = PROBE_ROWS) -> Probe:
     """``inputs`` (a tensor, or a dict whose tensors are kept and anything else dropped) cut to its first ``rows``
     samples along the batch dimension, detached and copied to the CPU; a ValueError for anything else."""
@@ -32,14 +39,9 @@ def as_probe(inputs: Any, rows: int = PROBE_ROWS) -> Probe:
         return inputs[:rows].detach().to("cpu", copy=True)
     if isinstance(inputs, dict):
         tensors = {k: v for k, v in inputs.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
-        batch = {v.shape[0] for v in tensors.values() if v.dim() >= 2}
-        if not tensors or not batch:
+        if not any(v.dim() >= 2 for v in tensors.values()):
             raise ValueError("monitor: the probe dict holds no batch tensor (B, N, …); pass e.g. {'input_ids': ids}")
-        size = tensors.get("input_ids", next(v for v in tensors.values() if v.dim() >= 2)).shape[0]
-        return {
-            k: (v[:rows] if v.dim() >= 1 and v.shape[0] == size else v).detach().to("cpu", copy=True)
-            for k, v in tensors.items()
-        }
+        return {k: v.detach().to("cpu", copy=True) for k, v in _first_rows(tensors, rows).items()}
     raise ValueError(
         f"monitor: the probe must be a tensor or a dict of tensors as the model's forward takes, "
         f"got {type(inputs).__name__}"
@@ -48,10 +50,7 @@ def as_probe(inputs: Any, rows: int = PROBE_ROWS) -> Probe:
 
 def first_sample(probe: Probe) -> Probe:
     """The probe's first sample, (1, N, …), as ``trace_model`` records one sequence."""
-    if isinstance(probe, torch.Tensor):
-        return probe[:1]
-    size = probe.get("input_ids", next(v for v in probe.values() if v.dim() >= 2)).shape[0]
-    return {k: v[:1] if v.dim() >= 1 and v.shape[0] == size else v for k, v in probe.items()}
+    return probe[:1] if isinstance(probe, torch.Tensor) else _first_rows(probe, 1)
 
 
 def run_probe(model: nn.Module, probe: Probe, device: torch.device) -> Any:
