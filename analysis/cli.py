@@ -31,11 +31,22 @@ REPORT_DESCRIPTION = (
 )
 
 
+def _check_out(args: argparse.Namespace, inputs: tuple = ()) -> None:
+    """``--out`` may be written: a trace store's folder must not exist, a file may be replaced with --overwrite."""
+    from analysis.traces.store_writer import check_store_path, is_store_path
+
+    if is_store_path(args.out):
+        check_store_path(args.out)
+    else:
+        check_output_path(args.out, args.overwrite, inputs=inputs)
+
+
 def _trace(args: argparse.Namespace) -> int:
     from analysis.traces.capture import capture
+    from analysis.traces.store_writer import is_store_path, stored_bytes, write_store
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 
-    check_output_path(args.out, args.overwrite)
+    _check_out(args)
     recording = dict(
         gates=not args.no_gates,
         cell_state=not args.no_cell_state,
@@ -48,8 +59,8 @@ def _trace(args: argparse.Namespace) -> int:
         trace = capture(
             args.checkpoint, seed=args.seed, index=args.index, **recording, device=args.device, **dict(args.param)
         )
-    path = trace.save(args.out)
-    size = path.stat().st_size
+    path = write_store(trace, args.out) if is_store_path(args.out) else trace.save(args.out)
+    size = stored_bytes(path)
     sample = (
         f"task {trace.info['task']}, seed {args.seed}, index {args.index}"
         if trace.info.get("task")
@@ -179,7 +190,7 @@ def _import(args: argparse.Namespace) -> int:
     from analysis.traces.model import trace_model
     from tensor_memory import TensorMemory
 
-    check_output_path(args.out, args.overwrite, inputs=(args.weights, args.inputs))
+    _check_out(args, inputs=(args.weights, args.inputs))
     try:
         module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
     except ValueError as error:
@@ -195,8 +206,9 @@ def _import(args: argparse.Namespace) -> int:
         volumes=args.volumes,
         segment=segment,
         progress=False if args.no_progress else None,
+        out=args.out,
     )
-    path = trace.save(args.out)
+    path = args.out
     print(
         f"Trace of the public-code memory {args.weights} ({trace.num_chunks} chunks, grid "
         f"{'×'.join(map(str, module.memory.config.grid))}, {module.memory.config.channels} channels) → {path}; "
@@ -218,7 +230,13 @@ def _add_import_parser(subparsers: Any) -> None:
     command.add_argument(
         "--inputs", required=True, metavar="FILE", help="safetensors holding the token features x, (N, d) or (1, N, d)"
     )
-    command.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.safetensors)")
+    command.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="where to write the trace: FILE.safetensors (one file), or a folder such as x.trace.zarr (a trace store, "
+        "written a segment at a time while recording and read lazily; for long traces)",
+    )
     command.add_argument(
         "--prefix",
         default="",
@@ -248,7 +266,13 @@ def add_trace_parsers(subparsers: Any) -> None:
     trace.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (a tensor backbone)")
     trace.add_argument("--seed", type=seed, default=0, help="sample stream seed (default 0)")
     trace.add_argument("--index", type=int, default=0, help="sample index within the stream (default 0)")
-    trace.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.safetensors)")
+    trace.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="where to write the trace: FILE.safetensors (one file), or a folder such as x.trace.zarr (a trace store, "
+        "written a segment at a time while recording and read lazily; for long traces)",
+    )
     trace.add_argument(
         "--param",
         type=task_param,

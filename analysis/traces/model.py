@@ -27,8 +27,9 @@ window does; only the memories, and a model that threads its own state, carry ac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,13 +39,15 @@ from torch import nn
 from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, score_positions, token_chunks, written_chunks
 from analysis.traces.segment_recorder import (
     Inputs,
+    LayerFields,
     joined_layers,
     layer_traces,
     layers_info,
     memory_chunk_size,
     record_segments,
 )
-from analysis.traces.trace import Trace, TraceError, check_volume_dtype
+from analysis.traces.store_writer import SegmentedTraceWriter, is_store_path
+from analysis.traces.trace import Trace, TraceError, check_volume_dtype, load_trace
 from analysis.traces.validation import MODEL_SOURCE
 from tensor_memory import streaming
 from tensor_memory.accelerator import model_device, resolve_device
@@ -121,38 +124,85 @@ def scored_segment(output: Any, targets: torch.Tensor) -> tuple[dict[str, np.nda
     return score_positions(logits[0], targets), classes
 
 
-def _run(
+def _segments(
     model: nn.Module,
     inputs: Inputs,
     N: int,
     segment: int,
     targets: torch.Tensor | None,
-    progress: bool | None,
-    cell_state: bool,
-    gates: bool,
-    volumes: str,
-):
-    """Feed the segments with the memories carried; returns (layer fields, per-position scores or None without
-    targets, classes)."""
-    recorded, scored, classes = [], [], 0
+    recording: dict[str, Any],
+) -> Iterator[tuple[int, LayerFields, dict[str, np.ndarray] | None, int]]:
+    """Feed the segments with the memories carried; yields per segment (its first position, its layer fields, its
+    per-position scores or None without targets, classes)."""
     with streaming(model):
-        for piece in record_segments(
-            model,
-            partial(call_model, model),
-            inputs,
-            N,
-            segment,
-            gates=gates,
-            cell_state=cell_state,
-            volumes=volumes,
-            progress=progress,
-        ):
-            recorded.append(piece.layers)
+        for piece in record_segments(model, partial(call_model, model), inputs, N, segment, **recording):
+            scores, classes = None, 0
             if targets is not None:
                 scores, classes = scored_segment(piece.output, targets[piece.start : piece.start + segment])
-                scored.append(scores)
-    joined = {key: np.concatenate([s[key] for s in scored]) for key in scored[0]} if scored else None
-    return joined_layers(recorded), joined, classes
+            yield piece.start, piece.layers, scores, classes
+
+
+def _in_memory(segments: Iterator, N: int, chunk_size: int, info: Any) -> Trace:
+    """The segments joined into one trace in memory."""
+    recorded, scored, classes = [], [], 0
+    for _, layers, scores, segment_classes in segments:
+        recorded.append(layers)
+        if scores is not None:
+            scored.append(scores)
+            classes = segment_classes
+    layers = joined_layers(recorded)
+    K = written_chunks(layers, N, chunk_size)
+    chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
+    per_token: dict[str, np.ndarray] = {}
+    if scored:
+        scores = {key: np.concatenate([s[key] for s in scored]) for key in scored[0]}
+        chunks = token_chunks(scores, chunk_size, K)
+        per_token = {key: scores[key] for key in PER_TOKEN}
+    return Trace(info(K, classes, layers), layer_traces(layers, 0, K), chunks, meta={}, per_token=per_token)
+
+
+def _to_store(segments: Iterator, N: int, segment: int, chunk_size: int, info: Any, writer: SegmentedTraceWriter):
+    """Each segment written to the store as it comes; the store opened lazily once complete."""
+    try:
+        for start, layers, scores, classes in segments:
+            n = min(segment, N - start)  # the segment's positions
+            k = written_chunks(layers, n, chunk_size)
+            chunks = {"scored": np.zeros(k, dtype=bool)}
+            per_token: dict[str, np.ndarray] = {}
+            if scores is not None:
+                chunks = token_chunks(scores, chunk_size, k)
+                per_token = {key: scores[key] for key in PER_TOKEN}
+            writer.add(layers, k, n, chunks, per_token, info(writer.chunks + k, classes, layers))
+        writer.finish(info(writer.chunks, classes, layers))
+    finally:
+        writer.close()
+    return load_trace(writer.path)
+
+
+def _header(
+    model: nn.Module,
+    name: str | None,
+    chunk_size: int,
+    N: int,
+    scored: bool,
+    volumes: str,
+    K: int,
+    classes: int,
+    layers: LayerFields,
+) -> dict[str, Any]:
+    """The trace's info for K chunks of ``layers`` scored against ``classes`` classes."""
+    return {
+        "source": MODEL_SOURCE,
+        "checkpoint_name": name or type(model).__name__,
+        "model": type(model).__name__,
+        "backbone": type(model).__name__,
+        "chunk_size": chunk_size,
+        "num_chunks": K,
+        "num_tokens": N,
+        "num_classes": max(classes, 1),
+        "outputs": "tokens" if scored else "none",
+        "layers": layers_info(layers, volumes, chunk_size),
+    }
 
 
 def trace_model(
@@ -168,6 +218,7 @@ def trace_model(
     cell_state: bool = True,
     progress: bool | None = None,
     device: str | torch.device | None = None,
+    out: str | Path | None = None,
 ) -> Trace:
     """Record every :class:`TensorMemory` of ``model`` on one input (see the module docstring).
 
@@ -175,6 +226,11 @@ def trace_model(
     ``gates=False`` / ``cell_state=False`` leave out the gate volumes / the cell state ``c``. ``device`` (auto, cpu,
     cuda, cuda:N): move the model there first, as ``model.to`` does; None: it runs where it is. The inputs are
     moved to the model's device; the trace is on the CPU either way.
+
+    ``out``: also write the trace there. A path ending in ``.safetensors`` gets one file (:meth:`Trace.save`); any
+    other path (a folder that must not exist yet, e.g. ``x.trace.zarr``) gets a trace store
+    (:mod:`analysis.traces.store_writer`) written a segment at a time as it is recorded, so the capture holds one
+    segment, not the whole trace, and the trace returned is the store opened lazily.
     """
     check_volume_dtype(volumes)
     if device is not None:
@@ -194,38 +250,24 @@ def trace_model(
     if tokens is not None and (len(tokens) != N or not all(isinstance(t, str) for t in tokens)):
         raise ValueError(f"trace_model: tokens must be {N} strings, one per position")
     wanted = None if targets is None else _targets(targets, N)
+    segment = segment or N
+    info = partial(_header, model, name, chunk_size, N, wanted is not None, volumes)
+    tokens = None if tokens is None else list(tokens)
+    store = None if out is None or not is_store_path(out) else SegmentedTraceWriter(out, tokens, segment // chunk_size)
+    recording = dict(gates=gates, cell_state=cell_state, volumes=volumes, progress=progress)
     was_training = model.training
     model.eval()
     try:
-        layers, scores, classes = _run(model, inputs, N, segment or N, wanted, progress, cell_state, gates, volumes)
+        segments = _segments(model, inputs, N, segment, wanted, recording)
+        if store is not None:
+            return _to_store(segments, N, segment, chunk_size, info, store)
+        trace = _in_memory(segments, N, chunk_size, info)
     finally:
         model.train(was_training)
-    K = written_chunks(layers, N, chunk_size)
-    info = {
-        "source": MODEL_SOURCE,
-        "checkpoint_name": name or type(model).__name__,
-        "model": type(model).__name__,
-        "backbone": type(model).__name__,
-        "chunk_size": chunk_size,
-        "num_chunks": K,
-        "num_tokens": N,
-        "num_classes": max(classes, 1),
-        "outputs": "none" if wanted is None else "tokens",
-        "layers": layers_info(layers, volumes, chunk_size),
-    }
-    chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
-    per_token: dict[str, np.ndarray] = {}
-    if scores is not None:
-        chunks = token_chunks(scores, chunk_size, K)
-        per_token = {key: scores[key] for key in PER_TOKEN}
-    return Trace(
-        info=info,
-        layers=layer_traces(layers, 0, K),
-        chunks=chunks,
-        meta={},
-        tokens=None if tokens is None else list(tokens),
-        per_token=per_token,
-    )
+    trace.tokens = tokens
+    if out is not None:
+        trace.save(out)
+    return trace
 
 
 __all__ = ["trace_model"]

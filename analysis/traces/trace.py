@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from analysis.traces.quantized import QuantizedVolumes
+from analysis.traces.store_reader import read_store
 from analysis.traces.summaries import summarize
 from analysis.traces.validation import (
     MAX_TRACE_BYTES,
@@ -97,6 +98,12 @@ class Trace:
         """The sequence positions of a chunk (the last chunk of a memory that pads ends at the last token)."""
         size = int(self.info.get("chunk_size", 1))
         return range(chunk * size, min((chunk + 1) * size, int(self.info.get("num_tokens", (chunk + 1) * size))))
+
+    @property
+    def incomplete(self) -> str | None:
+        """What is missing from a trace store whose capture was cut short ("cut short: N of M positions recorded"),
+        None for a complete trace."""
+        return self.info.get("incomplete")
 
     @property
     def is_model_trace(self) -> bool:
@@ -195,13 +202,17 @@ class Trace:
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read and validate a trace file written by :meth:`Trace.save`.
+    """Read and validate a trace file written by :meth:`Trace.save`, or open a trace store (a folder; see
+    :func:`~analysis.traces.store_reader.read_store`: its volumes are read when indexed).
 
     Raises :class:`TraceError` naming the file and the problem for anything malformed:
     not a safetensors file, a pickle, truncated or corrupt data, another format or version,
     missing or unexpected arrays, shapes that disagree, NaN or infinite values.
     """
     path = Path(path)
+    if path.is_dir():
+        info, arrays, summaries = read_store(path)
+        return dataclasses.replace(from_arrays(info, arrays), summaries=summaries)
     try:
         stored = read_safetensors(path, MAX_TRACE_BYTES, "the trace file", REDO)
     except FileFormatError as error:
@@ -228,10 +239,12 @@ def load_trace(path: str | Path) -> Trace:
     for name, (_, kind) in expected.items():
         check_values(path, name, arrays[name], kind)
     check_consistency(path, info, arrays)
-    return _from_arrays(info, arrays)
+    return from_arrays(info, arrays)
 
 
-def _from_arrays(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
+def from_arrays(info: dict[str, Any], arrays: dict[str, Any]) -> Trace:
+    """A trace from its checked header and arrays by file name (int8 codes and scales made one volume; a store's
+    volumes may be lazy arrays)."""
     layers = {}
     for name in info["layers"]:
         pre = f"layer/{name}/"
