@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import zarr
 
 from analysis import load_trace, trace_model
 from analysis.traces.store_writer import write_store
@@ -180,7 +181,6 @@ def rewrite_info(store: Path, change) -> None:
 
 def test_a_chunk_that_decompresses_beyond_its_size_or_holds_nan_is_refused_when_read(store):
     import numcodecs
-    import zarr
 
     bomb = store / "layer/blocks.1.memory/h/c.1.0.0.0.0"
     bomb.write_bytes(numcodecs.Zstd(level=1).encode(np.zeros(50_000_000, np.uint8)))  # 50 MB from a few KB
@@ -218,7 +218,8 @@ def run_killed(out: Path, after: int) -> None:
 
 def test_a_capture_killed_half_way_opens_up_to_its_last_complete_segment(tmp_path):
     run_killed(tmp_path / "t.zarr", after=2)  # 2 segments durable (6 chunks), the 3rd's arrays written past them
-    assert (tmp_path / "t.zarr/layer/blocks.0.memory/sigma/zarr.json").read_text().count("9") > 0
+    sigma = zarr.open_array(str(tmp_path / "t.zarr"), path="layer/blocks.0.memory/sigma", mode="r")[:]
+    assert (sigma[6:9] > 0).all()  # the 3rd segment's chunks are there, past what trace.json says is durable
     trace = load_trace(tmp_path / "t.zarr")
     assert trace.incomplete == "cut short: 18 of 38 positions recorded" and trace.num_chunks == 6
     whole = trace_model(backbone(), X, segment=9, volumes="int8", tokens=TOKENS, targets=TARGETS, progress=False)
@@ -264,8 +265,8 @@ def rss_growth(tmp_path: Path, memory: bool) -> float:
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KB on Linux")
 def test_a_stores_capture_memory_stays_flat_as_the_input_grows(tmp_path):
     in_memory, stored = rss_growth(tmp_path, True), rss_growth(tmp_path, False)
-    assert in_memory > 40, in_memory  # 50 MB of volumes more, held whole
-    assert stored < 10, stored  # one segment at a time
+    assert in_memory > 60, in_memory  # 50 MB of volumes more, held whole and copied once to join them
+    assert stored < 20, stored  # one segment at a time: what grows is the allocator's noise
 
 
 def test_the_trace_command_writes_a_store_for_a_folder(tmp_path, capsys):

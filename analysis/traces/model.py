@@ -253,16 +253,19 @@ def trace_model(
     segment = segment or N
     info = partial(_header, model, name, chunk_size, N, wanted is not None, volumes)
     tokens = None if tokens is None else list(tokens)
-    store = None if out is None or not is_store_path(out) else SegmentedTraceWriter(out, tokens, segment // chunk_size)
+    store = None
+    if out is not None and is_store_path(out):
+        store = SegmentedTraceWriter(out, tokens, segment // chunk_size, -(-N // chunk_size), N)
     recording = dict(gates=gates, cell_state=cell_state, volumes=volumes, progress=progress)
     was_training = model.training
     model.eval()
+    segments = _segments(model, inputs, N, segment, wanted, recording)
     try:
-        segments = _segments(model, inputs, N, segment, wanted, recording)
         if store is not None:
             return _to_store(segments, N, segment, chunk_size, info, store)
         trace = _in_memory(segments, N, chunk_size, info)
     finally:
+        segments.close()  # leaves streaming(model) now, also when recording stopped on an error
         model.train(was_training)
     trace.tokens = tokens
     if out is not None:

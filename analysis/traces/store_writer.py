@@ -60,7 +60,9 @@ class StoreWriter:
     """A new store at ``path`` (a folder that must not exist yet): named arrays appended or written whole, and the
     progress record."""
 
-    def __init__(self, path: str | Path, volume_rows: int = VOLUME_ROWS) -> None:
+    def __init__(self, path: str | Path, volume_rows: int = VOLUME_ROWS, capacity: dict[str, int] | None = None):
+        """``capacity``: the rows an appended array will likely reach, by its name's first part (``tokens``, …; else
+        ``""``): it is made that long at once, so appending writes chunks and no metadata (:meth:`trim` at the end)."""
         self.path = Path(path)
         if self.path.exists():
             raise ValueError(f"{self.path}: exists already; remove it or choose another name for the trace store")
@@ -68,7 +70,9 @@ class StoreWriter:
         self.store = LocalStore(self.path)
         zarr.create_group(store=self.store)
         self.volume_rows = volume_rows
+        self.capacity = capacity or {}
         self.arrays: dict[str, zarr.Array] = {}
+        self.rows: dict[str, int] = {}  # rows appended so far
 
     def _create(self, name: str, value: np.ndarray, shape: tuple[int, ...]) -> zarr.Array:
         row_bytes = int(np.prod(value.shape[1:])) * value.dtype.itemsize
@@ -92,8 +96,22 @@ class StoreWriter:
         """Each array's rows after those appended before (the first call creates it)."""
         for name, value in arrays.items():
             value = np.ascontiguousarray(value)
-            array = self.arrays.get(name) or self._create(name, value, (0, *value.shape[1:]))
-            array.append(value, axis=0)
+            if name not in self.rows:
+                size = self.capacity.get(name.split("/")[0], self.capacity.get("", 0))
+                self._create(name, value, (size, *value.shape[1:]))
+                self.rows[name] = 0
+            array, start = self.arrays[name], self.rows[name]
+            self.rows[name] = stop = start + len(value)
+            if stop > array.shape[0]:
+                array.resize((stop, *array.shape[1:]))
+            if len(value):
+                array[start:stop] = value
+
+    def trim(self) -> None:
+        """Every appended array cut to the rows appended (made longer at first than it came to be)."""
+        for name, rows in self.rows.items():
+            if self.arrays[name].shape[0] != rows:
+                self.arrays[name].resize((rows, *self.arrays[name].shape[1:]))
 
     def put(self, arrays: dict[str, np.ndarray]) -> None:
         """Each array written whole (replacing an earlier one of the same name)."""
@@ -118,9 +136,11 @@ class SegmentedTraceWriter:
     """A trace of sample row 0, written as its segments are recorded: each segment's layers, per-chunk scores and
     per-position scores appended, its summaries built on the way (``summary/<layer>/<name>``)."""
 
-    def __init__(self, path: str | Path, tokens: list[str] | None, segment_chunks: int) -> None:
+    def __init__(self, path: str | Path, tokens: list[str] | None, segment_chunks: int, chunks: int, positions: int):
+        """``chunks`` and ``positions``: how many the whole trace will likely hold (the arrays are made that long)."""
         aligned = math.gcd(segment_chunks, VOLUME_ROWS)  # whole zarr chunks a segment: none read back to append
-        self.writer = StoreWriter(path, aligned if aligned >= VOLUME_ROWS // 2 else VOLUME_ROWS)
+        rows = aligned if aligned >= VOLUME_ROWS // 2 else VOLUME_ROWS
+        self.writer = StoreWriter(path, rows, capacity={"tokens": positions, "": chunks})
         self.path = self.writer.path
         self.builders: dict[str, SummaryBuilder] = {}
         self.chunks = self.positions = 0
@@ -174,6 +194,7 @@ class SegmentedTraceWriter:
     def finish(self, info: dict[str, Any]) -> Path:
         """The summaries' totals, then the final header: the store is complete."""
         self.wait()
+        self.writer.trim()
         totals = {f"summary/{p}/{n}": v for p, b in self.builders.items() for n, v in b.totals().items()}
         self.writer.put(totals)
         self.writer.progress({**info, **self.text}, self.chunks, self.positions, complete=True)
