@@ -19,13 +19,17 @@ shows is printed (the app's status widget, each frame's counter and canvases). `
 the Plotly 3D view clicked before stepping. ``--trace FILE`` opens the app on a trace file instead (as
 ``tensor-memory app --trace``: a long one goes to the browser a page of 64 chunks at a time, and stepping turns
 back at the page's ends), and ``--page NAME`` steps on another page (e.g. Teach or Text, which draw the chunk
-their browser stepper reports on the server: a step there ends when the server has drawn it). Needs Debian's
-/usr/bin/chromium.
+their browser stepper reports on the server: a step there ends when the server has drawn it). ``--turns N`` on a
+long trace: after stepping, each session turns to the next page N times (the button above the stepper) and goes to
+N chunks of other pages ("Go to chunk", typed): each timed from the click (or Enter) until the stepper shows the new
+chunk and the browser has painted. ``--root DIR`` runs the app of another checkout (e.g. a git worktree of an
+earlier commit) with this benchmark. Needs Debian's /usr/bin/chromium.
 
     .venv/bin/python benchmarks/app_browser.py --sessions 1 --steps 20
     .venv/bin/python benchmarks/app_browser.py --sessions 8 --steps 10 --runs 3
     .venv/bin/python benchmarks/app_browser.py --launcher plain --open-after 0
     .venv/bin/python benchmarks/app_browser.py --trace long.trace.safetensors --page Text
+    .venv/bin/python benchmarks/app_browser.py --trace long.trace.safetensors --turns 10
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import re
 import socket
 import statistics
@@ -99,6 +104,20 @@ def parse_args() -> argparse.Namespace:
         metavar="NAME",
         help="step on this page, by its link's name (e.g. Text), instead of the page the app opens on",
     )
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=0,
+        metavar="N",
+        help="on a long trace: after stepping, turn to the next page N times and go to N chunks of other pages",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        metavar="DIR",
+        help="run the app of this checkout (default this one), e.g. a git worktree of an earlier commit",
+    )
     return p.parse_args()
 
 
@@ -117,10 +136,12 @@ def peak_memory_gb(pid: int) -> float:
 LAUNCHERS = {"prepared": ["-m", "app"], "plain": ["-m", "streamlit", "run", "app/main.py"]}
 
 
-def start_server(launcher: str = "prepared", trace: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """The server as ``make run`` starts it (``python -m app``: the opening page prepared while it starts), or
-    as plain ``streamlit run app/main.py``, opened on ``trace`` when given; returns once it answers its health
-    check."""
+def start_server(
+    launcher: str = "prepared", trace: Path | None = None, root: Path = ROOT
+) -> tuple[subprocess.Popen, str]:
+    """The server of the checkout ``root`` as ``make run`` starts it (``python -m app``: the opening page prepared
+    while it starts), or as plain ``streamlit run app/main.py``, opened on ``trace`` when given; returns once it
+    answers its health check."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -135,7 +156,7 @@ def start_server(launcher: str = "prepared", trace: Path | None = None) -> tuple
             "--browser.gatherUsageStats",
             "false",
         ],
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **({TRACE_ENV: str(trace.resolve())} if trace else {})},
@@ -247,6 +268,62 @@ async def step(page, steps: int, patience: float) -> tuple[list[float], str]:
     return times, ""
 
 
+SHOWN = "() => [(document.getElementById('counter') || {}).textContent || '', view.payload.offset, view.payload.count]"
+PAGE_BUTTON = re.compile(r"Chunks (\d+)–(\d+)")
+
+
+async def showing(page, chunk: int):
+    """Until the page's stepper (its frame may be a new one) shows ``chunk``; returns its frame."""
+    while True:
+        where = stepper(page)
+        try:
+            text = (await where.evaluate(SHOWN))[0] if where is not None else ""
+        except Exception:  # noqa: BLE001 (a frame replaced while it was read)
+            text = ""
+        found = COUNTER.search(text)
+        if found and int(found.group(1)) == chunk:
+            return where
+        await page.wait_for_timeout(20)
+
+
+async def one_turn(page, jump: bool, rng: random.Random) -> float:
+    """Seconds for one move of the server's on a long trace: to the next page (the previous one from the last), or
+    (``jump``) to a chunk of another page typed into "Go to chunk"; until the stepper shows it, painted."""
+    text, offset, count = await stepper(page).evaluate(SHOWN)
+    total = int(COUNTER.search(text).group(2)) + 1
+    if jump:
+        chunk = rng.choice([k for k in range(total) if not offset <= k < offset + count])
+        field = page.get_by_label("Go to chunk")
+        await field.fill(str(chunk))
+        start = time.perf_counter()
+        await field.press("Enter")
+    else:
+        buttons = [b for b in await page.get_by_role("button", name=PAGE_BUTTON).all() if await b.is_enabled()]
+        spans = [(b, [int(v) for v in PAGE_BUTTON.search(await b.inner_text()).groups()]) for b in buttons]
+        later = [(b, first) for b, (first, _) in spans if first > offset]  # its first chunk is shown
+        button, chunk = later[0] if later else (spans[0][0], spans[0][1][1])  # the previous page's last
+        start = time.perf_counter()
+        await button.click()
+    await painted(await showing(page, chunk))
+    seconds = time.perf_counter() - start
+    await settle(page)  # the run that moved it ends before the next move
+    return seconds
+
+
+async def turn(page, turns: int, seed: int) -> list[float]:
+    """Seconds per page turn (``turns`` of them), then per go-to-chunk (as many): one list of each, in order."""
+    rng = random.Random(seed)
+    return [await one_turn(page, False, rng) for _ in range(turns)] + [
+        await one_turn(page, True, rng) for _ in range(turns)
+    ]
+
+
+def percentiles(times: list[float]) -> tuple[float, float]:
+    """(p50, p95) of ``times``, nan for none."""
+    every = sorted(times) or [float("nan")]
+    return statistics.median(every), every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))]
+
+
 async def open_session(browser, url: str, args: argparse.Namespace) -> tuple[object, float, str]:
     """A new session (a browser context) and the seconds until its first page is drawn; or why it was not drawn
     within ``--patience``."""
@@ -296,7 +373,7 @@ async def one_run(args: argparse.Namespace) -> dict[str, object]:
 
     sessions, steps = args.sessions, args.steps
     launched = time.perf_counter()
-    server, url = start_server(args.launcher, args.trace)
+    server, url = start_server(args.launcher, args.trace, args.root)
     up = time.perf_counter() - launched
     try:
         async with async_playwright() as playwright:
@@ -310,19 +387,24 @@ async def one_run(args: argparse.Namespace) -> dict[str, object]:
                 *(step(page, steps, args.patience) for page, _, error in opened if not error)
             )
             cpu = cpu_seconds(server.pid) - cpu_before
+            turned = await asyncio.gather(
+                *(turn(page, args.turns, seed) for seed, (page, _, error) in enumerate(opened) if not error)
+            )
             memory = peak_memory_gb(server.pid)
             await browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
     errors = [error for _, _, error in opened if error] + [error for _, error in stepped if error]
-    every = sorted(t for times, _ in stepped for t in times) or [float("nan")]
+    p50, p95 = percentiles([t for times, _ in stepped for t in times])
     return {
         "up": up,
         "first": [d for _, d, error in opened if not error] or [float("nan")],
         "errors": errors,
-        "p50": statistics.median(every),
-        "p95": every[min(len(every) - 1, int(round(0.95 * (len(every) - 1))))],
+        "p50": p50,
+        "p95": p95,
+        "turns": percentiles([t for times in turned for t in times[: args.turns]]),
+        "jumps": percentiles([t for times in turned for t in times[args.turns :]]),
         "first5": statistics.mean([statistics.mean(t[:5]) for t, _ in stepped if t] or [float("nan")]),
         "last5": statistics.mean([statistics.mean(t[-5:]) for t, _ in stepped if t] or [float("nan")]),
         "cpu_per_step": cpu / max(1, sum(len(t) for t, _ in stepped)),
@@ -340,6 +422,8 @@ def main() -> None:
         f"{args.open_after:g} s after it answers"
         + (f"; trace {args.trace}" if args.trace else "")
         + (f"; stepping on {args.page}" if args.page else "")
+        + (f"; {args.turns} page turns and {args.turns} go-to-chunks a session" if args.turns else "")
+        + (f"; the app of {args.root}" if args.root != ROOT else "")
         + "\n"
     )
     print(
@@ -355,6 +439,9 @@ def main() -> None:
             f"{r['memory_gb']:.2f} | {len(r['errors'])} |",
             flush=True,
         )
+        if args.turns:
+            print("  next page p50 / p95 (s): {:.2f} / {:.2f}".format(*r["turns"]), flush=True)
+            print("  go to chunk p50 / p95 (s): {:.2f} / {:.2f}".format(*r["jumps"]), flush=True)
         for error in r["errors"]:
             print(f"  run {run}, a session: {error}", flush=True)
 

@@ -36,8 +36,9 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import capture
 from analysis.figures.annotations import key_chunk
-from analysis.figures.chunk_input import chunk_outcome, prediction_card
+from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, prediction_card
 from analysis.figures.state import POINT_FLOOR
+from analysis.figures.stepped import figure_json
 from analysis.figures.views import slice_index
 from analysis.measures.compare import checkpoint_summary
 from analysis.measures.interventions import intervene
@@ -218,7 +219,7 @@ def test_every_page_renders_its_content(default_trace):
     assert {"heading": "Belief frame by frame"} in sent["rows"]  # the frames step in the browser
     assert not any(b.key in ("previous", "next", "play") for b in at.button)
     for k in range(K):  # every frame's belief window, its numbers and the memory's energy go at once
-        titles = " ".join(a["text"] for a in sent["views"]["belief"][k]["layout"]["annotations"])
+        titles = " ".join(a["text"] for a in figure(sent, "belief", k)["layout"]["annotations"])
         assert all(f"frame {j}" in titles for j in frames_around(k, BELIEF_FRAMES, K)) and f"frame {k}" in titles
         assert f"{b['truth_probability'][k]:.1%}" in sent["views"]["belief_card"][k]
         z = slice_index(default_trace, None, k, "write")[0]  # the slices go through the chunk's write
@@ -281,6 +282,10 @@ def test_diagnose_steps_two_checkpoints_through_one_sample_together(default_trac
     for k in range(K):
         assert sent["views"]["a_card"][k] == prediction_card(chunk_outcome(default_trace, k), True)
         assert sent["views"]["b_card"][k] == prediction_card(chunk_outcome(base, k), True)
+        for side, run in (("a", default_trace), ("b", base)):  # drawn once, each chunk's values put in
+            expected = figure_json(chunk_input_figure(run, k))
+            expected["layout"].pop("template", None)  # the payload sends it once
+            assert figure(sent, f"{side}_input", k) == expected, (side, k)
         shown = drawn_volume(figure(sent, "a_volume", k), series.values[k].shape)
         held = ~np.isnan(shown)
         np.testing.assert_allclose(shown[held], series.values[k][held], rtol=1e-5)

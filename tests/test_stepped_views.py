@@ -11,16 +11,18 @@ from app_helpers import CHECKPOINTS, figure
 
 from analysis import capture
 from analysis.figures.annotations import annotation_figure, key_chunk
+from analysis.figures.chunk_input import chunk_input_figure
 from analysis.figures.occlusion_views import energy_figure
 from analysis.figures.state import VOLUME_KINDS, slices_figure
 from analysis.figures.stepped import figure_json
+from analysis.figures.timeline import belief_figure
 from analysis.figures.views import explore_figures, slice_index
-from analysis.measures.occlusion import belief, memory_energy
+from analysis.measures.occlusion import belief, frames_around, memory_energy
 from analysis.measures.volumes import MODES, state_series
 from app.browser_stepper import shared_template
 from app.paging import opening_chunk, stepping_span
 from app.views.explore import explore_payload
-from app.views.occlusion import occlusion_payload
+from app.views.occlusion import BELIEF_FRAMES, occlusion_payload
 
 FRAMES = 150  # three pages
 SPAN = (64, 127)
@@ -46,7 +48,7 @@ def test_explore_sends_the_figures_the_builders_draw_at_each_chunk(long_trace, k
     name = long_trace.layer_names[-1]
     series = state_series(long_trace.layer(name), "h", mode, 1, SPAN)
     sent = explore_payload(long_trace, "s", name, series, kind, "read", span=SPAN).to_json()
-    assert set(sent["drawn"]) == {"track", "timeline", "volume", "slices", "trajectory", "sigma", "gates"}
+    assert set(sent["drawn"]) == {"track", "input", "timeline", "volume", "slices", "trajectory", "sigma", "gates"}
     for k in CHUNKS:
         expected = {n: alone(f) for n, f in explore_figures(long_trace, k, name, series, kind, "read", SPAN).items()}
         expected["track"] = alone(annotation_figure(long_trace, k, SPAN))
@@ -58,13 +60,35 @@ def test_occlusion_sends_the_figures_the_builders_draw_at_each_chunk(long_trace)
     """(Diagnose's comparison runs its page on import: tests/test_app.py drives it, its volumes against the series.)"""
     name = long_trace.layer_names[-1]
     sent = occlusion_payload(long_trace, "s", name, True, SPAN).to_json()
-    occluded = belief(long_trace)["occluded"]
+    b = belief(long_trace)
+    occluded = b["occluded"]
     energy = memory_energy(long_trace.layer(name))  # (K, D, H, W)
     for k in CHUNKS:
         assert figure(sent, "energy", k) == alone(energy_figure(long_trace.layer(name), k, occluded, SPAN))
         through = slice_index(long_trace, name, k, "write")
         assert figure(sent, "energy_slices", k) == alone(slices_figure(energy[k], through)), k
-        assert figure(sent, "belief", k)["data"]  # drawn for each chunk, as before
+        frames = frames_around(k, BELIEF_FRAMES, FRAMES)
+        beliefs = (b["probs"].reshape(FRAMES, -1), b["truth"], b["occluded"], b["probs"].shape[1])
+        assert figure(sent, "belief", k) == alone(belief_figure(*beliefs, frames=frames)), k
+
+
+def test_a_language_traces_tokens_are_sent_as_the_builder_draws_them():
+    """Tokens with a target and without one (here every other token of chunk 65 loses its target): two traces,
+    one hidden where it has no tokens, so that every chunk's figure has the drawn one's structure."""
+    recorded = capture(CHECKPOINTS / "language_modelling-tensor", seq_len=1280, progress=False)  # 80 chunks
+    targets = recorded.per_token["target"].copy()
+    targets[recorded.chunk_positions(65)[::2]] = -1
+    trace = dataclasses.replace(recorded, per_token={**recorded.per_token, "target": targets})
+    span = (64, 79)
+    sent = explore_payload(trace, "s", trace.layer_names[-1], None, "volume", "write", span=span).to_json()
+    assert "input" in sent["drawn"]
+    for k in (64, 65, 66, 79):
+        expected = alone(chunk_input_figure(trace, k))
+        assert figure(sent, "input", k) == expected, k
+        words = sorted((int(p), w) for d in expected["data"] if d["visible"] for p, w in d["customdata"])
+        assert words == [(p, trace.tokens[p]) for p in trace.chunk_positions(k)]  # every token once
+    assert [d["visible"] for d in figure(sent, "input", 64)["data"]] == [False, True]
+    assert [d["visible"] for d in figure(sent, "input", 65)["data"]] == [True, True]
 
 
 class PageOnly:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from app_helpers import CHECKPOINTS, chart, ok, payload, start, values
+from app_helpers import CHECKPOINTS, chart, figure, ok, payload, start, values
 
 from analysis import capture
 from analysis.figures.annotations import chunk_events
@@ -288,7 +288,7 @@ def check_video_page(at, path: Path) -> None:
     sent, k = payload(at), int(at.session_state["chunk"])  # the frames step in the browser: every frame's views
     for shown_at in (k, sample.num_chunks - 1):
         first = int(np.clip(shown_at - 4, 0, max(sample.num_chunks - 8, 0)))
-        position = sent["views"]["belief"][shown_at]
+        position = figure(sent, "belief", shown_at)
         np.testing.assert_allclose(values(position["data"][0]["z"]).ravel(), b["probs"][first].ravel(), rtol=1e-6)
     identity = sent["views"]["identity"][k]
     np.testing.assert_allclose(values(identity["data"][0]["z"]), b["identity_probs"].T, rtol=1e-6)

@@ -4,7 +4,8 @@
 occlusion frame (with the occluder, the true and the predicted ball), the coordinate-binding
 tokens in key space, the map observation beside the hidden map, the counter sequence.
 :func:`chunk_outcome` gives the prediction, the truth and their probability in words, and
-:func:`prediction_card` those words as the app's card (HTML).
+:func:`prediction_card` those words as the app's card (HTML). A model's tokens and a task's frames differ from
+chunk to chunk only in values: :func:`chunk_input_leaves` gives them (see ``analysis.figures.stepped``).
 A chunk's prediction is the model's at the chunk's last scored token, as in the trace.
 """
 
@@ -19,6 +20,9 @@ from plotly.subplots import make_subplots
 
 from analysis import figures
 from analysis.figures.images import HIDDEN_GREY, patch_box, picture
+from analysis.figures.stepped import Leaves
+from analysis.figures.timeline import frame_leaves
+from analysis.figures.tokens import tokens_figure, tokens_leaves
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
 from tensor_memory.tasks.masked_patches import hidden_pixels
@@ -171,27 +175,31 @@ def prediction_card(outcome: dict[str, Any], predicts: bool) -> str:
     )
 
 
-def _occlusion_figure(trace: Trace, k: int, box: int | None = None, thing: str = "the ball") -> go.Figure:
-    """The frame with the curtain, the true and the predicted ``box`` × ``box`` object (default the ball)."""
+def _frame_arguments(trace: Trace, k: int) -> dict[str, Any]:
+    """:func:`figures.frame_figure`'s arguments at chunk ``k``: the frame with the curtain, the true and the predicted
+    ball (or the moving digit, its 8 × 8 box)."""
     params, meta = trace.info["task_params"], trace.meta
     frame = _frame_index(trace, k)
     size = int(params["size"])
     cell = int(trace.chunks["prediction"][k]) % (size * size)  # a class is identity · size² + cell
-    prediction = divmod(cell, size) if trace.chunks["scored"][k] else None
+    digits = trace.info["task"] == "moving_digits"
+    thing = f"the digit ({int(meta['digit'])})" if digits else "the ball"
     occluded = bool(meta["occluded"][frame])
-    title = f"frame {frame}" + (f" · occluded: {thing} is behind the curtain" if occluded else "")
-    return figures.frame_figure(
-        meta["frames"][frame],
+    return dict(
+        frame=meta["frames"][frame],
         truth=tuple(meta["positions"][frame]),
-        prediction=prediction,
-        title=title,
-        ball=int(params["ball"]) if box is None else box,
+        prediction=divmod(cell, size) if trace.chunks["scored"][k] else None,
+        title=f"frame {frame}" + (f" · occluded: {thing} is behind the curtain" if occluded else ""),
+        ball=DIGIT if digits else int(params["ball"]),
     )
 
 
-def _digits_figure(trace: Trace, k: int) -> go.Figure:
-    """The moving-digits frame: the occlusion frame with the digit's 8 × 8 boxes."""
-    return _occlusion_figure(trace, k, box=DIGIT, thing=f"the digit ({int(trace.meta['digit'])})")
+def _frame_figure(trace: Trace, k: int) -> go.Figure:
+    return figures.frame_figure(**_frame_arguments(trace, k))
+
+
+def _frame_leaves(trace: Trace, k: int) -> Leaves:
+    return frame_leaves(**_frame_arguments(trace, k))
 
 
 def _binding_figure(trace: Trace, k: int) -> go.Figure:
@@ -349,8 +357,8 @@ def _patches_figure(trace: Trace, k: int) -> go.Figure:
 
 
 BUILDERS = {
-    "occlusion": _occlusion_figure,
-    "moving_digits": _digits_figure,
+    "occlusion": _frame_figure,
+    "moving_digits": _frame_figure,
     "coordinate_binding": _binding_figure,
     "map_building": _map_figure,
     "no_harm": _counter_figure,
@@ -358,67 +366,20 @@ BUILDERS = {
 }
 
 
-TOKENS_PER_ROW = 6  # a chunk's tokens wrap at this many per row
-TOKEN_CHARS = 9  # longer tokens are cut, with "…", in the cells (the hover shows them whole)
+LEAVES = {"occlusion": _frame_leaves, "moving_digits": _frame_leaves}  # inputs drawn once, patched per chunk
 
 
-def _token_cells(trace: Trace, positions: np.ndarray, x: np.ndarray, y: np.ndarray, coloured: bool) -> go.Scatter:
-    """Tokens as labelled cells, coloured by p(target) when ``coloured``, else grey."""
-    words = [trace.tokens[i] if trace.tokens is not None else str(i) for i in positions]
-    shown = [w if len(w) <= TOKEN_CHARS else w[: TOKEN_CHARS - 1] + "…" for w in words]
-    colour = trace.per_token["p_target"][positions].astype(float) if coloured else "#e8eef6"
-    return go.Scatter(
-        x=x,
-        y=y,
-        mode="markers+text",
-        text=shown,
-        customdata=np.stack([positions, words], axis=1),
-        showlegend=False,
-        textfont=dict(size=12, color="#000000"),
-        marker=dict(
-            size=34,
-            symbol="square",
-            color=colour,
-            colorscale="RdYlGn",
-            cmin=0.0,
-            cmax=1.0,
-            showscale=coloured,
-            colorbar=dict(title="p(target)", thickness=10),
-        ),
-        hovertemplate="position %{customdata[0]}: %{customdata[1]}"
-        + ("<br>p(target) %{marker.color:.3f}" if coloured else "")
-        + "<extra></extra>",
-    )
-
-
-def tokens_figure(trace: Trace, chunk: int) -> go.Figure:
-    """A trace of someone's model: the chunk's tokens in reading order, :data:`TOKENS_PER_ROW` to a row,
-    coloured by p(target) where the trace has targets (grey where a position has none); the positions
-    alone when no tokens were recorded."""
-    positions = np.array(trace.chunk_positions(chunk))
-    order = np.arange(len(positions))
-    x, y = order % TOKENS_PER_ROW, order // TOKENS_PER_ROW
-    targets = trace.per_token.get("target")
-    scored = np.zeros(len(positions), bool) if targets is None else targets[positions] >= 0
-    fig = go.Figure()
-    for part, coloured in ((~scored, False), (scored, True)):
-        if part.any():
-            fig.add_trace(_token_cells(trace, positions[part], x[part], y[part], coloured))
-    title = f"chunk {chunk}: its tokens" + ("" if trace.tokens is not None else " (positions; no tokens recorded)")
-    return figures.finish(
-        fig,
-        title,
-        xaxis=dict(visible=False, range=[-0.6, TOKENS_PER_ROW - 0.4]),
-        yaxis=dict(visible=False, autorange="reversed"),
-    )
+def _tokens_shown(trace: Trace) -> bool:
+    """Whether the input is drawn as tokens: a model's trace, or a task without a picture whose tokens were recorded."""
+    return trace.is_model_trace or (trace.info.get("task") not in BUILDERS and trace.tokens is not None)
 
 
 def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
-    """The chunk's input drawn for its task (a note for tasks without a picture)."""
+    """The chunk's input drawn for its task, or its tokens (a note for tasks without a picture or tokens)."""
     k = _check(trace, chunk)
-    builder: Any | None = BUILDERS.get(trace.info.get("task"))
-    if trace.is_model_trace:
+    if _tokens_shown(trace):
         return tokens_figure(trace, k)
+    builder: Any | None = BUILDERS.get(trace.info.get("task"))
     if builder is None:
         fig = go.Figure()
         fig.add_annotation(text=f"no picture of the input for task {trace.info.get('task')!r}", showarrow=False)
@@ -426,4 +387,27 @@ def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
     return builder(trace, k)
 
 
-__all__ = ["chunk_input_figure", "chunk_outcome", "class_label", "prediction_card"]
+def input_has_leaves(trace: Trace) -> bool:
+    """Whether the trace's input figures differ from chunk to chunk only in values (:func:`chunk_input_leaves`):
+    tokens, a task's frames, a note; other tasks' figures differ in their traces and are drawn for each chunk."""
+    return _tokens_shown(trace) or trace.info.get("task") not in BUILDERS or trace.info.get("task") in LEAVES
+
+
+def chunk_input_leaves(trace: Trace, chunk: int) -> Leaves:
+    """What differs in :func:`chunk_input_figure` at ``chunk`` from the trace's figure at another chunk (see
+    ``analysis.figures.stepped``), for a trace that :func:`input_has_leaves`."""
+    k = _check(trace, chunk)
+    if _tokens_shown(trace):
+        return tokens_leaves(trace, k)
+    task = trace.info.get("task")
+    return LEAVES[task](trace, k) if task in LEAVES else Leaves({("layout", "title", "text"): f"chunk {k}"})
+
+
+__all__ = [
+    "chunk_input_figure",
+    "chunk_input_leaves",
+    "chunk_outcome",
+    "class_label",
+    "input_has_leaves",
+    "prediction_card",
+]

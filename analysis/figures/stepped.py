@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,20 @@ def figure_json(fig: go.Figure) -> dict[str, Any]:
     return json.loads(fig.to_json())
 
 
+def _native(value: Any) -> bool:
+    """Whether ``value`` is written to JSON as it is: text, a whole number, a finite float, True, False, None."""
+    return value is None or type(value) in (str, bool, int) or (type(value) is float and math.isfinite(value))
+
+
 def _plain(value: Any) -> Any:
     """``value`` as ``fig.to_json()`` writes it inside a figure: numbers, text, arrays as typed-array objects
     (plotly's own conversion for the rare int64 ones; its checks of other libraries' frames cost more than the
-    rest of a chunk's leaves)."""
+    rest of a chunk's leaves); Python's own text, whole numbers, finite floats and None as they are, and lists of
+    them, and arrays of text as lists."""
+    if _native(value) or (type(value) is list and all(map(_native, value))):
+        return value
+    if isinstance(value, np.ndarray) and value.dtype.kind == "U":
+        return value.tolist()
     if isinstance(value, np.ndarray) and value.size and str(value.dtype) in plotlyjsShortTypes:
         array = np.ascontiguousarray(value)
         typed = {"dtype": plotlyjsShortTypes[str(array.dtype)], "bdata": base64.b64encode(array).decode("ascii")}

@@ -17,6 +17,7 @@ from analysis.figures.base import (
     flag_runs,
     mark_current,
 )
+from analysis.figures.stepped import Leaves
 from analysis.measures.checks import check_array, check_index
 from analysis.measures.images import chunk_errors
 from analysis.traces.trace import Trace
@@ -160,15 +161,11 @@ def _error_timeline(trace: Trace, current: int, span: tuple[int, int] | None) ->
     )
 
 
-def belief_figure(
-    probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16, frames: Sequence[int] | None = None
-) -> go.Figure:
-    """The predicted position distribution of each frame as a (size, size) heatmap, truth marked.
-
-    ``probs`` (T, size²) with class ``y * size + x``; ``positions`` (T, 2) the true (y, x);
-    ``occluded`` (T,) puts "occluded" in a frame's title. ``frames`` picks which frames to show
-    (default all). One colour scale from 0 to the largest probability shown.
-    """
+def _belief_values(
+    probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int, frames: Sequence[int] | None
+) -> tuple[list[str], list[dict], float]:
+    """What :func:`belief_figure` shows of the frames chosen: their titles, per frame the heatmap's and the truth
+    marker's values, and the colour scale's top."""
     probs = check_array(probs, 2, "probs", f"(T, {size * size})")
     if probs.shape[1] != size * size:
         raise ValueError(f"probs must have shape (T, {size * size}) for size {size}, got {tuple(probs.shape)}")
@@ -184,29 +181,47 @@ def belief_figure(
     if not shown:
         raise ValueError("frames must name at least one frame")
     titles = [f"frame {t}" + (" · occluded" if occluded[t] else "") for t in shown]
+    columns = [
+        {
+            "heatmap": {
+                "z": probs[t].reshape(size, size),
+                "hovertemplate": f"frame {t}<br>x %{{x}}, y %{{y}}<br>p = %{{z:.3f}}<extra></extra>",
+            },
+            "truth": {
+                "x": [int(positions[t, 1])],
+                "y": [int(positions[t, 0])],
+                "hovertemplate": f"frame {t}: truth at x %{{x}}, y %{{y}}<extra></extra>",
+            },
+        }
+        for t in shown
+    ]
+    high = float(probs[shown].max())
+    return titles, columns, high if high > 0 else 1.0
+
+
+def belief_figure(
+    probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16, frames: Sequence[int] | None = None
+) -> go.Figure:
+    """The predicted position distribution of each frame as a (size, size) heatmap, truth marked.
+
+    ``probs`` (T, size²) with class ``y * size + x``; ``positions`` (T, 2) the true (y, x);
+    ``occluded`` (T,) puts "occluded" in a frame's title. ``frames`` picks which frames to show
+    (default all). One colour scale from 0 to the largest probability shown.
+    """
+    titles, columns, high = _belief_values(probs, positions, occluded, size, frames)
     fig = make_subplots(
-        rows=1, cols=len(shown), subplot_titles=titles, horizontal_spacing=min(0.02, 1 / max(len(shown) - 1, 1))
+        rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=min(0.02, 1 / max(len(titles) - 1, 1))
     )
-    for col, t in enumerate(shown, start=1):
-        fig.add_trace(
-            go.Heatmap(
-                z=probs[t].reshape(size, size),
-                coloraxis="coloraxis",
-                hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}<br>p = %{{z:.3f}}<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
+    for col, values in enumerate(columns, start=1):
+        fig.add_trace(go.Heatmap(**values["heatmap"], coloraxis="coloraxis"), row=1, col=col)
         fig.add_trace(
             go.Scatter(
-                x=[positions[t, 1]],
-                y=[positions[t, 0]],
+                **values["truth"],
                 mode="markers",
                 name="truth",
                 legendgroup="truth",
                 showlegend=col == 1,
                 marker=dict(symbol="circle-open", size=10, color=TRUTH_COLOUR, line=dict(width=2)),
-                hovertemplate=f"frame {t}: truth at x %{{x}}, y %{{y}}<extra></extra>",
             ),
             row=1,
             col=col,
@@ -220,16 +235,42 @@ def belief_figure(
             row=1,
             col=col,
         )
-    high = float(probs[shown].max())
     fig.update_annotations(font_size=11)
     return finish(
         fig,
         "belief: predicted position per frame (○ truth)",
         height=230,
-        coloraxis=dict(
-            colorscale=COLORSCALE, cmin=0.0, cmax=high if high > 0 else 1.0, colorbar=dict(title="p", thickness=10)
-        ),
+        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=high, colorbar=dict(title="p", thickness=10)),
     )
+
+
+def belief_leaves(
+    probs: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16, frames: Sequence[int] | None = None
+) -> Leaves:
+    """What differs in :func:`belief_figure` from the same figure of as many other ``frames`` of the clip: each
+    frame's values and title, the colour scale's top (see ``analysis.figures.stepped``)."""
+    titles, columns, high = _belief_values(probs, positions, occluded, size, frames)
+    leaves = Leaves({("layout", "coloraxis", "cmax"): high})
+    for col, (title, values) in enumerate(zip(titles, columns, strict=True)):
+        leaves[("layout", "annotations", col, "text")] = title
+        for index, trace in enumerate(("heatmap", "truth")):
+            leaves |= {("data", 2 * col + index, key): value for key, value in values[trace].items()}
+    return leaves
+
+
+def box_outline(position: Sequence[int], side: int, frame: int | None = None) -> tuple[list, list]:
+    """The (x, y) points of :func:`object_box`'s outline: each copy's corners, the copies apart by None."""
+    y, x = (int(v) for v in position)
+    rows = (0, frame) if frame and y + side > frame else (0,)
+    cols = (0, frame) if frame and x + side > frame else (0,)
+    xs: list = []
+    ys: list = []
+    for dy in rows:
+        for dx in cols:
+            top, left = y - dy - 0.5, x - dx - 0.5
+            xs += [None, left, left + side, left + side, left, left]
+            ys += [None, top, top, top + side, top + side, top]
+    return xs[1:], ys[1:]
 
 
 def object_box(
@@ -242,25 +283,33 @@ def object_box(
     """
     if len(position) != 2:
         raise ValueError(f"{name} must be (y, x), got {tuple(position)}")
-    y, x = (int(v) for v in position)
-    rows = (0, frame) if frame and y + side > frame else (0,)
-    cols = (0, frame) if frame and x + side > frame else (0,)
-    xs: list = []
-    ys: list = []
-    for dy in rows:
-        for dx in cols:
-            top, left = y - dy - 0.5, x - dx - 0.5
-            xs += [None, left, left + side, left + side, left, left]
-            ys += [None, top, top, top + side, top + side, top]
+    xs, ys = box_outline(position, side, frame)
     return go.Scatter(
-        x=xs[1:],
-        y=ys[1:],
+        x=xs,
+        y=ys,
         mode="lines",
         name=name,
         legendgroup=name,
         line=dict(color=colour, width=3, dash=dash),
         hoverinfo="name",
     )
+
+
+def _placed(position: Sequence[int] | None) -> Sequence[int]:
+    """Where a box without a position is drawn, hidden."""
+    return (0, 0) if position is None else position
+
+
+def _frame_values(frame: np.ndarray, truth: Sequence[int] | None, prediction: Sequence[int] | None, ball: int):
+    """What differs between frames of :func:`frame_figure`: the heatmap's values, each box's points and whether
+    it shows (a box without a position is drawn hidden, so that every frame's figure has the same traces)."""
+    image = check_array(frame, 2, "frame", "(S, S)").astype(np.float32)
+    heatmap = {"z": image, "zmin": min(0.0, float(image.min())), "zmax": max(1.0, float(image.max()))}
+    boxes = []
+    for position in (truth, prediction):
+        xs, ys = box_outline(_placed(position), ball, image.shape[0])
+        boxes.append({"x": xs, "y": ys, "visible": position is not None})
+    return image.shape, heatmap, boxes
 
 
 def frame_figure(
@@ -274,26 +323,38 @@ def frame_figure(
 
     ``truth`` and ``prediction`` are the top-left pixel (y, x) of a ``ball`` × ``ball`` ball (or digit),
     which wraps at the frame's edges as its box does; truth is a solid green square, prediction a dashed
-    orange one. Grey levels span [0, 1] (wider if the frame's values do).
+    orange one (hidden where None). Grey levels span [0, 1] (wider if the frame's values do).
     """
-    image = check_array(frame, 2, "frame", "(S, S)").astype(np.float32)
-    rows, cols = image.shape
+    (rows, cols), heatmap, boxes = _frame_values(frame, truth, prediction, ball)
     fig = go.Figure(
         go.Heatmap(
-            z=image,
+            **heatmap,
             colorscale=[[0.0, "black"], [1.0, "white"]],
             showscale=False,
-            zmin=min(0.0, float(image.min())),
-            zmax=max(1.0, float(image.max())),
             hovertemplate="x %{x}, y %{y}<br>%{z:.2f}<extra></extra>",
         )
     )
-    for name, position, colour, dash in (
-        ("truth", truth, TRUTH_COLOUR, "solid"),
-        ("prediction", prediction, PREDICTION_COLOUR, "dash"),
-    ):
-        if position is not None:
-            fig.add_trace(object_box(name, position, ball, colour, dash, frame=rows))
+    named = (("truth", truth, TRUTH_COLOUR, "solid"), ("prediction", prediction, PREDICTION_COLOUR, "dash"))
+    for (name, position, colour, dash), box in zip(named, boxes, strict=True):
+        box_trace = object_box(name, _placed(position), ball, colour, dash, frame=rows)
+        fig.add_trace(box_trace.update(visible=box["visible"]))
     fig.update_xaxes(range=[-0.5, cols - 0.5], constrain="domain", title_text="x")
     fig.update_yaxes(range=[rows - 0.5, -0.5], constrain="domain", scaleanchor="x", title_text="y")
     return finish(fig, title, legend=dict(orientation="h", y=-0.15))
+
+
+def frame_leaves(
+    frame: np.ndarray,
+    truth: Sequence[int] | None = None,
+    prediction: Sequence[int] | None = None,
+    title: str = "",
+    ball: int = 2,
+) -> Leaves:
+    """What differs in :func:`frame_figure` from the same figure of another frame of the clip (its size and
+    ``ball``): the pixels, the boxes, the title (see ``analysis.figures.stepped``)."""
+    _, heatmap, boxes = _frame_values(frame, truth, prediction, ball)
+    leaves = Leaves({("data", 0, key): value for key, value in heatmap.items()})
+    for index, box in enumerate(boxes, start=1):
+        leaves |= {("data", index, key): value for key, value in box.items()}
+    leaves[("layout", "title", "text")] = title
+    return leaves

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from analysis import figures
 from analysis.figures.addressing import sigma_leaves, trajectory_leaves
 from analysis.figures.base import marker_leaves
-from analysis.figures.chunk_input import chunk_input_figure
+from analysis.figures.chunk_input import chunk_input_figure, chunk_input_leaves, input_has_leaves
 from analysis.figures.state import slices_leaves, volume_leaves
 from analysis.figures.stepped import Leaves
 from analysis.measures.volumes import VolumeSeries
@@ -76,8 +76,11 @@ def explore_leaves(
     span: tuple[int, int] | None = None,
 ) -> dict[str, Leaves]:
     """What differs in each figure of :func:`explore_figures` at ``chunk`` from the same figures at another chunk of
-    ``span`` (see ``analysis.figures.stepped``): every figure but the input, whose chunks differ throughout."""
+    ``span`` (see ``analysis.figures.stepped``): every figure, the input where the trace's inputs
+    :func:`~analysis.figures.chunk_input.input_has_leaves` (others differ throughout)."""
     out = {"timeline": marker_leaves(chunk)}
+    if input_has_leaves(trace):
+        out["input"] = chunk_input_leaves(trace, chunk)
     if series is None:
         return out
     lay = trace.layer(layer)

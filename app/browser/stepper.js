@@ -55,12 +55,24 @@ function button(id, label, icon, primary) {
 function first(payload) { return payload.offset; }
 function last(payload) { return first(payload) + payload.count - 1; }
 
+// The cells' layout of a payload: a payload laid out as the one shown (another page of a long trace) keeps the
+// cells and their plots, which Plotly then redraws in place (its 3D scenes keep their WebGL contexts).
+function arrangement(payload) { return JSON.stringify([payload.rows, payload.kinds, payload.labels]); }
+
 function build(payload) {
   const root = document.getElementById("root");
+  const arranged = arrangement(payload);
+  if (root.dataset.arranged !== arranged) lay(root, payload);
+  root.dataset.arranged = arranged;
+  const slider = document.getElementById("slider");
+  slider.min = String(first(payload));
+  slider.max = String(last(payload));
+}
+
+function lay(root, payload) {
+  root.querySelectorAll(".js-plotly-plot").forEach((node) => Plotly.purge(node)); // frees their WebGL contexts
   root.replaceChildren();
-  const slider = element("input", { id: "slider", type: "range", min: String(first(payload)),
-                                    max: String(last(payload)), step: "1",
-                                    "aria-label": "Chunk" });
+  const slider = element("input", { id: "slider", type: "range", step: "1", "aria-label": "Chunk" });
   const stepper = element("div", { class: "stepper", role: "group", "aria-label": "Chunk stepper" }, [
     element("div", { class: "controls" }, [
       element("div", { class: "buttons" }, [button("previous", "Previous", "‹", false),

@@ -8,7 +8,13 @@ from typing import Any
 import streamlit as st
 
 from analysis.figures.base import marker_leaves
-from analysis.figures.chunk_input import chunk_input_figure, chunk_outcome, prediction_card
+from analysis.figures.chunk_input import (
+    chunk_input_figure,
+    chunk_input_leaves,
+    chunk_outcome,
+    input_has_leaves,
+    prediction_card,
+)
 from analysis.figures.compare import comparison_figure
 from analysis.figures.state import volume_figure, volume_leaves
 from analysis.figures.timeline import timeline_figure
@@ -62,11 +68,14 @@ def comparison_payload(
         if series is not None:
             drawn[f"{side}_volume"] = volume_figure(**_volume(series, start, kind))
         drawn[f"{side}_timeline"] = timeline_figure(run, start, span)
+        if input_has_leaves(run):
+            drawn[f"{side}_input"] = chunk_input_figure(run, start)
 
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
         shown: dict[str, Any] = {}
         for side, (_, run, series) in named.items():
-            shown[f"{side}_input"] = chunk_input_figure(run, k)
+            stepped = f"{side}_input" in drawn
+            shown[f"{side}_input"] = (chunk_input_leaves if stepped else chunk_input_figure)(run, k)
             shown[f"{side}_card"] = prediction_card(
                 outcome if run is trace else chunk_outcome(run, k), run.has_predictions
             )

@@ -11,7 +11,7 @@ from typing import Any
 
 import streamlit as st
 
-from analysis.figures.chunk_input import chunk_input_figure, prediction_card
+from analysis.figures.chunk_input import chunk_input_figure, input_has_leaves, prediction_card
 from analysis.figures.state import VOLUME_KINDS
 from analysis.figures.views import SLICE_ANCHORS, explore_figures, explore_leaves
 from analysis.measures.volumes import FIELDS, MODES, VolumeSeries
@@ -48,14 +48,16 @@ def explore_payload(
     span) when they are shown. ``identity`` names the sample."""
     first = 0 if span is None else span[0]
     drawn = explore_figures(trace, first, layer, series, kind, anchor, span)  # once: a chunk's differ in leaves
-    del drawn["input"]  # different throughout: drawn for each chunk
+    if not input_has_leaves(trace):
+        del drawn["input"]  # different throughout: drawn for each chunk
 
     def views(k: int, outcome: dict[str, Any]) -> dict[str, Any]:
         shown = {
             **explore_leaves(trace, k, layer, series, kind, anchor, span),
-            "input": chunk_input_figure(trace, k),
             "card": prediction_card(outcome, trace.has_predictions),
         }
+        if "input" not in drawn:
+            shown["input"] = chunk_input_figure(trace, k)
         return shown if images is None else {**shown, "render": images[k - first]}
 
     if series is None:

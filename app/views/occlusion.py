@@ -22,6 +22,7 @@ from analysis.figures.occlusion_views import (
     survival_figure,
 )
 from analysis.figures.state import slices_figure, slices_leaves
+from analysis.figures.timeline import belief_leaves
 from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import slice_index
 from analysis.measures.interventions import KINDS, intervention_defaults
@@ -61,6 +62,9 @@ def occlusion_payload(
     energy = None if lay is None else memory_energy(lay, span)  # (k, D, H, W): the chunks held
     count = trace.num_chunks
     drawn = {}  # drawn once, at the first chunk: a chunk's differ in leaves
+    if b is not None:
+        beliefs = (b["probs"].reshape(len(b["probs"]), -1), b["truth"], b["occluded"], b["probs"].shape[1])
+        drawn["belief"] = belief_figure(*beliefs, frames=frames_around(first, BELIEF_FRAMES, count))
     if energy is not None:
         drawn["energy"] = energy_figure(lay, first, None if b is None else b["occluded"], span)
         drawn["energy_slices"] = slices_figure(energy[0], slice_index(trace, layer, first, "write"))
@@ -71,13 +75,7 @@ def occlusion_payload(
             if digits:
                 shown["film"] = filmstrip_figure(trace, frames_around(k, FILM_FRAMES, count))
                 shown["identity"] = identity_belief_figure(b, k)
-            shown["belief"] = belief_figure(
-                b["probs"].reshape(len(b["probs"]), -1),
-                b["truth"],
-                b["occluded"],
-                size=b["probs"].shape[1],
-                frames=frames_around(k, BELIEF_FRAMES, count),
-            )
+            shown["belief"] = belief_leaves(*beliefs, frames=frames_around(k, BELIEF_FRAMES, count))
             shown["belief_card"] = belief_card(b, k)
         if energy is not None:
             shown["energy"] = energy_leaves(k)

@@ -18,12 +18,14 @@ from app.state import trace_label
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 
 POLL_S = 1.0  # seconds between two polls of the run: a new record is drawn within about this
+TO_EXPLORE_KEY = "run.to_explore"  # set when a snapshot was opened: the page's next full run goes to Explore
 
 
 def open_snapshot(path: Path, label: str) -> None:
     """Make the snapshot trace ``path`` the shown trace (a button's callback: before the sidebar draws)."""
     st.session_state.setdefault(TRACES_KEY, {})[label] = path
     st.session_state[CHOICE_KEY] = label
+    st.session_state[TO_EXPLORE_KEY] = True
 
 
 def snapshot(run: runs.LiveRun) -> None:
@@ -38,7 +40,7 @@ def snapshot(run: runs.LiveRun) -> None:
     if st.button(
         f"Open step {step:,} in Explore", icon=":material/view_in_ar:", on_click=open_snapshot, args=(path, label)
     ):
-        st.switch_page("views/explore.py")
+        st.rerun(scope="app")  # the page is left from a full run: switching pages in a fragment's run breaks it
 
 
 @st.fragment(run_every=POLL_S)
@@ -63,6 +65,8 @@ def follow(run: runs.LiveRun, layer: str | None) -> None:
     snapshot(run)
 
 
+if st.session_state.pop(TO_EXPLORE_KEY, False):
+    st.switch_page("views/explore.py")
 st.markdown("## Run")
 folder = runs.opened()
 if folder is None:
