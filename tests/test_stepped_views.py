@@ -16,13 +16,14 @@ from analysis.figures.occlusion_views import energy_figure
 from analysis.figures.state import VOLUME_KINDS, slices_figure
 from analysis.figures.stepped import figure_json
 from analysis.figures.timeline import belief_figure
+from analysis.figures.video import filmstrip_figure, identity_belief_figure
 from analysis.figures.views import explore_figures, slice_index
 from analysis.measures.occlusion import belief, frames_around, memory_energy
 from analysis.measures.volumes import MODES, state_series
 from app.browser_stepper import shared_template
 from app.paging import opening_chunk, stepping_span
 from app.views.explore import explore_payload
-from app.views.occlusion import BELIEF_FRAMES, occlusion_payload
+from app.views.occlusion import BELIEF_FRAMES, FILM_FRAMES, occlusion_payload
 
 FRAMES = 150  # three pages
 SPAN = (64, 127)
@@ -70,6 +71,21 @@ def test_occlusion_sends_the_figures_the_builders_draw_at_each_chunk(long_trace)
         frames = frames_around(k, BELIEF_FRAMES, FRAMES)
         beliefs = (b["probs"].reshape(FRAMES, -1), b["truth"], b["occluded"], b["probs"].shape[1])
         assert figure(sent, "belief", k) == alone(belief_figure(*beliefs, frames=frames)), k
+
+
+def test_the_moving_digits_film_and_identity_are_sent_as_the_builders_draw_them():
+    trace = capture(CHECKPOINTS / "moving_digits-tensor", seed=1, progress=False)
+    count = trace.num_chunks
+    sent = occlusion_payload(trace, "s", trace.layer_names[-1], False).to_json()
+    b = belief(trace)
+    assert {"film", "identity", "belief"} <= set(sent["drawn"])
+    for k in (0, 1, count // 2, count - 1):
+        film = alone(filmstrip_figure(trace, frames_around(k, FILM_FRAMES, count)))
+        assert figure(sent, "film", k) == film, k
+        assert figure(sent, "identity", k) == alone(identity_belief_figure(b, k)), k
+        titles = [a["text"] for a in film["layout"]["annotations"]]
+        shown = frames_around(k, 12, count)
+        assert titles == [f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}" for t in shown]
 
 
 def test_a_language_traces_tokens_are_sent_as_the_builder_draws_them():

@@ -290,7 +290,7 @@ def check_video_page(at, path: Path) -> None:
         first = int(np.clip(shown_at - 4, 0, max(sample.num_chunks - 8, 0)))
         position = figure(sent, "belief", shown_at)
         np.testing.assert_allclose(values(position["data"][0]["z"]).ravel(), b["probs"][first].ravel(), rtol=1e-6)
-    identity = sent["views"]["identity"][k]
+    identity = figure(sent, "identity", k)
     np.testing.assert_allclose(values(identity["data"][0]["z"]), b["identity_probs"].T, rtol=1e-6)
     # An intervention's belief is summed over the digits the same way.
     at.radio(key="intervention.kind").set_value("zero")

@@ -17,7 +17,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.figures.base import COLORSCALE, PREDICTION_COLOUR, TRUTH_COLOUR, finish, flag_runs, mark_current
-from analysis.figures.timeline import object_box
+from analysis.figures.stepped import Leaves
+from analysis.figures.timeline import box_outline, object_box
 from analysis.measures.checks import check_array, check_index
 from analysis.measures.occlusion import belief as clip_belief
 from analysis.traces.trace import Trace
@@ -40,40 +41,55 @@ def _digit_belief(trace: Trace) -> dict[str, np.ndarray]:
     return b
 
 
-def filmstrip_figure(trace: Trace, frames: Sequence[int] | None = None) -> go.Figure:
-    """The clip's frames side by side (occluded ones show the curtain), the true digit's box (solid green) and
-    the predicted one (dashed orange) on each, titled "true → predicted digit": green when the model has
-    digit and place right (what the task scores), red otherwise. ``frames`` picks the frames (default all)."""
+def _film_values(trace: Trace, frames: Sequence[int] | None) -> list[dict[str, Any]]:
+    """Per frame of :func:`filmstrip_figure` what differs between frames: its title and colour, its axis title,
+    the heatmap's values and the boxes' points."""
     b = _digit_belief(trace)
     pictures = check_array(trace.meta["frames"], 3, "meta['frames']", "(T, S, S)")
     count, size = len(b["truth"]), int(trace.info["task_params"]["size"])
     shown = list(range(count)) if frames is None else [check_index(t, count, "frame") for t in frames]
     if not shown:
         raise ValueError("frames must name at least one frame")
-    titles = [f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}" for t in shown]
-    fig = make_subplots(
-        rows=1, cols=len(shown), subplot_titles=titles, horizontal_spacing=min(0.01, 1 / max(len(shown) - 1, 1))
-    )
-    for col, t in enumerate(shown, start=1):
-        fig.add_trace(
-            go.Heatmap(
-                z=pictures[t],
-                coloraxis="coloraxis",
-                hovertemplate=f"frame {t}<br>x %{{x}}, y %{{y}}: %{{z:.2f}}<extra></extra>",
-            ),
-            row=1,
-            col=col,
+    out = []
+    for t in shown:
+        boxes = [box_outline(b[name][t], DIGIT, size) for name in ("truth", "predicted")]
+        out.append(
+            {
+                "title": f"{b['identity_truth'][t]} → {b['identity_predicted'][t]}",
+                "colour": RIGHT_COLOUR if b["joint_correct"][t] else WRONG_COLOUR,
+                "axis": f"{t}" + (" · hidden" if b["occluded"][t] else ""),
+                "heatmap": {
+                    "z": pictures[t],
+                    "hovertemplate": f"frame {t}<br>x %{{x}}, y %{{y}}: %{{z:.2f}}<extra></extra>",
+                },
+                "boxes": [{"x": xs, "y": ys} for xs, ys in boxes],
+            }
         )
-        for name, position, colour, dash in (
-            ("truth", b["truth"][t], TRUTH_COLOUR, "solid"),
-            ("prediction", b["predicted"][t], PREDICTION_COLOUR, "dash"),
-        ):
-            fig.add_trace(digit_box(name, position, size, colour, dash), row=1, col=col)
+    return out
+
+
+def filmstrip_figure(trace: Trace, frames: Sequence[int] | None = None) -> go.Figure:
+    """The clip's frames side by side (occluded ones show the curtain), the true digit's box (solid green) and
+    the predicted one (dashed orange) on each, titled "true → predicted digit": green when the model has
+    digit and place right (what the task scores), red otherwise. ``frames`` picks the frames (default all)."""
+    columns = _film_values(trace, frames)
+    size = int(trace.info["task_params"]["size"])
+    fig = make_subplots(
+        rows=1,
+        cols=len(columns),
+        subplot_titles=[c["title"] for c in columns],
+        horizontal_spacing=min(0.01, 1 / max(len(columns) - 1, 1)),
+    )
+    for col, values in enumerate(columns, start=1):
+        fig.add_trace(go.Heatmap(**values["heatmap"], coloraxis="coloraxis"), row=1, col=col)
+        named = (("truth", TRUTH_COLOUR, "solid"), ("prediction", PREDICTION_COLOUR, "dash"))
+        for (name, colour, dash), box in zip(named, values["boxes"], strict=True):
+            fig.add_trace(digit_box(name, (0, 0), size, colour, dash).update(box), row=1, col=col)
         fig.update_xaxes(
             showticklabels=False,
             range=[-0.5, size - 0.5],
             constrain="domain",
-            title=dict(text=f"{t}" + (" · hidden" if b["occluded"][t] else ""), font_size=10),
+            title=dict(text=values["axis"], font_size=10),
             row=1,
             col=col,
         )
@@ -86,8 +102,8 @@ def filmstrip_figure(trace: Trace, frames: Sequence[int] | None = None) -> go.Fi
             row=1,
             col=col,
         )  # frames just under their titles
-    for annotation, t in zip(fig.layout.annotations, shown, strict=True):
-        annotation.update(font=dict(size=12, color=RIGHT_COLOUR if b["joint_correct"][t] else WRONG_COLOUR))
+    for annotation, values in zip(fig.layout.annotations, columns, strict=True):
+        annotation.update(font=dict(size=12, color=values["colour"]))
     return finish(
         fig,
         "the clip: true → predicted digit per frame, green when digit and place are right "
@@ -96,6 +112,20 @@ def filmstrip_figure(trace: Trace, frames: Sequence[int] | None = None) -> go.Fi
         showlegend=False,
         coloraxis=dict(colorscale=GREYS, cmin=0.0, cmax=1.0, showscale=False),
     )
+
+
+def filmstrip_leaves(trace: Trace, frames: Sequence[int] | None = None) -> Leaves:
+    """What differs in :func:`filmstrip_figure` from the same figure of as many other ``frames`` of the clip (see
+    ``analysis.figures.stepped``): each frame's picture, boxes and titles."""
+    leaves = Leaves()
+    for col, values in enumerate(_film_values(trace, frames)):
+        leaves["layout", "annotations", col, "text"] = values["title"]
+        leaves["layout", "annotations", col, "font", "color"] = values["colour"]
+        leaves["layout", "xaxis" if col == 0 else f"xaxis{col + 1}", "title", "text"] = values["axis"]
+        leaves |= {("data", 3 * col, key): value for key, value in values["heatmap"].items()}
+        for index, box in enumerate(values["boxes"], start=3 * col + 1):
+            leaves |= {("data", index, key): value for key, value in box.items()}
+    return leaves
 
 
 def identity_belief_figure(belief: dict[str, Any], current: int) -> go.Figure:
@@ -172,4 +202,4 @@ def identity_belief_figure(belief: dict[str, Any], current: int) -> go.Figure:
     )
 
 
-__all__ = ["filmstrip_figure", "identity_belief_figure", "digit_box"]
+__all__ = ["filmstrip_figure", "filmstrip_leaves", "identity_belief_figure", "digit_box"]

@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from analysis.figures import belief_figure
+from analysis.figures.base import marker_leaves
 from analysis.figures.occlusion_views import (
     KIND_NAMES,
     belief_card,
@@ -23,7 +24,7 @@ from analysis.figures.occlusion_views import (
 )
 from analysis.figures.state import slices_figure, slices_leaves
 from analysis.figures.timeline import belief_leaves
-from analysis.figures.video import filmstrip_figure, identity_belief_figure
+from analysis.figures.video import filmstrip_figure, filmstrip_leaves, identity_belief_figure
 from analysis.figures.views import slice_index
 from analysis.measures.interventions import KINDS, intervention_defaults
 from analysis.measures.occlusion import (
@@ -65,6 +66,9 @@ def occlusion_payload(
     if b is not None:
         beliefs = (b["probs"].reshape(len(b["probs"]), -1), b["truth"], b["occluded"], b["probs"].shape[1])
         drawn["belief"] = belief_figure(*beliefs, frames=frames_around(first, BELIEF_FRAMES, count))
+        if digits:
+            drawn["film"] = filmstrip_figure(trace, frames_around(first, FILM_FRAMES, count))
+            drawn["identity"] = identity_belief_figure(b, first)
     if energy is not None:
         drawn["energy"] = energy_figure(lay, first, None if b is None else b["occluded"], span)
         drawn["energy_slices"] = slices_figure(energy[0], slice_index(trace, layer, first, "write"))
@@ -73,8 +77,8 @@ def occlusion_payload(
         shown: dict[str, Any] = {}
         if b is not None:
             if digits:
-                shown["film"] = filmstrip_figure(trace, frames_around(k, FILM_FRAMES, count))
-                shown["identity"] = identity_belief_figure(b, k)
+                shown["film"] = filmstrip_leaves(trace, frames_around(k, FILM_FRAMES, count))
+                shown["identity"] = marker_leaves(k)
             shown["belief"] = belief_leaves(*beliefs, frames=frames_around(k, BELIEF_FRAMES, count))
             shown["belief_card"] = belief_card(b, k)
         if energy is not None:
