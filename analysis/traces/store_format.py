@@ -25,6 +25,7 @@ PROGRESS_FILE = "trace.json"  # the header and progress record, replaced atomica
 NODE_FILE = "zarr.json"
 CHUNK_KEYS = {"name": "default", "configuration": {"separator": "."}}  # c.<i>.0.0.0.0: no folder per chunk
 MAX_NODE_BYTES = 64 << 10  # a zarr.json is a few hundred bytes
+MAX_CHUNK_BYTES = 1 << 28  # 256 MB: a trace store's chunks are 1 to 32 MB
 MAX_PROGRESS_BYTES = 4 << 20  # the header's info is a few kilobytes
 DATA_TYPES = ("bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64")
 ARRAY_KEYS = {
@@ -58,9 +59,13 @@ class ArrayNode:
         """The chunks that hold the first ``length`` rows (1 for a 0-d array)."""
         return -(-length // self.rows) if self.shape else 1
 
+    def row_bytes(self) -> int:
+        """One row's size (the whole of a 0-d array)."""
+        return int(np.prod(self.shape[1:])) * self.dtype.itemsize
+
     def chunk_bytes(self) -> int:
         """One chunk's decoded size."""
-        return int(np.prod((self.rows, *self.shape[1:]))) * self.dtype.itemsize if self.shape else self.dtype.itemsize
+        return self.row_bytes() * (self.rows if self.shape else 1)
 
 
 def chunk_key(node: ArrayNode, index: int) -> str:
@@ -135,7 +140,10 @@ def check_array(store: Path, name: str, node: dict[str, Any]) -> ArrayNode:
     fill = node.get("fill_value")
     if isinstance(fill, str) or not isinstance(fill, (bool, int, float)):
         raise fail(store, f"{where} has fill value {fill!r}; a trace store's are numbers")
-    return ArrayNode(tuple(shape), np.dtype(dtype), chunks[0] if shape else 1, _codecs(store, where, node))
+    array = ArrayNode(tuple(shape), np.dtype(dtype), chunks[0] if shape else 1, _codecs(store, where, node))
+    if array.chunk_bytes() > MAX_CHUNK_BYTES:  # each chunk is decoded whole: this bounds what one read allocates
+        raise fail(store, f"{where} has chunks of {array.chunk_bytes():,} bytes, over the {MAX_CHUNK_BYTES:,} limit")
+    return array
 
 
 def _codecs(store: Path, where: str, node: dict[str, Any]) -> tuple[str, ...]:

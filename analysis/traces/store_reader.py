@@ -5,7 +5,8 @@ and holds them to the header's expected arrays (:func:`~analysis.traces.validati
 opens anything. The small arrays (vectors, per-chunk scores, tokens, int8 scales, summaries) are read whole and
 checked as a trace file's are; volumes stay in the store: :class:`LazyVolumes` reads only the chunks an index
 selects and checks each chunk file and its values as it reads them. A store cut short (``complete`` false) opens up
-to its last complete segment, ``info["incomplete"]`` saying so; its summaries are then computed when asked for.
+to its last complete segment, ``info["incomplete"]`` saying so; its per-chunk summaries are read as far, and the
+totals, written only at the end, are made from the writes' coordinates (no volume read).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from analysis.traces.store_format import (
     read_progress,
     scan_store,
 )
-from analysis.traces.summaries import TOTALS
+from analysis.traces.summaries import TOTALS, write_totals
 from analysis.traces.validation import (
+    MAX_TRACE_BYTES,
     REDO,
     TRACE_FORMAT,
     TraceError,
@@ -121,8 +123,12 @@ def read_store(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[s
         raise fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
     lengths = {n: stored_length(path, n, nodes[n], shape, incomplete) for n, (shape, _) in expected.items()}
     lengths.update({n: nodes[n].shape[0] if nodes[n].shape else 0 for n in meta_names})
-    if not incomplete:
-        lengths.update({n: stored_length(path, n, nodes[n], shape, False) for n, shape in summaries.items()})
+    for name, shape in summaries.items():  # the totals are written at the end: a store cut short has none yet
+        if not (incomplete and name.rpartition("/")[2] in TOTALS):
+            lengths[name] = stored_length(path, name, nodes[name], shape, incomplete)
+    small = sum(nodes[n].row_bytes() * max(length, 1) for n, length in lengths.items() if len(nodes[n].shape) != 5)
+    if small > MAX_TRACE_BYTES:  # what is read whole: a header claiming a huge input would exhaust the memory
+        raise fail(path, f"its arrays other than volumes hold {small:,} bytes, over the {MAX_TRACE_BYTES:,} limit")
     store = LocalStore(path, read_only=True)
     arrays: dict[str, Any] = {}
     for name, length in lengths.items():
@@ -146,7 +152,7 @@ def read_store(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[s
         if name in arrays:
             check_summary(path, name, arrays[name])
     check_consistency(path, info, arrays)
-    return info, arrays, {} if incomplete else stored_summaries(info, arrays)
+    return info, arrays, stored_summaries(info, arrays)
 
 
 def checked_nodes(path: Path, nodes: dict[str, dict[str, Any]]) -> dict[str, ArrayNode]:
@@ -234,11 +240,15 @@ def check_summary(path: Path, name: str, values: np.ndarray) -> None:
 
 
 def stored_summaries(info: dict[str, Any], arrays: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """Per layer, its stored summaries by name; a layer without every total has none (computed when asked for)."""
+    """Per layer, its stored summaries by name, a store cut short's totals made from its writes; a layer without them
+    has none (computed from its volumes when asked for)."""
     out = {}
-    for layer in info["layers"]:
+    for layer, entry in info["layers"].items():
         prefix = f"summary/{layer}/"
         found = {n[len(prefix) :]: v for n, v in arrays.items() if n.startswith(prefix)}
+        if found and "incomplete" in info:
+            writes = arrays[f"layer/{layer}/mu_write"], arrays[f"layer/{layer}/sigma"]
+            found.update(write_totals(*writes, tuple(entry["grid"])))
         if all(total in found for total in TOTALS):
             out[layer] = found
     return out
