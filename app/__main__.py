@@ -45,7 +45,7 @@ def opening_page_work() -> None:
     from analysis.figures import use_template_by_default
     from app import cache, state
     from app.layout import VolumeView
-    from app.paging import opening_chunk, stepping_span
+    from app.spans import opening_chunk, stepping_span
     from app.views.explore import explore_views
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
 

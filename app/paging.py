@@ -9,31 +9,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.figures.annotations import key_chunk
 from analysis.figures.overview import overview_figure
 from analysis.measures.overview import SERIES
-from analysis.traces.trace import Trace
 
 from . import cache, state
+from .spans import STEPPING_WINDOW, opening_chunk, stepping_span
 
-STEPPING_WINDOW = 64  # a trace longer than this goes to the browser this many chunks at a time (a page of it)
 CHART_CONFIG = {"displayModeBar": False}
 JUMPED_KEY = "overview_jumped"  # the overview click already acted on (a selection stays until the next click)
-
-
-def stepping_span(chunk: int, count: int, width: int = STEPPING_WINDOW) -> tuple[int, int] | None:
-    """The page of a long trace that holds ``chunk``: (first, last) of the ``width`` chunks from ⌊chunk / width⌋·width
-    (the last page may be shorter); None for a trace of at most ``width`` chunks, which goes to the browser whole."""
-    if count <= width:
-        return None
-    first = min(max(int(chunk), 0), count - 1) // width * width
-    return first, min(first + width, count) - 1
-
-
-def opening_chunk(trace: Trace, width: int = STEPPING_WINDOW) -> int:
-    """The chunk a sample opens on: its key chunk (:func:`key_chunk`), or the first of a trace longer than one page,
-    which opens on its first page with Next to step on (its key chunk may lie on any page, the last one at worst)."""
-    return 0 if trace.num_chunks > width else key_chunk(trace)
 
 
 def _typed(key: str) -> None:

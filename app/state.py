@@ -24,7 +24,7 @@ from analysis.traces.trace import Trace
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
 
-from . import cache, paging
+from . import cache, spans
 from .cache import CheckpointRef, Loaded, Sample, TraceRef
 from .cli import CHECKPOINT_ENV, DATA_ROOT_ENV, TRACE_ENV
 
@@ -238,11 +238,11 @@ def moves() -> int:
 
 
 def publish(context: Context) -> None:
-    """Make ``context`` this run's; a sample new to the session opens at :func:`paging.opening_chunk`."""
+    """Make ``context`` this run's; a sample new to the session opens at :func:`spans.opening_chunk`."""
     st.session_state[CONTEXT_KEY] = context
     if context.trace is not None and st.session_state.get(SAMPLE_KEY) != context.sample_key:
         st.session_state[SAMPLE_KEY] = context.sample_key
-        go_to(paging.opening_chunk(context.trace))
+        go_to(spans.opening_chunk(context.trace))
 
 
 def current() -> Context:
