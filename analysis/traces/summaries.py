@@ -95,11 +95,15 @@ class SummaryBuilder:
         sigma = np.asarray(fields["sigma"], dtype=np.float64)
         distance, within = self._reach(np.asarray(fields["mu_read"], dtype=np.float64), mu_write, sigma)
         out.update(read_to_write_voxels=distance, reads_within_2sigma=within)
-        if k:
+        self.add_mass(mu_write, sigma)
+        return out
+
+    def add_mass(self, mu_write: np.ndarray, sigma: np.ndarray) -> None:
+        """The write mass of k more chunks (μ_write (k, 3), σ (k,)) into the totals."""
+        if len(sigma):
             mass = write_weights(mu_write, sigma, self.grid)  # (k, D, H, W)
             self._mass_sum += mass.sum(axis=0)
             np.maximum(self._mass_max, mass.max(axis=0), out=self._mass_max)
-        return out
 
     def _reach(self, mu_read: np.ndarray, mu_write: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each read's distance (voxels) to the nearest earlier write, and whether one reaches it within 2σ.
@@ -140,6 +144,16 @@ def summarize(layer: Any, block: int = READ_BLOCK) -> dict[str, np.ndarray]:
     return {**per_chunk, **builder.totals()}
 
 
+def write_totals(mu_write: np.ndarray, sigma: np.ndarray, grid: tuple[int, int, int]) -> dict[str, np.ndarray]:
+    """The totals (:data:`TOTALS`) of the writes ``mu_write`` (K, 3), ``sigma`` (K,) alone, :data:`READ_BLOCK` chunks
+    at a time: what a store cut short lacks, made without reading its volumes."""
+    builder = SummaryBuilder(grid)
+    for first in range(0, len(sigma), READ_BLOCK):
+        block = slice(first, first + READ_BLOCK)
+        builder.add_mass(np.asarray(mu_write[block], dtype=np.float64), np.asarray(sigma[block], dtype=np.float64))
+    return builder.totals()
+
+
 def _joined(parts: Any) -> dict[str, np.ndarray]:
     """Blocks' summaries ``{name: (k,)}``, in order → one ``{name: (Σk,)}``."""
     parts = list(parts)
@@ -149,6 +163,7 @@ def _joined(parts: Any) -> dict[str, np.ndarray]:
 __all__ = [
     "SummaryBuilder",
     "summarize",
+    "write_totals",
     "write_weights",
     "chunk_slice",
     "GATE_EPS",
