@@ -36,6 +36,7 @@ from analysis.measures.world import world_readout as fitted_readout
 from analysis.traces.capture import capture
 from analysis.traces.export import trace_bytes
 from analysis.traces.predictions import prediction_trace
+from analysis.traces.store_format import PROGRESS_FILE
 from analysis.traces.trace import Trace, TraceError, load_trace
 from analysis.traces.training_log import addressing_history
 from tensor_memory import memory_layers
@@ -70,21 +71,27 @@ class CheckpointRef:
 
 @dataclasses.dataclass(frozen=True)
 class TraceRef:
-    """A trace file opened in the app (``tensor-memory app --trace`` or an upload): a recorded sample with no
-    weights to run again. ``stamp`` changes when the file is replaced."""
+    """A trace opened in the app (``tensor-memory app --trace``, an upload, or one under the data root): a recorded
+    sample with no weights to run again, one safetensors file or a trace store (a folder, read a page at a time).
+    ``stamp`` changes when the file is replaced, or the store records another segment."""
 
     label: str
     path: str
-    stamp: int  # mtime_ns
+    stamp: int  # mtime_ns of the file, or of the store's progress record
 
     @classmethod
     def of(cls, path: Path, label: str) -> TraceRef:
-        """The reference to the trace file ``path``; TraceError when it cannot be read."""
+        """The reference to the trace file or store ``path``; TraceError when it cannot be read."""
         try:
-            stamp = path.stat().st_mtime_ns
+            stamp = (path / PROGRESS_FILE if path.is_dir() else path).stat().st_mtime_ns
         except OSError as error:
-            raise TraceError(f"{path}: cannot read the trace file ({error.strerror or error})") from None
+            raise TraceError(f"{path}: cannot read the trace ({error.strerror or error})") from None
         return cls(label=label, path=str(path.resolve()), stamp=stamp)
+
+    @property
+    def is_store(self) -> bool:
+        """A trace store: its volumes stay on disk, read a page at a time."""
+        return Path(self.path).is_dir()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,11 +186,12 @@ def volume_series(
     return state_series(trace_of(ref, sample).layer(layer), field, mode, index, span)
 
 
-@st.cache_data(max_entries=32, show_spinner="Drawing every chunk's views…")
+@st.cache_data(max_entries=12, show_spinner="Drawing every chunk's views…")
 def stepper_payload(page: str, _build: Callable[..., Any], *args: Hashable) -> Any:
     """``_build(*args)``, a page's :class:`app.browser_stepper.StepperPayload`, cached by the page's name and
     ``args``, which name everything it depends on (``_build`` itself is not hashed: a page defines it anew on every
-    run)."""
+    run). A page of a long trace's payload is several megabytes (7 MB pickled at 16³ × 32): the pages turned to
+    most recently are kept, a dozen at most, so the server's memory stays bounded however many pages are turned."""
     return _build(*args)
 
 
@@ -210,7 +218,7 @@ def volume_renderings(
         return [png_bytes(image) for image in volume_frames(series.values, series.value_range)]
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=8, show_spinner=False)
 def chunk_figures(
     ref: CheckpointRef | TraceRef,
     sample: Sample,
@@ -219,11 +227,13 @@ def chunk_figures(
     kind: str,
     anchor: str,
     chunk: int,
+    span: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Every Explore figure of one chunk (:func:`analysis.figures.views.explore_figures`), its volumes drawn from
-    ``series`` (field, mode, index; None: no memory views). Built once and shared read-only, never copied."""
-    drawn = None if series is None else volume_series(ref, sample, layer, *series)
-    return explore_figures(trace_of(ref, sample), chunk, layer, drawn, kind, anchor)
+    ``series`` (field, mode, index; None: no memory views) over ``span``, the chunk's page of a long trace (no volume
+    outside it is read). Built once and shared read-only, never copied; a few kept (a chunk's are megabytes)."""
+    drawn = None if series is None else volume_series(ref, sample, layer, *series, span)
+    return explore_figures(trace_of(ref, sample), chunk, layer, drawn, kind, anchor, span)
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring the addressing of this trace…")
@@ -300,7 +310,10 @@ def reconstruction(ref: CheckpointRef, sample: Sample) -> Reconstruction:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def trace_file(ref: CheckpointRef | TraceRef, sample: Sample) -> bytes:
-    """The sample's trace as a safetensors file (an opened trace file: its own bytes)."""
+    """The sample's trace as a safetensors file (an opened trace file: its own bytes; a trace store, a folder of
+    any size, is not made one: ValueError)."""
+    if isinstance(ref, TraceRef) and ref.is_store:
+        raise ValueError(f"{ref.label} is a trace store, the folder {ref.path}: copy the folder to take it away")
     if isinstance(ref, TraceRef):
         return Path(ref.path).read_bytes()
     return trace_bytes(sample_trace(ref, sample))

@@ -15,7 +15,7 @@ from tensor_memory.accelerator import add_device_argument
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
-TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace file the app opens on, instead
+TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace (file or store folder) the app opens on, instead
 RUN_ENV = "TENSOR_MEMORY_RUN"  # the training run folder the app follows (its Run page)
 DATA_ROOT_ENV = "TENSOR_MEMORY_DATA_ROOT"  # the one folder whose data uploaded checkpoints may read
 DEVICE_ENV = "TENSOR_MEMORY_DEVICE"  # where the app runs the models it opens (auto, cpu, cuda, cuda:N)
@@ -25,10 +25,11 @@ DESCRIPTION = (
     "Start the Tensor Memory Explorer, a Streamlit app: load a trained checkpoint, step through a sample chunk by "
     "chunk and watch the memory in 3D, see the occlusion belief and interventions, diagnose addressing, walk "
     "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
-    "--checkpoint names another folder, or on a trace file with --trace (any model's, written by "
-    "analysis.trace_model or `tensor-memory trace`); --run follows a training run folder while it grows (written "
-    "by analysis.monitor or `tensor-memory train`). Stop it with Ctrl-C. It listens on this machine only "
-    "unless --host says otherwise, and shows errors in one line (with --debug, their tracebacks too)."
+    "--checkpoint names another folder, or on a trace with --trace (any model's, written by analysis.trace_model "
+    "or `tensor-memory trace`: a .safetensors file, or a trace store folder read a page at a time); --run follows "
+    "a training run folder while it grows (written by analysis.monitor or `tensor-memory train`). Stop it with "
+    "Ctrl-C. It listens on this machine only unless --host says otherwise, and shows errors in one line (with "
+    "--debug, their tracebacks too)."
 )
 
 
@@ -56,7 +57,8 @@ def _app(args: argparse.Namespace) -> int:
         from analysis.traces.trace import load_trace
 
         path = Path(args.trace).expanduser().resolve()
-        load_trace(path)  # likewise: a file that is not a valid trace is refused here
+        load_trace(path)  # likewise: a file or store that is not a valid trace is refused here (a store's volumes
+        # are not read: they are checked as the pages read them)
         env[TRACE_ENV] = str(path)
     if args.run:
         from analysis.traces.run_log import follow_run
@@ -116,9 +118,9 @@ def add_app_parser(subparsers: Any) -> None:
     )
     app.add_argument(
         "--trace",
-        metavar="FILE",
-        help="trace file to open on (a .safetensors trace of any model, "
-        "from analysis.trace_model or `tensor-memory trace`)",
+        metavar="PATH",
+        help="trace to open on: a .safetensors file OR a trace store folder (e.g. x.trace.zarr, read a page at a "
+        "time), of any model, from analysis.trace_model or `tensor-memory trace`",
     )
     app.add_argument(
         "--run",

@@ -9,6 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from .cache import TraceRef
 from .sidebar import CHOICE_KEY
 from .state import DEFAULT_CHECKPOINT, Context, shipped_checkpoints
 
@@ -47,12 +48,29 @@ def header(context: Context, title: str, subtitle: str) -> None:
         badges.badge(context.ref.label, icon=":material/description:", color="blue")
         badges.badge(f"task: {context.task}" if context.task else f"model: {context.backbone}", color="gray")
         badges.badge("recorded sample", color="gray")
+        trace_notes(context)
     else:
         badges.badge(context.ref.label, icon=":material/deployed_code:", color="blue")
         badges.badge(f"task: {context.task}", color="gray")
         badges.badge(f"backbone: {context.backbone}", color="violet" if context.backbone == "tensor" else "orange")
         badges.badge(f"seed {context.seed}", color="gray")
     st.caption(subtitle)
+
+
+def trace_notes(context: Context) -> None:
+    """Under a trace's name: a store's, that it is read a page at a time, and a store cut short, what it lacks."""
+    if not (isinstance(context.ref, TraceRef) and context.ref.is_store):
+        return
+    st.caption(
+        f"A trace store of {context.num_chunks:,} chunks, read a page at a time: its volumes are checked for NaN or "
+        f"infinite values as each page reads them."
+    )
+    if context.trace is not None and context.trace.incomplete:
+        st.warning(
+            f"{context.ref.label} is incomplete: {context.trace.incomplete}. Its capture stopped before the end; "
+            f"it shows the chunks recorded up to its last complete segment.",
+            icon=":material/warning:",
+        )
 
 
 def require_checkpoint(context: Context, title: str, needs: str) -> None:
@@ -64,6 +82,7 @@ def require_checkpoint(context: Context, title: str, needs: str) -> None:
             f"recorded sample, no weights. Open a checkpoint in the sidebar for this page.",
             icon=":material/info:",
         )
+        trace_notes(context)
         st.stop()
 
 
@@ -130,6 +149,7 @@ __all__ = [
     "remembered",
     "recalled",
     "header",
+    "trace_notes",
     "require_trace",
     "require_chunks",
     "require_checkpoint",

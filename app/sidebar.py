@@ -1,5 +1,6 @@
-"""The sidebar: the checkpoint (shipped, or uploaded as a .zip) or a trace file, the sample's settings, the
-memory layer. Checkpoints and trace files share one picker: a trace shows what it recorded, no new samples."""
+"""The sidebar: the checkpoint (shipped, or uploaded as a .zip) or a trace (a file, or a store under the data root),
+the sample's settings, the memory layer. Checkpoints and traces share one picker: a trace shows what it recorded, no
+new samples."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
 
 from . import cache, runs
 from .cache import CheckpointRef, Sample, TraceRef
-from .state import data_root, shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
+from .state import data_root, data_root_traces, shipped_checkpoints, startup_checkpoint, startup_trace, trace_label
 from .upload import (
     MAX_UPLOAD_BYTES,
     UploadError,
@@ -44,9 +45,11 @@ def checkpoint_options() -> dict[str, Path]:
 
 
 def trace_options() -> dict[str, Path]:
-    """Every trace file this session can pick: the one it started on, its uploads."""
+    """Every trace this session can pick: the one it started on, the trace files and stores under the data root
+    (:func:`app.state.data_root_traces`), its uploads (one file each)."""
     startup = startup_trace()
-    return {**dict([startup] if startup else []), **st.session_state.setdefault(TRACES_KEY, {})}
+    found = data_root_traces()
+    return {**dict([startup] if startup else []), **found, **st.session_state.setdefault(TRACES_KEY, {})}
 
 
 def _check_trace_upload(file: Any) -> tuple[str | None, str]:
@@ -136,7 +139,8 @@ def checkpoint_section() -> CheckpointRef | TraceRef:
             key=CHOICE_KEY,
             label_visibility="collapsed",
             help="Shipped checkpoints are named task-backbone; tensor ones have a memory to look at. "
-            "Trace files show the sample they recorded.",
+            "Traces show the sample they recorded: the one the explorer was started with, your uploads, and "
+            "under --data-root every *.trace.safetensors file and trace store (a folder holding trace.json).",
         )
     if label in traces:
         try:

@@ -13,6 +13,7 @@ falls back to the checkpoint's own task settings, and each says why with ``st.er
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from analysis.traces.finite import nonfinite_fields
+from analysis.traces.store_format import PROGRESS_FILE
 from analysis.traces.trace import Trace
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
@@ -63,7 +65,8 @@ def startup_checkpoint() -> tuple[str, Path]:
 
 
 def startup_trace() -> tuple[str, Path] | None:
-    """(label, file) of the trace to open on (``$TENSOR_MEMORY_TRACE``, set by ``tensor-memory app --trace``)."""
+    """(label, file or store folder) of the trace to open on (``$TENSOR_MEMORY_TRACE``, set by ``tensor-memory app
+    --trace``)."""
     chosen = os.environ.get(TRACE_ENV)
     if not chosen:
         return None
@@ -79,8 +82,42 @@ def data_root() -> Path | None:
 
 
 def trace_label(name: str) -> str:
-    """The picker's name for a trace file (traces and checkpoints share one picker)."""
+    """The picker's name for a trace file or store (traces and checkpoints share one picker)."""
     return f"trace: {name}"
+
+
+def is_trace_name(entry: os.DirEntry) -> bool:
+    """Whether a folder entry is a trace the data root offers: a ``*.trace.safetensors`` file, or a folder holding a
+    store's progress record (``trace.json``). Symbolic links are never offered."""
+    if entry.is_symlink():
+        return False
+    if entry.is_file():
+        return entry.name.endswith(".trace.safetensors")
+    return entry.is_dir() and os.path.isfile(os.path.join(entry.path, PROGRESS_FILE))
+
+
+def data_root_traces(root: Path | None = None, depth: int = 2, limit: int = 2000) -> dict[str, Path]:
+    """The traces under the data root (``--data-root``), by picker label (their path under it): files and stores
+    (:func:`is_trace_name`) in it and in its folders down to ``depth`` levels (2: its own folders' entries), never
+    through a symbolic link nor into a store, looking at ``limit`` entries at most (a data root may hold a corpus).
+    Opening one checks it as any trace."""
+    root = data_root() if root is None else root
+    found: dict[str, Path] = {}
+    folders, seen = [(root, 0)] if root is not None and root.is_dir() else [], 0
+    while folders and seen < limit:
+        folder, level = folders.pop(0)
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(itertools.islice(listing, limit - seen), key=lambda e: e.name)
+        except OSError:  # unreadable: offers nothing
+            continue
+        for entry in entries:
+            seen += 1
+            if is_trace_name(entry):
+                found[trace_label(os.path.relpath(entry.path, root))] = Path(entry.path)
+            elif level + 1 < depth and entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                folders.append((Path(entry.path), level + 1))
+    return found
 
 
 @dataclasses.dataclass
@@ -211,8 +248,8 @@ def memory_note(ref: CheckpointRef | TraceRef, loaded: Loaded | None, trace: Tra
             f"{ref.label} is a `{kind}` model: it has no Tensor Memory layers, so there is no memory to show. "
             f"Its predictions are shown; pick a `tensor` checkpoint (e.g. occlusion-tensor) for the memory views."
         )
-    if trace is not None:
-        problems = nonfinite_fields(trace)
+    if trace is not None:  # a store's volumes are checked as each page reads them: reading them here reads it all
+        problems = nonfinite_fields(trace, volumes=not (isinstance(ref, TraceRef) and ref.is_store))
         if problems:
             return (
                 "This trace holds NaN or infinite values, so the memory views are off (the model's weights blow "
@@ -262,6 +299,8 @@ __all__ = [
     "startup_checkpoint",
     "startup_trace",
     "trace_label",
+    "data_root_traces",
+    "is_trace_name",
     "open_trace_file",
     "load_checkpoint_or_previous",
     "capture_sample",

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from analysis.traces.validation import TraceError
+
 from . import cache, layout, paging, state
 from .browser_stepper import StepperPayload, chunk_stepper, reported_chunk, stepper_payload
 from .cache import CheckpointRef, Sample, TraceRef
@@ -27,7 +29,12 @@ def stepper(context: state.Context, key: str, build: Build) -> int:
     if reported is not None:
         state.follow(reported)
     span = paging.pages(context, key)
-    chunk_stepper(dataclasses.replace(build(span), start=context.chunk, moves=state.moves()), component)
+    try:
+        payload = build(span)
+    except TraceError as error:  # a trace store's chunk found damaged (or NaN) as the page reads it
+        st.error(f"Could not read chunks of the trace {context.ref.label}: {error}")
+        st.stop()
+    chunk_stepper(dataclasses.replace(payload, start=context.chunk, moves=state.moves()), component)
     return context.chunk
 
 

@@ -24,11 +24,14 @@ def _listed(chunks: np.ndarray) -> str:
     return shown + (f" and {len(chunks) - 8} more" if len(chunks) > 8 else "")
 
 
-def nonfinite_fields(trace: Trace) -> list[str]:
-    """One line per array with NaN or infinite values, e.g. ``"layer backbone.blocks.1.memory: h at chunks 3, 4"``."""
+def nonfinite_fields(trace: Trace, volumes: bool = True) -> list[str]:
+    """One line per array with NaN or infinite values, e.g. ``"layer backbone.blocks.1.memory: h at chunks 3, 4"``.
+    ``volumes=False`` leaves the volumes out: a trace store's are checked chunk by chunk as they are read, and
+    reading them all here would read the whole store."""
     found = []
+    fields = (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS) if volumes else VECTOR_POINTS
     for name, layer in trace.layers.items():
-        for field in (*VECTOR_POINTS, *VOLUME_POINTS, *GATE_POINTS):
+        for field in fields:
             value = getattr(layer, field)
             if value is not None and value.dtype.kind == "f":
                 chunks = _chunks(value)

@@ -1,6 +1,9 @@
 """Export: the trace, the current chunk's figures (HTML and PNG) and the offline report, to download.
 
-The chunk is the stepper's: the browser reports the chunk it shows, and the page builds that chunk's files here."""
+The chunk is the stepper's: the browser reports the chunk it shows, and the page builds that chunk's files here,
+from its page of a long trace (the figures over time show that page; no volume outside it is read). A trace store
+is a folder of any size: it is taken away as the folder, and no report is made of it here (the report reads every
+chunk's volumes)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from analysis.figures.export import figure_pngs, figures_html
 from analysis.figures.render import footprint_plotter, plotter_html
 from analysis.figures.report import report_html
 from analysis.traces.export import zip_bytes
-from app import cache, layout, state, stepping
+from app import cache, layout, paging, state, stepping
 
 context = state.current()
 chunk = stepping.stepped_page(
@@ -24,7 +27,9 @@ chunk = stepping.stepped_page(
 trace = context.trace
 view = layout.volume_view()
 series = (view.field, view.mode, view.index) if context.has_memory_views else None
-figures = cache.chunk_figures(context.ref, context.sample, context.layer, series, view.kind, view.anchor, chunk)
+span = paging.stepping_span(chunk, context.num_chunks)  # the chunk's page of a long trace; None: the whole trace
+figures = cache.chunk_figures(context.ref, context.sample, context.layer, series, view.kind, view.anchor, chunk, span)
+store = isinstance(context.ref, cache.TraceRef) and context.ref.is_store
 shown = context.ref.label if context.is_trace_file else f"{context.ref.label}-seed{context.seed}"
 name = re.sub(r"[^A-Za-z0-9._-]+", "_", shown.removeprefix("trace: ")).strip("_")
 title = f"{shown}, chunk {chunk}"
@@ -33,13 +38,14 @@ title = f"{shown}, chunk {chunk}"
 def png_archive() -> bytes:
     """Every Plotly figure drawn in Chromium, plus the PyVista volume rendering when there is a memory (rendered
     here, on the click: the page opens without waiting for PyVista)."""
+    first = 0 if span is None else span[0]
     rendered = (
         {}
         if series is None
         else {
-            f"pyvista_{view.field}.png": cache.volume_renderings(context.ref, context.sample, context.layer, *series)[
-                chunk
-            ]
+            f"pyvista_{view.field}.png": cache.volume_renderings(
+                context.ref, context.sample, context.layer, *series, span
+            )[chunk - first]
         }
     )
     return zip_bytes({**{f"{key}.png": data for key, data in figure_pngs(figures).items()}, **rendered})
@@ -48,17 +54,24 @@ def png_archive() -> bytes:
 trace_col, figures_col, report_col = st.columns(3)
 with trace_col, st.container(border=True):
     st.markdown("**Trace**")
-    st.caption(
-        "Every recorded array of the sample (safetensors with a JSON header; `analysis.load_trace` reads "
-        "it back and validates it)."
-    )
+    if store:
+        st.caption(
+            f"This trace is a store, the folder `{context.ref.path}` on the server ({context.num_chunks:,} chunks): "
+            "copy the folder to take it away (`analysis.load_trace` opens it)."
+        )
+    else:
+        st.caption(
+            "Every recorded array of the sample (safetensors with a JSON header; `analysis.load_trace` reads "
+            "it back and validates it)."
+        )
     st.download_button(
         "Trace (.safetensors)",
-        cache.trace_file(context.ref, context.sample),
+        b"" if store else cache.trace_file(context.ref, context.sample),
         file_name=f"{name}.trace.safetensors",
         mime="application/octet-stream",
         icon=":material/database:",
         key="download_trace",
+        disabled=store,
     )
 with figures_col, st.container(border=True):
     st.markdown(f"**Figures of chunk {chunk}**")
@@ -93,7 +106,12 @@ with figures_col, st.container(border=True):
         )
 with report_col, st.container(border=True):
     st.markdown("**Offline report**")
-    if context.has_memory_views:
+    if store:
+        st.caption(
+            f"The report reads every chunk's volumes: it is not made here of a trace store of "
+            f"{context.num_chunks:,} chunks."
+        )
+    elif context.has_memory_views:
         st.caption(
             "One self-contained HTML page: the addressing verdict, the predictions, the belief, the "
             "trajectories, the state and the gates."
