@@ -39,8 +39,9 @@ def _parts(trace: Trace, chunk: int) -> list[dict[str, Any]]:
             "customdata": np.stack([positions[part], held], axis=1) if part.any() else [],
             "visible": bool(part.any()),
         }
-        if coloured:
-            values["marker"] = {"color": trace.per_token["p_target"][positions[part]].astype(float)}
+        if coloured:  # p(target) of the scored positions; a trace without targets has none
+            p_target = np.zeros(0) if targets is None else trace.per_token["p_target"][positions[part]]
+            values["marker"] = {"color": p_target.astype(float)}
         out.append(values)
     return out
 
