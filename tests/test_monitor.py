@@ -203,7 +203,8 @@ def test_the_callback_follows_a_real_trainer(tmp_path):
 
 def test_the_readme_monitor_example_runs_after_the_your_own_model_example(tmp_path, monkeypatch):
     section = (ROOT / "README.md").read_text().split("## Your own model", 1)[1].split("\n## ", 1)[0]
-    first, example = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    first, example = blocks[0], next(block for block in blocks if "monitor(" in block)
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
     namespace: dict = {}

@@ -34,3 +34,22 @@ def test_the_your_own_model_example_runs_and_its_trace_opens(tmp_path, monkeypat
     trace = load_trace(tmp_path / "my-model.trace.safetensors")
     assert list(trace.layers) == ["transformer.h.1.memory"] and trace.num_chunks == 8 and len(trace.tokens) == 64
     assert trace.chunks["scored"].all()  # the last chunk is scored at position 62: 63 has no next token
+
+
+def test_the_long_input_example_writes_a_store_that_opens_lazily(tmp_path, monkeypatch):
+    from analysis import load_trace
+    from analysis.traces.store_reader import LazyVolumes
+
+    section = (ROOT / "README.md").read_text().split("## Your own model", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    first, store = blocks[0], next(block for block in blocks if ".trace.zarr" in block)
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    namespace: dict = {}
+    for block in (first, store):
+        exec(compile(block, "README.md", "exec"), namespace)
+    opened = load_trace(tmp_path / "my-model.trace.zarr")
+    assert (tmp_path / "my-model.trace.zarr").is_dir() and opened.num_chunks == 8 and opened.incomplete is None
+    layer = opened.layer("transformer.h.1.memory")
+    assert isinstance(layer.h, LazyVolumes) or isinstance(layer.h.codes, LazyVolumes)  # volumes read on demand
+    assert namespace["trace"].num_chunks == 8
