@@ -56,6 +56,7 @@ def capture(tokens: int, out: Path | None) -> dict[str, float]:
     import torch
 
     from analysis import trace_model
+    from analysis.traces.store_writer import stored_bytes
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = gpt2_small_with_memories()
@@ -73,7 +74,7 @@ def capture(tokens: int, out: Path | None) -> dict[str, float]:
         **({} if out is None else {"out": out}),
     )
     seconds = time.perf_counter() - start
-    written = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out is not None else trace.nbytes()
+    written = stored_bytes(out) if out is not None else trace.nbytes()
     return {
         "tokens": tokens,
         "chunks": trace.num_chunks,

@@ -142,6 +142,15 @@ def _segments(
             yield piece.start, piece.layers, scores, classes
 
 
+def _scored_chunks(
+    scores: dict[str, np.ndarray] | None, chunk_size: int, K: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """K chunks' arrays and the per-position ones a trace keeps, from per-position scores (None: nothing scored)."""
+    if scores is None:
+        return {"scored": np.zeros(K, dtype=bool)}, {}
+    return token_chunks(scores, chunk_size, K), {key: scores[key] for key in PER_TOKEN}
+
+
 def _in_memory(segments: Iterator, N: int, chunk_size: int, info: Any) -> Trace:
     """The segments joined into one trace in memory."""
     recorded, scored, classes = [], [], 0
@@ -152,12 +161,8 @@ def _in_memory(segments: Iterator, N: int, chunk_size: int, info: Any) -> Trace:
             classes = segment_classes
     layers = joined_layers(recorded)
     K = written_chunks(layers, N, chunk_size)
-    chunks: dict[str, np.ndarray] = {"scored": np.zeros(K, dtype=bool)}
-    per_token: dict[str, np.ndarray] = {}
-    if scored:
-        scores = {key: np.concatenate([s[key] for s in scored]) for key in scored[0]}
-        chunks = token_chunks(scores, chunk_size, K)
-        per_token = {key: scores[key] for key in PER_TOKEN}
+    scores = {key: np.concatenate([s[key] for s in scored]) for key in scored[0]} if scored else None
+    chunks, per_token = _scored_chunks(scores, chunk_size, K)
     return Trace(info(K, classes, layers), layer_traces(layers, 0, K), chunks, meta={}, per_token=per_token)
 
 
@@ -167,11 +172,7 @@ def _to_store(segments: Iterator, N: int, segment: int, chunk_size: int, info: A
         for start, layers, scores, classes in segments:
             n = min(segment, N - start)  # the segment's positions
             k = written_chunks(layers, n, chunk_size)
-            chunks = {"scored": np.zeros(k, dtype=bool)}
-            per_token: dict[str, np.ndarray] = {}
-            if scores is not None:
-                chunks = token_chunks(scores, chunk_size, k)
-                per_token = {key: scores[key] for key in PER_TOKEN}
+            chunks, per_token = _scored_chunks(scores, chunk_size, k)
             writer.add(layers, k, n, chunks, per_token, info(writer.chunks + k, classes, layers))
         writer.finish(info(writer.chunks, classes, layers))
     finally:
