@@ -35,6 +35,7 @@ from analysis.traces.validation import (
     TRACE_FORMAT,
     TraceError,
     check_consistency,
+    check_names,
     check_values,
     expected_shapes,
     fail,
@@ -114,13 +115,8 @@ def read_store(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[s
     incomplete = "incomplete" in info
     expected = expected_shapes(info, path)
     summaries = summary_shapes(path, info, nodes)
+    check_names(path, expected, nodes, also=summaries)
     meta_names = [n for n in nodes if n.startswith("meta/")]
-    missing = [n for n in expected if n not in nodes]
-    if missing:
-        raise fail(path, f"missing arrays: {', '.join(missing[:5])}")
-    unexpected = [n for n in nodes if n not in expected and n not in summaries and n not in meta_names]
-    if unexpected:
-        raise fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
     lengths = {n: stored_length(path, n, nodes[n], shape, incomplete) for n, (shape, _) in expected.items()}
     lengths.update({n: nodes[n].shape[0] if nodes[n].shape else 0 for n in meta_names})
     for name, shape in summaries.items():  # the totals are written at the end: a store cut short has none yet

@@ -25,6 +25,7 @@ from analysis.traces.validation import (
     VOLUME_DTYPES,
     TraceError,
     check_consistency,
+    check_names,
     check_values,
     decode_tokens,
     expected_shapes,
@@ -220,13 +221,7 @@ def load_trace(path: str | Path) -> Trace:
     tensors, metadata = stored.layout, stored.metadata
     info = parse_header(path, metadata)
     expected = expected_shapes(info, path)
-    meta_names = [n for n in tensors if n.startswith("meta/")]  # a task's metadata: checked against the task
-    missing = [n for n in expected if n not in tensors]
-    if missing:
-        raise fail(path, f"missing arrays: {', '.join(missing[:5])}")
-    unexpected = [n for n in tensors if n not in expected and n not in meta_names]
-    if unexpected:
-        raise fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
+    check_names(path, expected, tensors)
     for name, (shape, _) in expected.items():
         if tensors[name].shape != shape:
             raise fail(path, f"array {name!r} has shape {list(tensors[name].shape)}, the header implies {list(shape)}")

@@ -156,6 +156,17 @@ def expected_shapes(info: dict[str, Any], path: Path) -> dict[str, tuple[tuple[i
     return out
 
 
+def check_names(path: Path, expected: dict[str, Any], present: Any, also: Any = ()) -> None:
+    """A TraceError naming the arrays the header implies (``expected``) that ``present`` lacks, or that it holds
+    beyond them (a task's ``meta/`` arrays, checked against the task, and the names in ``also`` excepted)."""
+    missing = [n for n in expected if n not in present]
+    if missing:
+        raise fail(path, f"missing arrays: {', '.join(missing[:5])}")
+    unexpected = [n for n in present if n not in expected and n not in also and not n.startswith("meta/")]
+    if unexpected:
+        raise fail(path, f"unexpected arrays: {', '.join(unexpected[:5])}")
+
+
 def check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
     """The dtype ``kind`` ("f", "i", "b", or "int8"/"u8" exactly) and, for floats, finite values."""
     kinds = dict(f="a float", i="an integer", b="a bool", int8="an int8", u8="a uint8")
