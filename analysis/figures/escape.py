@@ -1,0 +1,64 @@
+"""Strings from files and users (trace, checkpoint and upload names, layer paths, tokens, task names, labels) made
+plain text for where they are shown, one function per target. The app's own fixed text is never passed through
+these: its Markdown and HTML still render.
+
+* :func:`markdown_text`: Streamlit Markdown (``st.markdown``, captions, alerts, toasts, widget, tab and expander
+  labels, ``help=`` tooltips). Every ASCII punctuation mark is backslash-escaped (CommonMark: no link, image,
+  emphasis, code span, ``$maths$``, autolink or ``:red[…]`` directive can start), a word joiner (U+2060, invisible)
+  follows each ``:`` because Streamlit replaces ``:emoji:`` and ``:material/icon:`` shortcodes in the parsed text,
+  where backslashes no longer are, and an ``@`` and the ``.`` of ``www.`` likewise (GFM links bare addresses in the
+  parsed text); line breaks become spaces (no heading, list or table can start) and spaces at either end entities
+  (no indented code block; none dropped).
+* :func:`markdown_code`: a Markdown code span that cannot be broken out of (a backtick fence longer than any run of
+  backticks inside, padded with one space each side, which CommonMark strips).
+* :func:`html_text`: HTML text and attribute values.
+* :func:`plotly_text`: Plotly titles, axis and tick labels, annotations, hover text and templates, legend names.
+  Plotly reads a subset of HTML (``<a href>``, ``<b>``, ``<br>``, ``<span style>``…) and entities, takes a string
+  between ``$`` signs for LaTeX and fills ``%{…}`` in templates: those characters become numeric entities, which
+  Plotly turns back into the characters as plain text.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import string
+
+WORD_JOINER = "\u2060"
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+_MARKDOWN = {ord(c): "\\" + c for c in string.punctuation} | {ord(c): "\\" + c + WORD_JOINER for c in ":@"}
+_WWW_DOT = re.compile(r"(?<=www)\\\.", re.IGNORECASE)  # an escaped "." after "www", in the escaped text
+_EDGE_SPACES = re.compile(r"^[ \t]+|[ \t]+$")
+_BACKTICKS = re.compile(r"`+")
+_PLOTLY = {ord(c): f"&#{ord(c)};" for c in "&<>\"'$%{}"}
+
+
+def one_line(text: object) -> str:
+    """``text`` as a string on one line: each line break (``\\n``, ``\\r\\n``, ``\\r``) a space."""
+    return _LINE_BREAK.sub(" ", str(text))
+
+
+def markdown_text(text: object) -> str:
+    """``text`` as Streamlit Markdown source that renders as exactly that text, on one line."""
+    escaped = _WWW_DOT.sub(WORD_JOINER + r"\.", one_line(text).translate(_MARKDOWN))
+    return _EDGE_SPACES.sub(lambda m: "".join(f"&#{ord(c)};" for c in m.group()), escaped)
+
+
+def markdown_code(text: object) -> str:
+    """``text`` as one Markdown code span (monospace, no Markdown inside), on one line."""
+    line = one_line(text).replace(":", ":" + WORD_JOINER)
+    fence = "`" * (max(map(len, _BACKTICKS.findall(line)), default=0) + 1)
+    return f"{fence} {line} {fence}"
+
+
+def html_text(text: object) -> str:
+    """``text`` escaped for HTML text and attribute values (quotes included)."""
+    return html.escape(str(text), quote=True)
+
+
+def plotly_text(text: object) -> str:
+    """``text`` as Plotly text that shows exactly that text, on one line: no tag, entity, LaTeX or template."""
+    return one_line(text).translate(_PLOTLY)
+
+
+__all__ = ["markdown_text", "markdown_code", "html_text", "plotly_text", "one_line", "WORD_JOINER"]
