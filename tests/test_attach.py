@@ -8,7 +8,7 @@ from torch import nn
 
 from tensor_memory.backbone import Backbone, BackboneConfig
 from tensor_memory.backbone.attach import AttachedBlock, AttachedEncoderLayer, attach_memory, detach_memory
-from tensor_memory.memory import MemoryConfig, MemoryState, TensorMemory
+from tensor_memory.memory import MemoryConfig, MemoryState, TensorMemory, memory_layers
 
 DIM = 16
 pytestmark = [
@@ -40,7 +40,7 @@ def close_gates(model: nn.Module) -> None:
 
 def backbone(**kw) -> Backbone:
     torch.manual_seed(0)
-    return Backbone(BackboneConfig(kind="base", dim=DIM, layers=3, heads=2, **kw)).eval()
+    return Backbone(BackboneConfig(**{"kind": "base", "dim": DIM, "layers": 3, "heads": 2, **kw})).eval()
 
 
 def test_attach_and_detach_on_backbone_blocks():
@@ -104,6 +104,33 @@ def test_attach_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="already"):
         attach_memory(tensor, memory_config(), layers=[0])
     attach_memory(tensor, memory_config(), layers=[1])  # the block without one is fine
+
+
+def fingerprint(model: nn.Module) -> tuple:
+    """What must come back bit for bit: the module tree (names, classes, repr) and the state dict's keys and values."""
+    tree = [(name, type(module).__name__) for name, module in model.named_modules()]
+    return tree, repr(model), model.state_dict()
+
+
+def same(got: tuple, want: tuple) -> None:
+    assert got[0] == want[0] and got[1] == want[1]
+    assert list(got[2]) == list(want[2])
+    assert all(torch.equal(got[2][key], want[2][key]) for key in want[2])
+
+
+@pytest.mark.parametrize("layers", [[0, 2], ["blocks.0"], ["blocks.2", "norm"]], ids=str)
+def test_detach_gives_a_backbone_back_bit_for_bit(layers):
+    """By index or by path, next to a built-in memory (block 1's): outputs, state dict and module tree come back."""
+    bb, fresh = (backbone(kind="tensor", memory=memory_config(), memory_layers=[1]) for _ in range(2))
+    x = torch.randn(2, 12, DIM, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        attach_memory(bb, memory_config(gate_init=0.0), layers=layers)
+        assert len(memory_layers(bb)) == 1 + len(layers)
+        assert not torch.equal(bb(x)[0], fresh(x)[0])
+        assert detach_memory(bb) is bb
+        assert torch.equal(bb(x)[0], fresh(x)[0])
+    assert list(memory_layers(bb)) == ["blocks.1.memory"]  # the built-in memory stays
+    same(fingerprint(bb), fingerprint(fresh))
 
 
 # ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_attach import fingerprint, same
 from torch import nn
 from transformers import (
     BertConfig,
@@ -192,3 +193,31 @@ def test_width_and_streaming_misuse_are_refused_clearly():
         model(input_ids=IDS)
         with pytest.raises(ValueError, match="call stream.reset"):
             model(input_ids=IDS[:1])
+
+
+DETACH_CASES = {
+    "gpt2 by index": ("gpt2", [0, 2]),
+    "gpt2 by path inside a block": ("gpt2", ["transformer.h.0.mlp", "transformer.h.1.attn"]),
+    "gpt2 index then a path inside it": ("gpt2", [1], ["transformer.h.1.block.mlp"]),
+    "gpt2 path then its block by index": ("gpt2", ["transformer.h.0.mlp"], [0]),
+    "bert by index": ("bert", [1]),
+    "bert by path inside a block": ("bert", ["encoder.layer.1.output", "encoder.layer.0.attention"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DETACH_CASES))
+def test_detach_gives_the_model_back_bit_for_bit_whatever_was_attached_where(case):
+    family, *attachments = DETACH_CASES[case]
+    model = build(family)
+    fresh = build(family)  # the same seed: an independent copy never attached to
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for layers in attachments:
+            attach_memory(model, memory(gate=0.0), layers=layers)
+        assert len(memory_layers(model)) == sum(len(layers) for layers in attachments)
+        assert not torch.equal(output(model, IDS), output(fresh, IDS))  # the memories were in the way
+        assert detach_memory(model) is model
+        assert torch.equal(output(model, IDS), output(fresh, IDS))
+    assert memory_layers(model) == {}  # nothing left for streaming or a trace to find
+    same(fingerprint(model), fingerprint(fresh))
+    assert all(module is modules[name] for name, module in model.named_modules())  # the very same objects

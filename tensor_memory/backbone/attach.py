@@ -11,7 +11,9 @@ very same objects back and the model computes bit for bit what it computed befor
   ``h ← h + σ(γ)·mem(LN(h))`` on its output. Hugging Face ``transformers`` decoder and encoder
   layers (GPT-2, BERT, Llama, Mistral, Qwen2, … — every layer class built on its
   ``GradientCheckpointingLayer``, stacked in an ``nn.ModuleList``) are found by themselves; any
-  other layer is named by its module path, ``layers=["encoder.2"]``.
+  other layer is named by its module path, ``layers=["encoder.2"]``: one layer, not a ModuleList of them, and never
+  a part of a layer torch may run fused (``TransformerEncoderLayer``, ``MultiheadAttention``: it would skip the
+  memory) or of a :class:`~tensor_memory.backbone.Block` (its state would not carry the memory's): those whole.
 
 Blocks are numbered in ``model.modules()`` order; ``layers`` picks among them by index (None = all)
 or names modules by path. Attached with a strongly negative ``gate_init`` (e.g.
@@ -28,6 +30,7 @@ given (padding masks do not reach it); it is causal, so right padding never affe
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 import torch
@@ -184,24 +187,83 @@ def _blocks(model: nn.Module) -> list[Found]:
     return found
 
 
+# Modules that may use a child's weights without calling it (torch's fused fast paths, MultiheadAttention's
+# out_proj), or whose own state would not carry a memory inside them (this project's Block): a memory goes around
+# them, never inside.
+_WHOLE = (Block, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.MultiheadAttention)
+
+
 def _named(model: nn.Module, paths: list[str]) -> list[Found]:
     """The modules at ``paths`` (as ``model.named_modules()`` names them), each with its parent."""
     modules = dict(model.named_modules())
     found = []
     for path in paths:
-        if not path or path not in modules:
+        if not path:
+            raise ValueError("attach_memory: layers=[''] names the model itself; name a layer inside it by its path")
+        if path not in modules:
             raise ValueError(f"attach_memory: the model has no module {path!r}; name one of model.named_modules()")
+        module = modules[path]
+        if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            first = next(iter(module.named_children()), ("0", None))[0]
+            raise ValueError(
+                f"attach_memory: {path!r} is a {type(module).__name__} (its layers are called, never it): "
+                f"name one of its layers, e.g. layers=[{path + '.' + first!r}]"
+            )
+        parts = path.split(".")
+        for end in range(1, len(parts)):
+            outer = ".".join(parts[:end])
+            if isinstance(modules[outer], TensorMemory):
+                raise ValueError(f"attach_memory: {path!r} is part of the memory layer {outer!r}; name another layer")
+            if isinstance(modules[outer], _WHOLE):
+                raise ValueError(
+                    f"attach_memory: {path!r} lies inside {outer!r}, a {type(modules[outer]).__name__}, where a "
+                    f"memory would be skipped or not carried: name it whole, layers=[{outer!r}]"
+                )
         parent_path, _, name = path.rpartition(".")
-        found.append((modules[parent_path], name, modules[path]))
+        found.append((modules[parent_path], name, module))
     return found
+
+
+def _listed(layers: object) -> list:
+    """``layers`` as a non-empty list of distinct ints or distinct strings, or a ValueError saying what to pass."""
+    if isinstance(layers, (str, int)) and not isinstance(layers, bool):
+        raise ValueError(
+            f"attach_memory: layers={layers!r} must be a list: pass layers=[{layers!r}], or None for every block"
+        )
+    if not isinstance(layers, Iterable):
+        raise ValueError(
+            "attach_memory: layers must be None (every block), a list of block indices or a list of module "
+            f"paths, got {type(layers).__name__}"
+        )
+    chosen = list(layers)
+    if not chosen:
+        raise ValueError("attach_memory: layers=[] picks no layer; pass None for every block, or indices or paths")
+    if not all(isinstance(i, str) for i in chosen):
+        chosen = [_index(i) for i in chosen]
+        if None in chosen:
+            raise ValueError(
+                f"attach_memory: layers must be all block indices (ints) or all module paths (strings), got {layers!r}"
+            )
+    twice = sorted({i for i in chosen if chosen.count(i) > 1}, key=str)
+    if twice:
+        raise ValueError(f"attach_memory: layers names {twice[0]!r} twice; name each layer once")
+    return chosen
+
+
+def _index(value: object) -> int | None:
+    """A block index from a Python, NumPy or 0-d tensor integer (not a bool); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _choose(model: nn.Module, layers: None | Iterable[int] | Iterable[str]) -> list[Found]:
     """The blocks ``layers`` picks: indices among the blocks found (None = all) or module paths."""
-    chosen = None if layers is None else list(layers)
-    if chosen and all(isinstance(i, str) for i in chosen):
-        if len(set(chosen)) != len(chosen):
-            raise ValueError(f"attach_memory: layers names a module twice: {chosen!r}")
+    chosen = None if layers is None else _listed(layers)
+    if chosen and isinstance(chosen[0], str):
         return _named(model, chosen)
     blocks = _blocks(model)
     if not blocks:
@@ -213,14 +275,11 @@ def _choose(model: nn.Module, layers: None | Iterable[int] | Iterable[str]) -> l
     if chosen is None:
         return blocks
     count = len(blocks)
-    if (
-        not chosen
-        or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in chosen)
-        or len(set(chosen)) != len(chosen)
-    ):
+    wrong = [i for i in chosen if not 0 <= i < count]
+    if wrong:
         raise ValueError(
-            f"attach_memory: layers must be distinct block indices in [0, {count - 1}] "
-            f"(or None for all), or module paths; got {layers!r}"
+            f"attach_memory: layers names block {wrong[0]}, but the model has {count} blocks it knows: "
+            f"pass indices in [0, {count - 1}], None for all, or module paths"
         )
     return [blocks[i] for i in sorted(chosen)]
 
@@ -233,6 +292,12 @@ def _width(parent: nn.Module | None, block: nn.Module) -> int | None:
         return block.attn_norm.normalized_shape[0]
     if isinstance(block, nn.TransformerEncoderLayer):
         return block.self_attn.embed_dim
+    if isinstance(block, nn.Linear):
+        return block.out_features
+    if isinstance(block, nn.Embedding):
+        return block.embedding_dim
+    if isinstance(block, nn.LayerNorm):
+        return block.normalized_shape[-1]
     if parent is not None and _is_hf_layer(parent, block):
         norms = [
             m
@@ -261,8 +326,12 @@ def attach_memory(
     when there is no block, when ``config.token_dim`` differs from a block's width, or when a
     chosen block already has a memory.
     """
+    _require_module("attach_memory", model)
     if not isinstance(config, MemoryConfig):
-        raise ValueError(f"attach_memory expects a MemoryConfig, got {type(config).__name__}")
+        raise ValueError(
+            "attach_memory: config must be a MemoryConfig (MemoryConfig(token_dim=<the layers' width>, …)), "
+            f"got {type(config).__name__}"
+        )
     if config.public_code.output != "residual":
         raise ValueError(
             "attach_memory adds the memory's read to a layer's hidden states: it needs "
@@ -297,18 +366,31 @@ def attach_memory(
 
 
 def detach_memory(model: nn.Module) -> nn.Module:
-    """Remove every attached memory, putting the original block objects back. Returns the model
-    (or the original block, when ``model`` is itself an attached wrapper)."""
-    if isinstance(model, _Attached):
-        return model.block
-    for parent, name, block in _blocks(model):
-        if isinstance(block, _Attached) and parent is not None:
-            setattr(parent, name, block.block)
+    """Remove every attached memory, by index or by path, wherever it sits, putting the original module objects
+    back. Returns the model (or the original block, when ``model`` is itself an attached wrapper)."""
+    _require_module("detach_memory", model)
+    model = _unwrapped(model)
     for module in model.modules():
         if isinstance(module, nn.TransformerEncoder) and hasattr(module, _SAVED_NESTED):
             module.use_nested_tensor = getattr(module, _SAVED_NESTED)
             delattr(module, _SAVED_NESTED)
     return model
+
+
+def _unwrapped(module: nn.Module) -> nn.Module:
+    """``module`` with every attached wrapper in it (and it) replaced by the module it wraps, innermost first."""
+    if isinstance(module, _Attached):
+        return _unwrapped(module.block)
+    for name, child in list(module.named_children()):
+        inner = _unwrapped(child)
+        if inner is not child:
+            setattr(module, name, inner)
+    return module
+
+
+def _require_module(owner: str, model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"{owner}: model must be a torch.nn.Module (the model itself), got {type(model).__name__}")
 
 
 def _disable_nested(model: nn.Module, layers: nn.ModuleList) -> None:
