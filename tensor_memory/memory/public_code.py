@@ -52,12 +52,31 @@ class PublicCodeMemory(nn.Module):
 
     def forward(self, x: torch.Tensor, prev_state: Sequence[torch.Tensor] | None = None):
         """x (B, N, d), prev_state (h, c) each (B, C, D, H, W) or None → out (B, N, d), (h, c)."""
+        dtype = self.memory.mix.weight.dtype
+        if not isinstance(x, torch.Tensor) or x.dtype != dtype:
+            raise ValueError(
+                f"PublicCodeMemory: x must be a {dtype} tensor (B, N, d) like the weights, got {_kind(x)}; "
+                f"pass {'x.to(' + str(dtype) + ')' if isinstance(x, torch.Tensor) else 'a tensor'}"
+            )
         state = None
         if prev_state is not None:
+            pair = isinstance(prev_state, (tuple, list)) and len(prev_state) == 2
+            if not pair or any(not isinstance(v, torch.Tensor) or v.dtype != dtype for v in prev_state):
+                raise ValueError(
+                    f"PublicCodeMemory: prev_state must be None or the pair (h, c) of {dtype} tensors (B, C, D, H, W) "
+                    f"a call returned, got {_kind(prev_state)}"
+                )
             h, c = prev_state
             state = MemoryState(h=h, c=c, pending=x.new_zeros(x.shape[0], 0, x.shape[-1]))  # "pad" carries none
         out, new = self.memory(x, state)
         return out, (new.h.contiguous(), new.c.contiguous())  # the public code's layout, not channels-last
+
+
+def _kind(value: object) -> str:
+    """A value's type for a message: a tensor's dtype and shape, else its type's name."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {tuple(value.shape)}"
+    return type(value).__name__
 
 
 def public_shapes(d: int, C: int, chunk: int, grid: Sequence[int]) -> dict[str, tuple[int, ...]]:
@@ -104,10 +123,16 @@ def from_public_code(
     must agree (``grid`` is needed only for a state dict without ``grid_cache``). ``sigma_scale`` is the
     interface's constructor argument. ``prefix``: where the interface sits in a whole model's state dict
     (``"shared_tensor_memory."`` in the public ``TensorMemoryViT``); keys outside it are ignored. A missing,
-    extra, wrong-shaped or non-finite entry is refused with a ValueError naming the key. ``layer`` is the
+    extra, wrong-shaped or non-finite entry is refused with a ValueError naming the key. Float16 or bfloat16 weights
+    (``grid_cache`` then the exact grid rounded to that dtype) build a module of that dtype. ``layer`` is the
     class to build (``TensorMemory``; passed in, so that this module does not import the layer it extends).
     """
     require_float("from_public_code", "sigma_scale", sigma_scale, 0.0, low_open=True)
+    if not isinstance(prefix, str):
+        raise ValueError(
+            "from_public_code.prefix must be a string, where the interface sits in the state dict "
+            f"(e.g. 'shared_tensor_memory.', or '' for the interface's own), got {type(prefix).__name__}"
+        )
     tensors = _interface_entries(state_dict, prefix)
     d, C, chunk = _sizes(tensors, prefix)
     if chunk_size is not None and chunk_size != chunk:
@@ -150,8 +175,8 @@ def _interface_entries(state_dict: Mapping[str, torch.Tensor], prefix: str) -> d
             continue
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             raise ValueError(
-                f"state dict entry {key!r} must be a floating-point tensor, got "
-                f"{getattr(value, 'dtype', type(value).__name__)}"
+                f"state dict entry {key!r} must be a floating-point torch tensor (the interface's state_dict()), "
+                f"got {value.dtype if isinstance(value, torch.Tensor) else type(value).__name__}"
             )
         tensors[key[len(prefix) :]] = value
     return tensors
@@ -180,6 +205,14 @@ def _sizes(tensors: dict[str, torch.Tensor], prefix: str) -> tuple[int, int, int
 
 def _grid(tensors: dict[str, torch.Tensor], grid: Sequence[int] | None, prefix: str) -> tuple[int, int, int]:
     """(D, H, W) from ``grid_cache`` (whose coordinates must be the public code's), or the ``grid`` argument."""
+    sizes = list(grid) if isinstance(grid, Sequence) and not isinstance(grid, str) else None
+    if grid is not None and (
+        sizes is None or len(sizes) != 3 or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in sizes)
+    ):
+        raise ValueError(
+            f"from_public_code.grid must be three integers (D, H, W), each >= 2, the interface's memory_shape, "
+            f"got {grid!r}"
+        )
     cache = tensors.get("grid_cache")
     if cache is None:
         if grid is None:
@@ -197,7 +230,14 @@ def _grid(tensors: dict[str, torch.Tensor], grid: Sequence[int] | None, prefix: 
         raise ValueError(
             f"grid={tuple(grid)!r}, but {prefix + 'grid_cache'!r} is {found}: pass grid={found} or leave it out"
         )
-    if min(found) >= 2 and not torch.allclose(cache.double(), public_grid_cache(found, torch.float64), atol=1e-5):
+    if min(found) < 2:
+        raise ValueError(
+            f"state dict entry {prefix + 'grid_cache'!r} is a grid of {found}: "
+            f"this layer needs at least 2 cells per axis"
+        )
+    # Saved in float16/bfloat16 the coordinates are the exact ones rounded: allowed their dtype's rounding, no more.
+    atol = max(1e-5, torch.finfo(cache.dtype).eps / 2)  # half a unit in the last place at 1
+    if not torch.allclose(cache.double(), public_grid_cache(found, torch.float64), atol=atol):
         raise ValueError(
             f"state dict entry {prefix + 'grid_cache'!r} does not hold the public code's cell coordinates "
             f"(x, y, z at linspace(-1, 1, n) per axis); this layer cannot place voxels elsewhere"

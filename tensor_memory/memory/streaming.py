@@ -42,6 +42,10 @@ class Stream:
     """The states carried between calls, by memory path; :meth:`reset` starts a new sequence."""
 
     def __init__(self, model: nn.Module) -> None:
+        if not isinstance(model, nn.Module):
+            raise ValueError(
+                f"streaming: model must be a torch.nn.Module (the model itself), got {type(model).__name__}"
+            )
         self.memories = memory_layers(model)
         if not self.memories:
             raise ValueError("no TensorMemory layer in this model: streaming carries memory states")
