@@ -86,7 +86,7 @@ def test_a_resume_file_that_is_a_folder_or_huge_is_refused_unread(killed, tmp_pa
     out = tampered(killed, tmp_path, lambda t, m: None)
     (out / RESUME_FILE).unlink()
     (out / RESUME_FILE).mkdir()
-    assert "is a folder, not the resume file" in refused(out)
+    assert f"{RESUME_FILE}: is a folder, not a regular file" in refused(out)  # refused before any work
     (out / RESUME_FILE).rmdir()
     with open(out / RESUME_FILE, "wb") as handle:  # 8 GiB, sparse: refused by its size, never read
         handle.truncate(8 << 30)
@@ -282,4 +282,4 @@ def test_a_lock_file_that_is_a_named_pipe_is_refused_at_once(tmp_path, capsys):
         == 2
     )
     assert time.perf_counter() - start < 10
-    assert "train.lock: is not a regular file, so not a lock `train` wrote; remove it" in capsys.readouterr().err
+    assert "train.lock: is a named pipe, not a regular file; move it away" in capsys.readouterr().err

@@ -13,6 +13,7 @@ to do about it.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -43,32 +44,122 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+# What a path that is no regular file is, in the words of the refusal.
+KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def not_a_file(path: PathLike, mode: int, option: str | None = None) -> ValueError:
+    """The one-line refusal of writing at ``path``, where something of ``mode`` (``st_mode``) is not a regular file;
+    ``option``: the flag that named ``path``."""
+    kind = next((name for test, name in KINDS if test(mode)), "a device")
+    label = f"{option} {path}" if option else str(path)
+    remedy = "choose another file name" if option else "move it away or write elsewhere"
+    if stat.S_ISLNK(mode):
+        return ValueError(
+            f"{label}: is a symbolic link, and nothing is written through one (the link and what it points to are "
+            f"left as they are); {remedy}"
+        )
+    return ValueError(f"{label}: is {kind}, not a regular file; {remedy}")
+
+
+def check_file_place(path: PathLike, option: str | None = None) -> os.stat_result | None:
+    """What is at ``path`` (not following a link) if a file may be written there: None for nothing, a regular file's
+    status; anything else there (a symbolic link, even a dangling one, a folder, a named pipe, …) is refused with
+    :func:`not_a_file`, left as it is."""
+    try:
+        status = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        raise not_a_file(path, status.st_mode, option)
+    return status
+
+
+def open_to_write(path: PathLike, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of the regular file ``path`` opened with ``flags`` (``os.O_CREAT`` makes it), never through a
+    symbolic link (``O_NOFOLLOW``: a dangling link's target is not created either) and never waiting (a named pipe
+    would): anything but a regular file is refused with :func:`not_a_file`, untouched. Truncate only once the file is
+    known (``O_TRUNC`` is not for ``flags``). FileNotFoundError passes through."""
+    if flags & os.O_TRUNC:
+        raise ValueError("open_to_write: truncate with os.ftruncate once the file is known to be the one meant")
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EMLINK):  # ELOOP/EMLINK: a link
+            raise
+        check_file_place(path)  # says what is there
+        raise
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(fd)
+        raise not_a_file(path, status.st_mode)
+    return fd
+
+
+def append_line(path: PathLike, line: str) -> None:
+    """``line`` (UTF-8) appended to the regular file ``path``, made if missing, in one write and never through a
+    symbolic link (:func:`open_to_write`): a reader sees whole lines, and at most a cut last one after a kill."""
+    data = line.encode("utf-8")
+    fd = open_to_write(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        done = 0
+        while done < len(data):  # one write does it for a regular file; the loop covers a short one
+            done += os.write(fd, data[done:])
+    finally:
+        os.close(fd)
+
+
+def check_folder_place(folder: PathLike, option: str | None = None) -> None:
+    """A ValueError naming ``folder`` when something other than a folder is there (a symbolic link to one included:
+    what is written in it would land elsewhere); nothing there passes."""
+    try:
+        status = os.lstat(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISDIR(status.st_mode):
+        label = f"{option} {folder}" if option else str(folder)
+        kind = next((name for test, name in KINDS if test(status.st_mode)), "a device")
+        kind = "a file" if stat.S_ISREG(status.st_mode) else kind
+        raise ValueError(
+            f"{label}: is {kind}, not a folder, and nothing is written through it; move it away or write elsewhere"
+        )
+
+
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the complete old file or the complete new one.
 
     The bytes go to a temp file in the same directory, are fsynced, then ``os.replace``d over
-    ``path``. On any error the temp file is removed and ``path`` is untouched.
+    ``path``. On any error the temp file is removed and ``path`` is untouched; a ``path`` that is not a regular file
+    (a symbolic link, a folder, …) is refused first (:func:`check_file_place`), as are the failures naming the temp
+    file: they name ``path``.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    status = check_file_place(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:  # a read-only or immutable folder, a missing one: say so of the file meant
+        raise OSError(error.errno, f"cannot write in its folder {path.parent} ({error.strerror})", str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        try:  # mkstemp makes 0600 files; keep the old file's mode, or use the usual 0644
-            mode = stat.S_IMODE(path.stat().st_mode)
-        except OSError:
-            mode = 0o644
-        os.chmod(tmp, mode)
+        os.chmod(tmp, 0o644 if status is None else stat.S_IMODE(status.st_mode))  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException as error:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(error, OSError) and not error.filename:  # a failed write names no file: name the one meant
-            raise OSError(error.errno, error.strerror or str(error), str(path)) from None
+        if isinstance(error, OSError) and error.filename in (None, tmp):  # name the file meant, not the temp file
+            raise OSError(error.errno, f"cannot write it ({error.strerror or error})", str(path)) from None
         raise
     _fsync_dir(path.parent)
 
@@ -104,15 +195,16 @@ RUN_FILES = ("model.safetensors", "config.json", "metrics.json", "train_log.json
 def check_output_path(path: PathLike, overwrite: bool = False, inputs: tuple = (), option: str = "--out") -> Path:
     """``path`` if a command may write its result there, else a ValueError saying why, before any work.
 
-    Refused always: a folder, a path whose folder is missing or not writable, a file of a checkpoint or
-    run (:data:`RUN_FILES` beside a ``config.json``), and one of the command's own ``inputs``. Refused
-    unless ``overwrite``: any other existing file.
+    Refused always: a folder, a symbolic link or anything else that is not a regular file, a path whose folder is
+    missing or not writable, a file of a checkpoint or run (:data:`RUN_FILES` beside a ``config.json``), and one of
+    the command's own ``inputs``. Refused unless ``overwrite``: any other existing file.
     """
     path = Path(path)
     where = f"{option} {path}"
     check_plain_name(path, option)
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         raise ValueError(f"{where}: is a folder; give a file name inside it")
+    check_file_place(path, option)  # a symbolic link (even a dangling one), a named pipe, …
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise ValueError(f"{where}: its folder {parent} does not exist (or is not a folder); create it first")
@@ -222,5 +314,10 @@ __all__ = [
     "read_json",
     "remove_stale_temp_files",
     "check_output_path",
+    "check_file_place",
+    "check_folder_place",
+    "open_to_write",
+    "append_line",
+    "not_a_file",
     "RUN_FILES",
 ]

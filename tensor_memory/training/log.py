@@ -13,9 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..storage.files import append_line, check_folder_place
 from ..storage.user_files import read_user_file
 
 LOG_FILE = "train_log.jsonl"
+TENSORBOARD = "tensorboard"  # the folder of TensorBoard's event files, in the run's
 MAX_LOG_BYTES = 64 * 1024 * 1024  # a log of 10⁵ evaluations is well under this
 
 
@@ -58,8 +60,7 @@ def read_training_log(path: str | Path, allow_cut_last_line: bool = False) -> li
 
 def append_entry(path: Path, writer, entry: dict[str, Any]) -> None:
     """One entry at the end of the log, and its numbers to TensorBoard when a ``writer`` is open."""
-    with path.open("a") as log:
-        log.write(json.dumps(entry) + "\n")
+    append_line(path, json.dumps(entry) + "\n")
     if writer is not None:
         for key, value in scalars(entry):
             writer.add_scalar(key, value, entry["step"])
@@ -80,7 +81,16 @@ def tensorboard_writer(out: Path):
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         return None
-    return SummaryWriter(str(out / "tensorboard"))
+    check_folder_place(out / TENSORBOARD)  # its event files stay in ``out``
+    return SummaryWriter(str(out / TENSORBOARD))
 
 
-__all__ = ["LOG_FILE", "MAX_LOG_BYTES", "read_training_log", "append_entry", "scalars", "tensorboard_writer"]
+__all__ = [
+    "LOG_FILE",
+    "TENSORBOARD",
+    "MAX_LOG_BYTES",
+    "read_training_log",
+    "append_entry",
+    "scalars",
+    "tensorboard_writer",
+]

@@ -14,21 +14,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..storage.files import RUN_FILES
-from ..storage.user_files import check_plain_name
+from ..storage.files import RUN_FILES, check_file_place, check_folder_place, open_to_write
+from .log import TENSORBOARD
+from .run_log import HEADER_FILE, RECORDS_FILE, check_run_folder
 
 LOCK_FILE = "train.lock"
 
 
 def check_out(out: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it."""
-    check_plain_name(out, "--out")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: is a file, not a folder; choose a folder for the run")
+    """Refuse an ``out`` that holds an earlier run unless told to resume it or to replace it, and one where a file or
+    folder the run writes is not a regular file or folder (a symbolic link: nothing is written outside ``out``)."""
+    check_run_folder(out, "--out")
+    for name in (*RUN_FILES, LOCK_FILE, HEADER_FILE, RECORDS_FILE):
+        check_file_place(out / name)
+    check_folder_place(out / TENSORBOARD)
     found = [name for name in RUN_FILES if (out / name).exists()]
     if found and not (resume or overwrite):
         raise ValueError(
@@ -48,18 +50,14 @@ class RunFolderBusy(ValueError):
 
 
 def _open_lock(path: Path, flags: int) -> int:
-    """The lock file opened without waiting; a ValueError naming it if it is not a regular file (a named pipe there
-    would make opening it wait for good)."""
+    """The lock file opened without waiting and never through a symbolic link (:func:`open_to_write`): a link, a
+    folder or a named pipe in its place is refused in one line naming it, and left as it is."""
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
-    except (FileNotFoundError, NotADirectoryError):
+        return open_to_write(path, flags)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         raise
     except OSError as error:
         raise ValueError(f"{path}: cannot open the run's lock file ({error.strerror}); remove it") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError(f"{path}: is not a regular file, so not a lock `train` wrote; remove it")
-    return fd
 
 
 def _recorded_pid(fd: int) -> int | None:
@@ -105,7 +103,7 @@ def hold_run_folder(out: Path) -> Iterator[None]:
             os.close(fd)
             raise _busy(out, pid) from None
         try:  # the file may have been removed by the run that held it, between our open and our lock
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            if _same_file(os.lstat(path), os.fstat(fd)):
                 break
         except FileNotFoundError:
             pass
@@ -116,8 +114,13 @@ def hold_run_folder(out: Path) -> Iterator[None]:
         yield
     finally:
         with contextlib.suppress(OSError):
-            path.unlink()  # removed while still locked: a run waiting on the old file tries again
+            if _same_file(os.lstat(path), os.fstat(fd)):  # not what someone put in its place since
+                path.unlink()  # removed while still locked: a run waiting on the old file tries again
         os.close(fd)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 __all__ = ["LOCK_FILE", "RunFolderBusy", "check_out", "check_free", "hold_run_folder"]

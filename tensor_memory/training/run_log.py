@@ -22,7 +22,7 @@ from torch import nn
 
 from ..memory import Recording, memory_layers
 from ..memory.measures import layer_measures, occupancy
-from ..storage.files import atomic_write_text
+from ..storage.files import append_line, atomic_write_text, check_file_place, check_folder_place
 from ..storage.user_files import check_plain_name
 
 RUN_FORMAT = "tensor-memory-run"
@@ -103,11 +103,14 @@ class RunLog:
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             **about,
         }
+        check_folder_place(self.snapshots)  # a symbolic link there is refused, before anything is written
+        earlier = sorted(self.snapshots.glob(f"*{SNAPSHOT_SUFFIX}"))
+        for old in earlier:  # only regular files are removed: a link or a folder of that name is refused
+            check_file_place(old)
         atomic_write_text(self.records, "")
         atomic_write_text(self.folder / HEADER_FILE, json.dumps(header, indent=2) + "\n")
-        if self.snapshots.is_dir() and not self.snapshots.is_symlink():
-            for old in self.snapshots.glob(f"*{SNAPSHOT_SUFFIX}"):
-                old.unlink()
+        for old in earlier:
+            old.unlink(missing_ok=True)
         return self
 
     def append(
@@ -124,18 +127,12 @@ class RunLog:
         if metrics:
             entry["metrics"] = {name: finite_or_none(value) for name, value in metrics.items()}
         entry["layers"] = layers
-        line = (json.dumps(entry, allow_nan=False) + "\n").encode()
-        fd = os.open(self.records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            done = 0
-            while done < len(line):  # one write does it for a regular file; the loop covers a short one
-                done += os.write(fd, line[done:])
-        finally:
-            os.close(fd)
+        append_line(self.records, json.dumps(entry, allow_nan=False) + "\n")
         return entry
 
     def snapshot_path(self, step: int) -> Path:
-        """Where the snapshot of ``step`` goes (its folder made)."""
+        """Where the snapshot of ``step`` goes (its folder made; a symbolic link there is refused)."""
+        check_folder_place(self.snapshots)
         self.snapshots.mkdir(exist_ok=True)
         return self.snapshots / snapshot_name(step)
 
