@@ -160,7 +160,7 @@ def unpack_checkpoint(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
                     raise UploadError(f"could not unpack the upload: {error.strerror or error}") from None
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-    os.utime(target)
+    os.utime(target, follow_symlinks=False)  # its own time, never that of what a link there names
     _prune(root, keep=target)
     return target
 
@@ -214,7 +214,7 @@ def save_trace_upload(data: bytes, root: Path = UPLOAD_ROOT) -> Path:
     target = folder / f"{hashlib.sha256(data).hexdigest()[:24]}.safetensors"
     if not target.is_file():
         atomic_write_bytes(target, data)
-    os.utime(target)
+    os.utime(target, follow_symlinks=False)  # its own time, never that of what a link there names
     kept = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
     for old in kept[KEEP_UPLOADS:]:
         old.unlink(missing_ok=True)

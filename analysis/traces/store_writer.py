@@ -10,6 +10,7 @@ its last complete segment. :class:`SegmentedTraceWriter` turns recorded segments
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,8 @@ def is_store_path(path: str | Path) -> bool:
 def check_store_path(path: str | Path, option: str = "--out") -> Path:
     """``path`` if a new store may be made there (a ValueError otherwise, before any work): it must not exist (a store
     is never written over), and its folder must be writable."""
-    if Path(path).exists():
-        kind = "a folder" if Path(path).is_dir() else "a file"
+    if os.path.lexists(path):  # a symbolic link too, even a dangling one: a store is never made through one
+        kind = "a symbolic link" if Path(path).is_symlink() else "a folder" if Path(path).is_dir() else "a file"
         raise ValueError(
             f"{option} {path}: is {kind} that exists already; a trace store (any path not ending in .safetensors) is "
             f"a new folder, never written over: remove it, or choose a new name"
@@ -64,7 +65,7 @@ class StoreWriter:
         """``capacity``: the rows an appended array will likely reach, by its name's first part (``tokens``, …; else
         ``""``): it is made that long at once, so appending writes chunks and no metadata (:meth:`trim` at the end)."""
         self.path = Path(path)
-        if self.path.exists():
+        if os.path.lexists(self.path):
             raise ValueError(f"{self.path}: exists already; remove it or choose another name for the trace store")
         self.path.mkdir()
         self.store = LocalStore(self.path)
