@@ -3,10 +3,10 @@
 :func:`read_store` reads the header and progress record and every ``zarr.json`` (:mod:`analysis.traces.store_format`)
 and holds them to the header's expected arrays (:func:`~analysis.traces.validation.expected_shapes`) before zarr
 opens anything. The small arrays (vectors, per-chunk scores, tokens, int8 scales, summaries) are read whole and
-checked as a trace file's are; volumes stay in the store: :class:`LazyVolumes` reads only the chunks an index
-selects and checks each chunk file and its values as it reads them. A store cut short (``complete`` false) opens up
-to its last complete segment, ``info["incomplete"]`` saying so; its per-chunk summaries are read as far, and the
-totals, written only at the end, are made from the writes' coordinates (no volume read).
+checked as a trace file's are; volumes stay in the store: :class:`LazyVolumes` reads only the chunks an index selects
+and checks each chunk file and its values (finite, a gate's within its bounds) as it reads them. A store cut short
+(``complete`` false) opens up to its last complete segment, ``info["incomplete"]`` saying so; its per-chunk summaries
+are read as far, and the totals, written only at the end, are made from the writes' coordinates (no volume read).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from analysis.traces.validation import (
     check_values,
     expected_shapes,
     fail,
+    out_of_bounds,
 )
 
 
@@ -100,6 +101,9 @@ class LazyVolumes:
             ) from None
         if self.dtype.kind == "f" and not np.isfinite(values).all():
             raise fail(self.store, f"array {self.name!r} holds NaN or infinite values in chunks {first}..{last}")
+        problem = out_of_bounds(self.name, values)
+        if problem:
+            raise fail(self.store, f"array {self.name!r}, read in chunks {first}..{last}, {problem}")
         return values[back]
 
 

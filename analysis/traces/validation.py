@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.traces.quantized import INT8_LEVELS
 from tensor_memory.memory.hookpoints import GATE_POINTS
 from tensor_memory.tasks import make_task
 
@@ -37,6 +38,23 @@ SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) besid
 MODEL_SOURCE = "model"  # info["source"] of a trace_model trace
 TEXT_ARRAYS = ("tokens/utf8", "tokens/offsets")  # the tokens' UTF-8 bytes and each token's (start) offset, N + 1
 TARGET_ARRAYS = ("tokens/target", "tokens/prediction", "tokens/p_target")  # per position, with targets
+CHUNK_FIELDS = ("prediction", "target", "scored", "probs", "p_target", "p_prediction")  # per chunk: chunk/<field>
+
+# What a sigmoid, a tanh or a softmax bounds, by an array's last name part: (lowest, highest, what its values
+# are). Closed bounds: a sigmoid rounds to exactly 0 or 1 in float32 and float16 alike.
+VALUE_BOUNDS = {
+    "p_target": (0, 1, "probabilities"),
+    "p_prediction": (0, 1, "probabilities"),
+    "probs": (0, 1, "probabilities"),
+    "gate_scale": (0, 1, "a read gate σ(γ) (a sigmoid)"),
+    "gate_i": (0, 1, "input gate values (a sigmoid's)"),
+    "gate_f": (0, 1, "forget gate values (a sigmoid's)"),
+    "gate_o": (0, 1, "output gate values (a sigmoid's)"),
+    "gate_g": (-1, 1, "candidate values (a tanh's)"),
+}
+INT8_SCALE_SLACK = (
+    1e-6  # an int8 volume's scale is peak / 127 in float32: 127 · scale may exceed the peak by a rounding
+)
 
 REDO = "capture it again with `tensor-memory trace` (or `analysis.trace_model`)"
 
@@ -186,6 +204,33 @@ def check_values(path: Path, name: str, array: np.ndarray, kind: str) -> None:
         )
     if name.endswith("/sigma") and (array <= 0).any():
         raise fail(path, f"array {name!r} holds a write spread σ ≤ 0; a memory's σ is positive")
+    problem = out_of_bounds(name, array)
+    if problem:
+        raise fail(path, f"array {name!r} {problem}")
+
+
+def out_of_bounds(name: str, values: Any) -> str | None:
+    """What is wrong with array ``name``'s ``values`` when a sigmoid, a tanh or a softmax bounds them
+    (:data:`VALUE_BOUNDS`) and they leave those bounds, else None (NaN is left to the finiteness checks). An int8
+    volume's codes and scales (``<field>_scale``) are held to what their decoded values may be."""
+    field = name.rpartition("/")[2]
+    base = field if field in VALUE_BOUNDS else field.removesuffix(SCALE_SUFFIX)
+    values = np.asarray(values)
+    if base not in VALUE_BOUNDS or values.size == 0:
+        return None
+    low, high, what = VALUE_BOUNDS[base]
+    bounds = f"[{low}, {high}]"
+    if base != field:  # an int8 volume's scales: its values decode to at most 127 · scale in magnitude
+        low, high, what = 0, max(-low, high) / INT8_LEVELS * (1 + INT8_SCALE_SLACK), f"int8 scales of {what}"
+        bounds = f"[0, {max(-VALUE_BOUNDS[base][0], 1)}/{INT8_LEVELS}]"
+    elif values.dtype == np.int8:  # codes: values that are never negative have codes that are never negative
+        low, high, what = (0 if low >= 0 else -INT8_LEVELS), INT8_LEVELS, f"int8 codes of {what}"
+        bounds = f"[{low}, {high}]"
+    if not (np.fmin.reduce(values, axis=None) < low or np.fmax.reduce(values, axis=None) > high):  # NaN ignored
+        return None
+    at = np.unravel_index(int(np.argmax((values < low) | (values > high))), values.shape)
+    where = int(at[0]) if len(at) == 1 else [int(i) for i in at]
+    return f"holds {what} outside {bounds} ({values[at].item():g} at index {where}); no memory or softmax gives that"
 
 
 def decode_tokens(path: Path, utf8: np.ndarray, offsets: np.ndarray) -> list[str]:
@@ -235,11 +280,23 @@ def check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.nda
                 continue
             values = arrays[name]
             if name == "chunk/target":
-                values = values[arrays["chunk/scored"]]  # an unscored chunk's target is −1
+                unscored = values[~arrays["chunk/scored"]]
+                if (unscored != -1).any():
+                    raise fail(
+                        path,
+                        f"array {name!r} holds {unscored[unscored != -1][0]} for a chunk not scored; "
+                        f"an unscored chunk's target is −1",
+                    )
+                values = values[arrays["chunk/scored"]]
             elif name == "tokens/target":
                 values = values[values != -1]  # −1: a position without a target
             if len(values) and not (0 <= values.min() and values.max() < classes):
-                raise fail(path, f"array {name!r} holds classes outside [0, {classes})")
+                wrong = values[(values < 0) | (values >= classes)][0]
+                raise fail(
+                    path,
+                    f"array {name!r} holds {wrong}, a class outside [0, {classes})"
+                    + (" (a target of none is −1)" if name.startswith("tokens/") else ""),
+                )
     if info.get("tokens"):
         decode_tokens(path, arrays["tokens/utf8"], arrays["tokens/offsets"])
     if not is_model_trace(info):
