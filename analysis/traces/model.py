@@ -27,7 +27,7 @@ window does; only the memories, and a model that threads its own state, carry ac
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from analysis.traces.arguments import (
+    check_model,
+    check_options,
+    check_segment,
+    checked_inputs,
+    checked_targets,
+    checked_tokens,
+)
 from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, score_positions, token_chunks, written_chunks
 from analysis.traces.segment_recorder import (
     Inputs,
@@ -46,27 +54,13 @@ from analysis.traces.segment_recorder import (
     memory_chunk_size,
     record_segments,
 )
-from analysis.traces.store_writer import SegmentedTraceWriter, is_store_path
+from analysis.traces.store_writer import SegmentedTraceWriter, check_store_path, is_store_path
 from analysis.traces.trace import Trace, TraceError, check_volume_dtype, load_trace
 from analysis.traces.validation import MODEL_SOURCE
 from tensor_memory import streaming
 from tensor_memory.accelerator import model_device, resolve_device
 from tensor_memory.backbone import BackboneState
-
-
-def sequence_length(inputs: Inputs) -> int:
-    """N, the positions of the one sequence in ``inputs`` (a dict's ``input_ids``, else its first tensor)."""
-    if isinstance(inputs, dict):
-        if not inputs or not all(isinstance(v, torch.Tensor) for v in inputs.values()):
-            raise ValueError("trace_model: inputs must be a tensor or a dict of tensors")
-        first = inputs.get("input_ids", next(iter(inputs.values())))
-    elif isinstance(inputs, torch.Tensor):
-        first = inputs
-    else:
-        raise ValueError(f"trace_model: inputs must be a tensor or a dict of tensors, got {type(inputs).__name__}")
-    if first.dim() < 2 or first.shape[0] != 1:
-        raise ValueError(f"trace_model records one sequence: inputs of shape (1, N, …), got {tuple(first.shape)}")
-    return int(first.shape[1])
+from tensor_memory.storage.files import check_output_path
 
 
 def on_device(inputs: Inputs, device: torch.device) -> Inputs:
@@ -77,23 +71,12 @@ def on_device(inputs: Inputs, device: torch.device) -> Inputs:
 
 
 def logits_of(output: Any) -> torch.Tensor | None:
-    """The model's class scores (1, n, classes): an output's ``logits``, or the output (or its first
-    element) when that is a tensor; None when the output holds neither."""
-    value = getattr(output, "logits", None)
+    """The model's class scores (1, n, classes): an output's ``logits`` (an attribute, or a key of a dict), or the
+    output (or its first element) when that is a tensor; None when the output holds neither."""
+    value = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
     if value is None:
         value = output[0] if isinstance(output, (tuple, list)) and output else output
     return value if isinstance(value, torch.Tensor) and value.dim() == 3 else None
-
-
-def _targets(targets: Any, N: int) -> torch.Tensor:
-    values = torch.as_tensor(targets).reshape(-1)
-    if values.dtype.is_floating_point or values.dtype == torch.bool or values.numel() not in (N, N - 1):
-        raise ValueError(
-            f"trace_model: targets must be N = {N} (or N − 1, the next tokens) integer classes, got "
-            f"{values.numel()} of {values.dtype}"
-        )
-    values = torch.cat([values.long(), values.new_full((N - values.numel(),), -1).long()])  # pad N − 1 to N
-    return torch.where(values < 0, -1, values)  # −100 (Hugging Face's "ignore") and −1 both mean none
 
 
 def call_model(model: nn.Module, piece: Inputs, state: BackboneState | None) -> tuple[Any, BackboneState | None]:
@@ -233,27 +216,24 @@ def trace_model(
     (:mod:`analysis.traces.store_writer`) written a segment at a time as it is recorded, so the capture holds one
     segment, not the whole trace, and the trace returned is the store opened lazily.
     """
+    check_model(model)
+    inputs, N = checked_inputs(inputs)
+    check_options(name, gates, cell_state, progress, out)
     check_volume_dtype(volumes)
+    tokens, wanted = checked_tokens(tokens, N), checked_targets(targets, N)
+    if out is not None and is_store_path(out):  # where it will be written: checked before the capture, not after
+        check_store_path(out, "out")
+    elif out is not None:
+        check_output_path(out, True, option="out")
     if device is not None:
         model.to(resolve_device(device))
     inputs = on_device(inputs, model_device(model))
     chunk_size = memory_chunk_size(model)
-    N = sequence_length(inputs)
-    if segment is not None and (
-        isinstance(segment, bool) or not isinstance(segment, int) or segment < 1 or segment % chunk_size
-    ):
-        raise ValueError(
-            f"trace_model: segment must be a positive multiple of the memory's chunk size "
-            f"({chunk_size}) so that every chunk is recorded once, got {segment!r}"
-        )
+    check_segment(segment, chunk_size)
     if N < chunk_size:
         raise TraceError(f"the input has {N} positions, fewer than one memory chunk ({chunk_size})")
-    if tokens is not None and (len(tokens) != N or not all(isinstance(t, str) for t in tokens)):
-        raise ValueError(f"trace_model: tokens must be {N} strings, one per position")
-    wanted = None if targets is None else _targets(targets, N)
     segment = segment or N
     info = partial(_header, model, name, chunk_size, N, wanted is not None, volumes)
-    tokens = None if tokens is None else list(tokens)
     store = None
     if out is not None and is_store_path(out):
         store = SegmentedTraceWriter(out, tokens, segment // chunk_size, -(-N // chunk_size), N)

@@ -85,10 +85,16 @@ def record_segments(
         leave=False,
         disable=progress is False or (progress is None and len(starts) < 4),
     )
-    state = None
+    state, memories = None, list(memory_layers(model))
     for start in bar:
         with torch.no_grad(), record(model, gates=gates) as rec:
             output, state = forward(segment_of(inputs, start, start + segment, N), state)
+        silent = [name for name in memories if name not in rec.layers]
+        if silent:
+            raise TraceError(
+                f"memory layer {silent[0]!r} never ran on this input: it is not on the model's forward path; a trace "
+                f"records every TensorMemory the model holds: call it in forward, or remove it before tracing"
+            )
         yield RecordedSegment(start, output, kept_fields(rec, cell_state, volumes))
 
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from analysis.traces.arguments import check_layer_fields, check_trace_fields
 from analysis.traces.quantized import QuantizedVolumes
 from analysis.traces.store_reader import read_store
 from analysis.traces.summaries import summarize
 from analysis.traces.validation import (
+    CHUNK_FIELDS,
     MAX_TRACE_BYTES,
     REDO,
     SCALE_SUFFIX,
@@ -36,9 +38,6 @@ from analysis.traces.validation import (
 from tensor_memory.memory.hookpoints import GATE_POINTS, VECTOR_POINTS, VOLUME_POINTS
 from tensor_memory.storage.files import FileFormatError, atomic_write_bytes
 from tensor_memory.storage.user_files import NUMPY_DTYPES, read_safetensors
-
-CHUNK_FIELDS = ("prediction", "target", "scored", "probs", "p_target", "p_prediction")
-
 
 Volumes = np.ndarray | QuantizedVolumes
 
@@ -62,6 +61,9 @@ class LayerTrace:
     gate_f: Volumes | None = None
     gate_o: Volumes | None = None
     gate_g: Volumes | None = None
+
+    def __post_init__(self) -> None:
+        check_layer_fields(self, (*VOLUME_POINTS, *GATE_POINTS))
 
     @property
     def has_gates(self) -> bool:
@@ -90,6 +92,9 @@ class Trace:
     # Per memory layer, its per-chunk summaries and totals (analysis.traces.summaries), stored or computed once;
     # derived from ``layers``: a trace given other layers (dataclasses.replace) must be given its own, or none.
     summaries: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_trace_fields(self, LayerTrace)
 
     @property
     def num_chunks(self) -> int:
