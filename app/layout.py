@@ -9,6 +9,8 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.figures.escape import markdown_text
+
 from .cache import TraceRef
 from .sidebar import CHOICE_KEY
 from .state import DEFAULT_CHECKPOINT, Context, shipped_checkpoints
@@ -45,14 +47,18 @@ def header(context: Context, title: str, subtitle: str) -> None:
     st.markdown(f"## {title}")
     badges = st.container(horizontal=True, gap="small")
     if context.is_trace_file:
-        badges.badge(context.ref.label, icon=":material/description:", color="blue")
-        badges.badge(f"task: {context.task}" if context.task else f"model: {context.backbone}", color="gray")
+        badges.badge(markdown_text(context.ref.label), icon=":material/description:", color="blue")
+        badges.badge(
+            markdown_text(f"task: {context.task}" if context.task else f"model: {context.backbone}"), color="gray"
+        )
         badges.badge("recorded sample", color="gray")
         trace_notes(context)
     else:
-        badges.badge(context.ref.label, icon=":material/deployed_code:", color="blue")
-        badges.badge(f"task: {context.task}", color="gray")
-        badges.badge(f"backbone: {context.backbone}", color="violet" if context.backbone == "tensor" else "orange")
+        badges.badge(markdown_text(context.ref.label), icon=":material/deployed_code:", color="blue")
+        badges.badge(markdown_text(f"task: {context.task}"), color="gray")
+        badges.badge(
+            markdown_text(f"backbone: {context.backbone}"), color="violet" if context.backbone == "tensor" else "orange"
+        )
         badges.badge(f"seed {context.seed}", color="gray")
     st.caption(subtitle)
 
@@ -67,8 +73,10 @@ def trace_notes(context: Context) -> None:
     )
     if context.trace is not None and context.trace.incomplete:
         st.warning(
-            f"{context.ref.label} is incomplete: {context.trace.incomplete}. Its capture stopped before the end; "
-            f"it shows the chunks recorded up to its last complete segment.",
+            markdown_text(
+                f"{context.ref.label} is incomplete: {context.trace.incomplete}. Its capture stopped before the "
+                f"end; it shows the chunks recorded up to its last complete segment."
+            ),
             icon=":material/warning:",
         )
 
@@ -78,8 +86,8 @@ def require_checkpoint(context: Context, title: str, needs: str) -> None:
     if context.is_trace_file:
         st.markdown(f"## {title}")
         st.info(
-            f"{title} is off for the trace file {context.ref.label}: it {needs}, and a trace file holds one "
-            f"recorded sample, no weights. Open a checkpoint in the sidebar for this page.",
+            f"{title} is off for the trace file {markdown_text(context.ref.label)}: it {needs}, and a trace file "
+            f"holds one recorded sample, no weights. Open a checkpoint in the sidebar for this page.",
             icon=":material/info:",
         )
         trace_notes(context)
@@ -89,7 +97,7 @@ def require_checkpoint(context: Context, title: str, needs: str) -> None:
 def require_trace(context: Context) -> None:
     """Stop the page, saying why, when no sample could be run."""
     if context.trace is None:
-        st.error(context.problem or "No sample could be run for this checkpoint.")
+        st.error(markdown_text(context.problem or "No sample could be run for this checkpoint."))
         st.stop()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_text
 from analysis.figures.language import gate_history_figure
 from analysis.measures.pretrained import closed_gate_scale, gate_history, recall_examples, window_text
 from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
@@ -35,9 +36,9 @@ def render(ref: CheckpointRef) -> None:
     model, config, metrics = _load(ref)
     st.markdown("## Memory on a pretrained model")
     badges = st.container(horizontal=True, gap="small")
-    badges.badge(ref.label, icon=":material/deployed_code:", color="blue")
+    badges.badge(markdown_text(ref.label), icon=":material/deployed_code:", color="blue")
     base = config["base"]
-    badges.badge(f"base: all-MiniLM-L6-v2 ({base['package']} {base['version']})", color="gray")
+    badges.badge(markdown_text(f"base: all-MiniLM-L6-v2 ({base['package']} {base['version']})"), color="gray")
     badges.badge(f"memory after layer(s) {', '.join(map(str, model.config.layers))}", color="violet")
     st.caption(
         "MiniLM stays frozen and sees one window of 32 word pieces at a time; the memory carries what "
@@ -65,7 +66,7 @@ def render(ref: CheckpointRef) -> None:
     document = int(st.number_input("Test document", min_value=0, max_value=500, step=1, key=DOCUMENT_KEY))
     windows, rows = _examples(ref, document)
     for k, text in enumerate(windows):
-        st.markdown(f"**window {k}**: {text}")
+        st.markdown(f"**window {k}**: {markdown_text(text)}")
     if not rows:
         st.info("Nothing in this document repeats across windows: pick another.", icon=":material/info:")
         return

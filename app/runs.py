@@ -16,6 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.figures.escape import markdown_code, markdown_text
 from analysis.figures.training import addressing_history_figure
 from analysis.measures.addressing import BOUNDARY_FRACTION, DEAD_GATE_SCALE, SIGMA_COLLAPSE_VOXELS
 from analysis.measures.collapse_onset import collapse_onset
@@ -127,9 +128,10 @@ class LiveRun:
 
 
 def onset_lines(onsets: dict[str, dict[str, Any] | None]) -> list[str]:
-    """One line per collapsed layer: its path, what collapsed, and the step from which it has stayed so."""
+    """One Markdown line per collapsed layer: its path, what collapsed, and the step from which it has stayed so."""
     return [
-        f"`{layer}`: {WHAT_COLLAPSED.get(onset['criterion'], onset['criterion'])} from step {onset['step']:,}"
+        f"{markdown_code(layer)}: {markdown_text(WHAT_COLLAPSED.get(onset['criterion'], onset['criterion']))} "
+        f"from step {onset['step']:,}"
         for layer, onset in onsets.items()
         if onset is not None
     ]

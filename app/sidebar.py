@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_code, markdown_text
 from analysis.traces.trace import Trace
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
@@ -80,9 +81,10 @@ def _upload_box(label: str, types: list[str], key: str, check, help: str) -> Non
             st.session_state[CHOICE_KEY] = outcomes[upload.file_id][0]  # show a new upload at once
     label, message = outcomes[upload.file_id]
     if label:
-        st.success(message)
+        st.success(markdown_text(message))
     else:
-        st.error(f"{message} Still showing {st.session_state.get(CHOICE_KEY, startup_checkpoint()[0])}.")
+        shown = st.session_state.get(CHOICE_KEY, startup_checkpoint()[0])
+        st.error(markdown_text(f"{message} Still showing {shown}."))
 
 
 def _check_upload(file: Any) -> tuple[str | None, str]:
@@ -170,16 +172,16 @@ def run_section() -> None:
             key=RUN_PATH_KEY,
             placeholder=f"a folder under {root}" if root else None,
             help="A folder written by analysis.monitor or `tensor-memory train` (run.json, run_log.jsonl): "
-            + (f"under {root}, or " if root else "")
+            + (f"under {markdown_code(root)}, or " if root else "")
             + "the one the explorer was started with.",
         )
         if text.strip():
             try:
                 folder = runs.open_run(text)
             except EXPECTED_ERRORS as error:
-                st.error(describe(error) + (f" Still following {folder.name}." if folder else ""))
+                st.error(markdown_text(describe(error) + (f" Still following {folder.name}." if folder else "")))
         if folder is not None:
-            st.page_link("views/run.py", label=f"Follow {folder.name}", icon=":material/monitoring:")
+            st.page_link("views/run.py", label=f"Follow {markdown_text(folder.name)}", icon=":material/monitoring:")
 
 
 def _slider(label: str, key: str, low: int, high: int, default: int, help: str = "") -> int:
@@ -308,7 +310,7 @@ def layer_section(trace: Trace | None) -> str | None:
         st.session_state[LAYER_KEY] = names[-1]
     st.subheader("Memory layer")
     if len(names) == 1:
-        st.caption(f"`{names[0]}`, the model's only memory layer")
+        st.caption(f"{markdown_code(names[0])}, the model's only memory layer")
         return names[0]
     return st.selectbox(
         "Memory layer",

@@ -20,6 +20,7 @@ from typing import Any
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_code, markdown_text
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.store_format import PROGRESS_FILE
 from analysis.traces.trace import Trace
@@ -200,9 +201,9 @@ def load_checkpoint_or_previous(ref: CheckpointRef) -> tuple[CheckpointRef, Load
     except CheckpointError as error:
         fallback = _fallback(ref)
         if fallback is None:
-            st.error(f"Could not load the checkpoint {ref.label}: {error}")
+            st.error(markdown_text(f"Could not load the checkpoint {ref.label}: {error}"))
             st.stop()
-        st.error(f"Could not load the checkpoint {ref.label}: {error}. Still showing {fallback.label}.")
+        st.error(markdown_text(f"Could not load the checkpoint {ref.label}: {error}. Still showing {fallback.label}."))
         return load_checkpoint_or_previous(fallback)
     st.session_state[GOOD_CHECKPOINT_KEY] = ref
     return ref, loaded
@@ -221,8 +222,10 @@ def capture_sample(ref: CheckpointRef, sample: Sample) -> tuple[Trace | None, Sa
     if trace is not None:
         return trace, sample, None
     st.error(
-        f"This sample cannot be run on {ref.label}: {problem}. Showing the checkpoint's own task settings "
-        f"instead; change the sample settings in the sidebar."
+        markdown_text(
+            f"This sample cannot be run on {ref.label}: {problem}. Showing the checkpoint's own task settings "
+            f"instead; change the sample settings in the sidebar."
+        )
     )
     fallback = sample.with_task_defaults()
     trace, fallback_problem = _capture(ref, fallback)
@@ -236,24 +239,25 @@ def open_trace_file(ref: TraceRef) -> Trace:
     try:
         return cache.opened_trace(ref)
     except EXPECTED_ERRORS as error:  # TraceError is a ValueError
-        st.error(f"Could not open the trace {ref.label}: {describe(error)}")
+        st.error(markdown_text(f"Could not open the trace {ref.label}: {describe(error)}"))
         st.stop()  # ends the run
 
 
 def memory_note(ref: CheckpointRef | TraceRef, loaded: Loaded | None, trace: Trace | None) -> str | None:
-    """Why the memory views cannot be shown for this trace, or None when they can."""
+    """Why the memory views cannot be shown for this trace (Markdown, its names escaped), or None when they can."""
     if loaded is not None and not loaded.has_memory:
         kind = loaded.checkpoint.model.backbone.config.kind
         return (
-            f"{ref.label} is a `{kind}` model: it has no Tensor Memory layers, so there is no memory to show. "
-            f"Its predictions are shown; pick a `tensor` checkpoint (e.g. occlusion-tensor) for the memory views."
+            f"{markdown_text(ref.label)} is a {markdown_code(kind)} model: it has no Tensor Memory layers, so "
+            f"there is no memory to show. Its predictions are shown; pick a `tensor` checkpoint (e.g. "
+            f"occlusion-tensor) for the memory views."
         )
     if trace is not None:  # a store's volumes are checked as each page reads them: reading them here reads it all
         problems = nonfinite_fields(trace, volumes=not (isinstance(ref, TraceRef) and ref.is_store))
         if problems:
             return (
                 "This trace holds NaN or infinite values, so the memory views are off (the model's weights blow "
-                "up on this input; try another sample or an earlier checkpoint): " + "; ".join(problems)
+                "up on this input; try another sample or an earlier checkpoint): " + markdown_text("; ".join(problems))
             )
     return None
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_text
 from analysis.traces.validation import TraceError
 
 from . import cache, layout, paging, state
@@ -32,7 +33,7 @@ def stepper(context: state.Context, key: str, build: Build) -> int:
     try:
         payload = build(span)
     except TraceError as error:  # a trace store's chunk found damaged (or NaN) as the page reads it
-        st.error(f"Could not read chunks of the trace {context.ref.label}: {error}")
+        st.error(markdown_text(f"Could not read chunks of the trace {context.ref.label}: {error}"))
         st.stop()
     chunk_stepper(dataclasses.replace(payload, start=context.chunk, moves=state.moves()), component)
     return context.chunk

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from analysis.figures.escape import WORD_JOINER
 from analysis.figures.stepped import patched
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +28,12 @@ def start(**state) -> AppTest:
     for key, value in state.items():
         at.session_state[key] = value
     return ok(at.run())
+
+
+def shown(markdown: str) -> str:
+    """Markdown the app wrote with ``analysis.figures.escape`` as its words read (its escapes undone; formatting
+    such as ``**`` stays)."""
+    return html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)).replace(WORD_JOINER, "")
 
 
 def ok(at: AppTest) -> AppTest:

@@ -9,12 +9,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from app_helpers import ok, payload, start, values
+from app_helpers import ok, payload, shown, start, values
 from run_helpers import EVERY, LAYER, ONSET, measures, start_run
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.utils import logging
 
 from analysis import monitor
+from analysis.figures.escape import markdown_code
 from analysis.measures.addressing import COLLAPSE_SPREAD_VOXELS
 from app import cli
 from app.runs import LIVE_KEY, RUN_KEY
@@ -66,7 +67,8 @@ def test_a_run_opens_with_its_film_and_where_its_collapse_began_and_grows_withou
     # the onset, counted here: the first step from which every record's writes stay under the collapse threshold
     collapsed = [r["step"] for r in records if r["layers"][LAYER]["write_spread_voxels"] < COLLAPSE_SPREAD_VOXELS]
     assert collapsed == list(range(ONSET, 2001, EVERY))
-    assert [e.value for e in at.error] == [f"`{LAYER}`: the writes collapsed to one place from step {ONSET:,}"]
+    onset = f"{markdown_code(LAYER)}: the writes collapsed to one place from step {ONSET:,}"
+    assert [e.value for e in at.error] == [onset]
     assert [(s["x0"], s["line"]["dash"]) for s in film(at)["layout"]["shapes"]] == [(ONSET, "dot")] * 5  # each panel
     follower = at.session_state[LIVE_KEY][str(folder)].follower
     for step in (2250, 2500):
@@ -81,7 +83,7 @@ def test_a_run_opens_with_its_film_and_where_its_collapse_began_and_grows_withou
     assert metrics(at)["Latest step"] == "2,500" and metrics(at)["Records"] == "11"
     assert drawn(film(at), "write spread")[0].tolist()[-2:] == [2250, 2500]
     ok(at.switch_page("views/diagnose.py").run())
-    assert f"`{LAYER}`: the writes collapsed to one place from step {ONSET:,}" in [e.value for e in at.error]
+    assert onset in [e.value for e in at.error]
     log.append(2750, measures(2750, collapsed=False))  # recovered: no collapse holds now
     ok(at.switch_page(RUN_PAGE).run())
     assert not at.error and [s.value for s in at.success] == [
@@ -110,7 +112,7 @@ def test_the_sidebar_opens_run_folders_under_the_data_root_and_nothing_else(tmp_
     ):
         at.text_input(key="run_path").set_value(typed)
         ok(at.run())
-        errors = [e.value for e in at.sidebar.error]
+        errors = [shown(e.value) for e in at.sidebar.error]
         assert len(errors) == 1 and words in errors[0] and errors[0].endswith("Still following a."), errors
         assert at.session_state[RUN_KEY] == str((root / "runs" / "a").resolve())  # still the good one
 

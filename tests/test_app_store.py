@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from app_helpers import chart, counter, drawn_volume, ok, payload, start
+from app_helpers import chart, counter, drawn_volume, ok, payload, shown, start
 
 from analysis import load_trace, trace_model
 from analysis.traces.store_reader import LazyVolumes
@@ -73,7 +73,7 @@ def guard(monkeypatch):
 
 
 def notes(at) -> str:
-    return " ".join(c.value for c in at.caption) + " ".join(w.value for w in at.warning)
+    return " ".join(shown(c.value) for c in at.caption) + " ".join(shown(w.value) for w in at.warning)
 
 
 def test_a_store_opens_on_every_page_and_reads_only_the_page_shown(store, guard, monkeypatch):
@@ -155,7 +155,7 @@ def test_the_data_root_offers_its_trace_files_and_stores_never_through_a_link(st
     ok(at.selectbox(key="checkpoint_choice").select("trace: mine.trace.zarr").run())
     assert counter(at) == f"Chunk 0 / {CHUNKS - 1}"
     ok(at.selectbox(key="checkpoint_choice").select("trace: runs/a.trace.safetensors").run())
-    assert any("Could not open the trace trace: runs/a.trace.safetensors" in e.value for e in at.error)
+    assert any("Could not open the trace trace: runs/a.trace.safetensors" in shown(e.value) for e in at.error)
 
 
 def test_tensor_memory_app_takes_a_store_and_refuses_a_broken_one_before_the_server_starts(
@@ -183,5 +183,5 @@ def test_a_damaged_page_of_a_store_says_so_when_turned_to(store, tmp_path, monke
     at = start()  # the first page reads its own chunks only: nothing is wrong there
     assert counter(at) == f"Chunk 0 / {CHUNKS - 1}" and not at.error
     ok(at.button(key="explore.later").click().run())
-    (error,) = [e.value for e in at.error]
+    (error,) = [shown(e.value) for e in at.error]
     assert error.startswith("Could not read chunks of the trace trace: nan.trace.zarr") and "NaN" in error

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from app_helpers import DEFAULT, DEFAULT_PARAMS, chart, counter, ok, payload, start
+from app_helpers import DEFAULT, DEFAULT_PARAMS, chart, counter, ok, payload, shown, start
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.utils import logging
 
@@ -46,7 +46,7 @@ def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, mon
     monkeypatch.setenv(TRACE_ENV, str(traced))
     at = start()
     assert at.selectbox(key="checkpoint_choice").value == f"trace: {traced.name}"
-    assert ":gray-badge[model: GPT2LMHeadModel]" in [m.value for m in at.markdown]
+    assert ":gray-badge[model: GPT2LMHeadModel]" in [shown(m.value) for m in at.markdown]
     assert counter(at) == "Chunk 9 / 9"  # opens on the last chunk
     assert "Predicted <b>" in payload(at)["views"]["card"][9] and "truth <b>" in payload(at)["views"]["card"][9]
     tokens = chart(at, "chunk 9: its tokens")  # the input drawn as tokens, coloured by p(target)
@@ -71,11 +71,11 @@ def test_a_trace_uploaded_in_the_sidebar_opens_and_a_bad_one_is_refused(traced, 
     at = start()
     at.file_uploader(key="trace_upload").upload("bad.safetensors", b"\x80\x04not a trace", "application/octet-stream")
     ok(at.run())
-    assert any("Could not use bad.safetensors" in e.value for e in at.error)
+    assert any("Could not use bad.safetensors" in shown(e.value) for e in at.error)
     assert at.selectbox(key="checkpoint_choice").value == "occlusion-tensor"  # still showing the checkpoint
     at.file_uploader(key="trace_upload").upload("mine.safetensors", traced.read_bytes(), "application/octet-stream")
     ok(at.run())
-    assert any("Opened trace: mine.safetensors" in s.value for s in at.success)
+    assert any("Opened trace: mine.safetensors" in shown(s.value) for s in at.success)
     assert at.selectbox(key="checkpoint_choice").value.startswith("trace: mine.safetensors")
     assert chart(at, "chunk 9: its tokens")
 
@@ -101,7 +101,7 @@ def test_truncated_oversized_and_empty_trace_uploads_are_refused_in_one_line(tra
     data = traced.read_bytes()
     at.file_uploader(key="trace_upload").upload("cut.safetensors", data[: len(data) // 2], "application/octet-stream")
     ok(at.run())
-    refused = [e.value for e in at.error if "Could not use cut.safetensors" in e.value]
+    refused = [shown(e.value) for e in at.error if "Could not use cut.safetensors" in shown(e.value)]
     assert (
         refused
         and "\n" not in refused[0]

@@ -12,6 +12,7 @@ from app_helpers import CHECKPOINTS, figure
 from analysis import capture
 from analysis.figures.annotations import annotation_figure, key_chunk
 from analysis.figures.chunk_input import chunk_input_figure
+from analysis.figures.escape import plotly_text
 from analysis.figures.occlusion_views import energy_figure
 from analysis.figures.state import VOLUME_KINDS, slices_figure
 from analysis.figures.stepped import figure_json
@@ -102,7 +103,7 @@ def test_a_language_traces_tokens_are_sent_as_the_builder_draws_them():
         expected = alone(chunk_input_figure(trace, k))
         assert figure(sent, "input", k) == expected, k
         words = sorted((int(p), w) for d in expected["data"] if d["visible"] for p, w in d["customdata"])
-        assert words == [(p, trace.tokens[p]) for p in trace.chunk_positions(k)]  # every token once
+        assert words == [(p, plotly_text(trace.tokens[p])) for p in trace.chunk_positions(k)]  # every token once
     assert [d["visible"] for d in figure(sent, "input", 64)["data"]] == [False, True]
     assert [d["visible"] for d in figure(sent, "input", 65)["data"]] == [True, True]
 

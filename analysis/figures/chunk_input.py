@@ -11,7 +11,6 @@ A chunk's prediction is the model's at the chunk's last scored token, as in the 
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis import figures
+from analysis.figures.escape import html_text, plotly_text
 from analysis.figures.images import HIDDEN_GREY, patch_box, picture
 from analysis.figures.stepped import Leaves
 from analysis.figures.timeline import frame_leaves
@@ -150,7 +150,7 @@ def prediction_card(outcome: dict[str, Any], predicts: bool) -> str:
     """A :func:`chunk_outcome` as one card of escaped HTML (classes ``card``, ``card plain``: the app's stepper styles
     them): the prediction against the truth with their probabilities, or why there is none. ``predicts``: whether
     the trace holds predictions at all."""
-    event = html.escape(outcome["event"][:1].upper() + outcome["event"][1:])
+    event = html_text(outcome["event"][:1].upper() + outcome["event"][1:])
     if not predicts:
         return (
             f"<div class='card'>{event}. This trace was recorded without targets, so it holds no predictions "
@@ -169,8 +169,8 @@ def prediction_card(outcome: dict[str, Any], predicts: bool) -> str:
         else "<span style='color:#b42318'>✗ wrong</span>"
     )
     return (
-        f"<div class='card plain'>Predicted <b>{html.escape(outcome['prediction'])}</b> · truth "
-        f"<b>{html.escape(outcome['truth'])}</b> {verdict}<br>p(truth) = {outcome['p_truth']:.1%}, "
+        f"<div class='card plain'>Predicted <b>{html_text(outcome['prediction'])}</b> · truth "
+        f"<b>{html_text(outcome['truth'])}</b> {verdict}<br>p(truth) = {outcome['p_truth']:.1%}, "
         f"p(prediction) = {outcome['p_prediction']:.1%}</div>"
     )
 
@@ -382,7 +382,8 @@ def chunk_input_figure(trace: Trace, chunk: int) -> go.Figure:
     builder: Any | None = BUILDERS.get(trace.info.get("task"))
     if builder is None:
         fig = go.Figure()
-        fig.add_annotation(text=f"no picture of the input for task {trace.info.get('task')!r}", showarrow=False)
+        task = plotly_text(repr(trace.info.get("task")))
+        fig.add_annotation(text=f"no picture of the input for task {task}", showarrow=False)
         return figures.finish(fig, f"chunk {k}")
     return builder(trace, k)
 

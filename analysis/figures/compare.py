@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.figures.base import finish
+from analysis.figures.escape import plotly_text
 from tensor_memory.training.evaluation import format_metric, metric_unit
 
 COLOURS = ("#1f77b4", "#ff7f0e")
@@ -22,15 +23,16 @@ def comparison_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     for summary, colour in zip((a, b), COLOURS, strict=True):
         values = [summary["metrics"].get(m) for m in metrics]
+        name = plotly_text(summary["name"])
         fig.add_trace(
             go.Bar(
-                x=[m.replace("_", " ") for m in metrics],
+                x=[plotly_text(m.replace("_", " ")) for m in metrics],
                 y=[np.nan if v is None else v for v in values],
-                name=summary["name"],
+                name=name,
                 marker_color=colour,
                 text=[format_metric(m, v, percent_digits=1) for m, v in zip(metrics, values, strict=True)],
                 textposition="outside",
-                hovertemplate=f"{summary['name']}<br>%{{x}}: %{{text}}<extra></extra>",
+                hovertemplate=f"{name}<br>%{{x}}: %{{text}}<extra></extra>",
             )
         )
     axis = dict(yaxis_range=[0, 1.15], yaxis_tickformat=".0%") if unit == "%" else dict(yaxis_title="dB")

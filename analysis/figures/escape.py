@@ -2,15 +2,17 @@
 plain text for where they are shown, one function per target. The app's own fixed text is never passed through
 these: its Markdown and HTML still render.
 
-* :func:`markdown_text`: Streamlit Markdown (``st.markdown``, captions, alerts, toasts, widget, tab and expander
-  labels, ``help=`` tooltips). Every ASCII punctuation mark is backslash-escaped (CommonMark: no link, image,
-  emphasis, code span, ``$maths$``, autolink or ``:red[…]`` directive can start), a word joiner (U+2060, invisible)
-  follows each ``:`` because Streamlit replaces ``:emoji:`` and ``:material/icon:`` shortcodes in the parsed text,
-  where backslashes no longer are, and an ``@`` and the ``.`` of ``www.`` likewise (GFM links bare addresses in the
-  parsed text); line breaks become spaces (no heading, list or table can start) and spaces at either end entities
-  (no indented code block; none dropped).
+* :func:`markdown_text`: Streamlit Markdown (``st.markdown``, captions, alerts, badges, page links, widget, radio,
+  tab and expander labels, ``help=`` tooltips; not selectbox options, which are plain). Every ASCII punctuation
+  mark is backslash-escaped, brackets as entities (``st.badge`` puts a backslash before each bracket itself): no
+  link, image, emphasis, code span, ``$maths$``, raw HTML or ``:red[…]`` directive can start. Streamlit and GFM
+  also rewrite the parsed text, where escapes are gone: ``:emoji:`` and ``:material/icon:`` shortcodes, and bare
+  ``http://``, ``www.`` and e-mail addresses become icons and links; a word joiner (U+2060, invisible) after each
+  ``:`` and ``@`` and before the ``.`` of ``www.`` stops them. Line breaks become spaces (no heading, list or table
+  can start), and spaces at either end entities (no indented code block, none dropped).
 * :func:`markdown_code`: a Markdown code span that cannot be broken out of (a backtick fence longer than any run of
-  backticks inside, padded with one space each side, which CommonMark strips).
+  backticks inside, padded with one space each side, which CommonMark strips; a word joiner after each ``:``, as
+  Streamlit rewrites ``:material/`` even in code).
 * :func:`html_text`: HTML text and attribute values.
 * :func:`plotly_text`: Plotly titles, axis and tick labels, annotations, hover text and templates, legend names.
   Plotly reads a subset of HTML (``<a href>``, ``<b>``, ``<br>``, ``<span style>``…) and entities, takes a string
@@ -26,7 +28,11 @@ import string
 
 WORD_JOINER = "\u2060"
 _LINE_BREAK = re.compile(r"\r\n?|\n")
-_MARKDOWN = {ord(c): "\\" + c for c in string.punctuation} | {ord(c): "\\" + c + WORD_JOINER for c in ":@"}
+_MARKDOWN = (
+    {ord(c): "\\" + c for c in string.punctuation}
+    | {ord(c): "\\" + c + WORD_JOINER for c in ":@"}
+    | {ord(c): f"&#{ord(c)};" for c in "[]"}  # st.badge adds a backslash before each bracket of its label
+)
 _WWW_DOT = re.compile(r"(?<=www)\\\.", re.IGNORECASE)  # an escaped "." after "www", in the escaped text
 _EDGE_SPACES = re.compile(r"^[ \t]+|[ \t]+$")
 _BACKTICKS = re.compile(r"`+")

@@ -9,12 +9,13 @@ saying how to install it.
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Mapping
 from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
+
+from analysis.figures.escape import html_text
 
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIZE = (900, 600)  # pixels, before the scale factor
@@ -23,16 +24,16 @@ PNG_SIZE = (900, 600)  # pixels, before the scale factor
 def figures_html(figs: Mapping[str, go.Figure], title: str) -> str:
     """One self-contained HTML page (Plotly's JavaScript inlined once) with every figure under its name."""
     parts = [
-        f"<section><h2>{html.escape(name)}</h2>"
+        f"<section><h2>{html_text(name)}</h2>"
         f"{fig.to_html(full_html=False, include_plotlyjs=False, config={'displaylogo': False})}</section>"
         for name, fig in figs.items()
     ]
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html_text(title)}</title>"
         "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
         "h2{font-size:1.1em;border-bottom:1px solid #ddd}</style>"
         f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
-        f"<body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>"
+        f"<body><h1>{html_text(title)}</h1>{''.join(parts)}</body></html>"
     )
 
 

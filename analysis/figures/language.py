@@ -8,12 +8,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.figures.base import finish
+from analysis.figures.escape import plotly_text
 from analysis.measures.language import TokenLosses
 
 
 def _shown(piece: str) -> str:
-    """A token's text made visible: the end of a line as ⏎, spaces as ·."""
-    return piece.replace("\n", "⏎").replace(" ", "·") if piece else "⏎"
+    """A token's text made visible, as Plotly text: the end of a line as ⏎, spaces as ·."""
+    return plotly_text(piece.replace("\n", "⏎").replace(" ", "·") if piece else "⏎")
 
 
 def token_loss_figure(losses: TokenLosses, chunk: int) -> go.Figure:
@@ -115,7 +116,7 @@ def audit_heatmap_figure(result: dict[str, Any]) -> go.Figure:
     fig.update_yaxes(autorange="reversed", title="perturbed input position")
     return finish(
         fig,
-        f"{heat['name']}: change of each output when one input moves — left of the line must be 0",
+        f"{plotly_text(heat['name'])}: change of each output when one input moves — left of the line must be 0",
         height=420,
         xaxis_title="output position",
         showlegend=False,

@@ -8,7 +8,6 @@ the gates over time, and the hidden state at the chunks that matter.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from analysis import figures
+from analysis.figures.escape import html_text
 from analysis.figures.occlusion_views import energy_figure
 from analysis.measures.addressing import addressing_report
 from analysis.measures.images import chunk_errors
@@ -93,8 +93,8 @@ def report_numbers(trace: Trace) -> dict[str, Any]:
 
 
 def _section(title: str, body: str, note: str = "") -> str:
-    note_html = f"<p class='note'>{html.escape(note)}</p>" if note else ""
-    return f"<section><h2>{html.escape(title)}</h2>{note_html}{body}</section>"
+    note_html = f"<p class='note'>{html_text(note)}</p>" if note else ""
+    return f"<section><h2>{html_text(title)}</h2>{note_html}{body}</section>"
 
 
 def _figure(fig: go.Figure) -> str:
@@ -111,14 +111,14 @@ def _key_chunk(trace: Trace, numbers: dict[str, Any]) -> tuple[int, str]:
 
 def _verdict_html(addressing: dict[str, Any]) -> str:
     healthy = addressing["verdict"] == "healthy"
-    items = "".join(f"<li>{html.escape(r)}</li>" for r in addressing["reasons"])
+    items = "".join(f"<li>{html_text(r)}</li>" for r in addressing["reasons"])
     remedies = "".join(
-        f"<li><b>{html.escape(failure)}</b>: {html.escape(text)}</li>"
+        f"<li><b>{html_text(failure)}</b>: {html_text(text)}</li>"
         for failure, text in addressing.get("remedies", {}).items()
     )
     return (
         f"<p class='verdict {'ok' if healthy else 'bad'}'>Addressing verdict for "
-        f"<code>{html.escape(addressing['layer'])}</code>: <b>{html.escape(addressing['verdict'])}</b></p>"
+        f"<code>{html_text(addressing['layer'])}</code>: <b>{html_text(addressing['verdict'])}</b></p>"
         f"<ul>{items}</ul>" + (f"<p>What usually helps:</p><ul>{remedies}</ul>" if remedies else "")
     )
 
@@ -180,7 +180,7 @@ def report_html(trace: Trace, numbers: dict[str, Any] | None = None) -> str:
         rows += [
             ("occluded / visible accuracy", f"{predictions['occluded_accuracy']} / {predictions['visible_accuracy']}")
         ]
-    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    table = "".join(f"<tr><th>{html_text(str(k))}</th><td>{html_text(str(v))}</td></tr>" for k, v in rows)
 
     values = volume_values(layer.h[key].astype(np.float32), "norm")
     sections = [
@@ -224,9 +224,9 @@ def report_html(trace: Trace, numbers: dict[str, Any] | None = None) -> str:
     ]
     title = f"Tensor Memory report — {info.get('checkpoint_name')} ({info.get('task')})"
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html_text(title)}</title>"
         f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
-        f"<body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>"
+        f"<body><h1>{html_text(title)}</h1>{''.join(sections)}</body></html>"
     )
 
 

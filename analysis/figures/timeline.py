@@ -17,6 +17,7 @@ from analysis.figures.base import (
     flag_runs,
     mark_current,
 )
+from analysis.figures.escape import plotly_text
 from analysis.figures.stepped import Leaves
 from analysis.measures.checks import check_array, check_index
 from analysis.measures.images import chunk_errors
@@ -80,7 +81,7 @@ def timeline_figure(trace: Trace, current: int, span: tuple[int, int] | None = N
         )
     _shade_occluded(fig, trace, chunks, count)
     mark_current(fig, current)
-    task = trace.info.get("task") or trace.info.get("checkpoint_name", "trace")
+    task = plotly_text(trace.info.get("task") or trace.info.get("checkpoint_name", "trace"))
     return finish(
         fig, f"{task}: probability of the target", xaxis_title="chunk", yaxis_title="p(target)", yaxis_range=[0, 1.05]
     )
@@ -131,7 +132,10 @@ def _unscored_timeline(trace: Trace, current: int, span: tuple[int, int] | None)
     )
     mark_current(fig, current)
     return finish(
-        fig, f"{trace.info.get('checkpoint_name', 'trace')}: chunks", xaxis_title="chunk", yaxis_visible=False
+        fig,
+        f"{plotly_text(trace.info.get('checkpoint_name', 'trace'))}: chunks",
+        xaxis_title="chunk",
+        yaxis_visible=False,
     )
 
 
@@ -154,7 +158,7 @@ def _error_timeline(trace: Trace, current: int, span: tuple[int, int] | None) ->
     high = float(np.nanmax(errors)) if np.isfinite(errors).any() else 1.0
     return finish(
         fig,
-        f"{trace.info.get('task', 'trace')}: pixel error of each hidden patch (visible ones are given)",
+        f"{plotly_text(trace.info.get('task', 'trace'))}: pixel error of each hidden patch (visible ones are given)",
         xaxis_title="chunk (patch)",
         yaxis_title="RMS error",
         yaxis_range=[0, 1.05 * high],

@@ -1,4 +1,5 @@
-"""A chunk of a trace of someone's model: its tokens as labelled cells in reading order.
+"""A chunk of a trace of someone's model: its tokens as labelled cells in reading order (as plain text, whatever
+they hold).
 
 :func:`tokens_figure` draws them; :func:`tokens_leaves` gives what differs from chunk to chunk (see
 ``analysis.figures.stepped``): the figure always holds two traces, the tokens without a target (grey) and those
@@ -13,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.figures.base import finish
+from analysis.figures.escape import plotly_text
 from analysis.figures.stepped import Leaves
 from analysis.traces.trace import Trace
 
@@ -35,8 +37,8 @@ def _parts(trace: Trace, chunk: int) -> list[dict[str, Any]]:
         values = {
             "x": x[part],
             "y": y[part],
-            "text": [w if len(w) <= TOKEN_CHARS else w[: TOKEN_CHARS - 1] + "…" for w in held],
-            "customdata": np.stack([positions[part], held], axis=1) if part.any() else [],
+            "text": [plotly_text(w if len(w) <= TOKEN_CHARS else w[: TOKEN_CHARS - 1] + "…") for w in held],
+            "customdata": np.stack([positions[part], [plotly_text(w) for w in held]], axis=1) if part.any() else [],
             "visible": bool(part.any()),
         }
         if coloured:  # p(target) of the scored positions; a trace without targets has none

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.figures.base import finish
+from analysis.figures.escape import plotly_text
 from tensor_memory.training.evaluation import metric_unit
 
 # The panels of the figure: (title, measures drawn in it, y-axis title).
@@ -51,7 +52,7 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
     metric = history.get("metric", "accuracy")
     label = history.get("metric_label", f"validation {metric.replace('_', ' ')}")
     metric_axis = history.get("metric_unit", metric_unit(metric))
-    titles = [title for title, _, _ in PANELS] + [label]
+    titles = [title for title, _, _ in PANELS] + [plotly_text(label)]
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.05)
     for column, (_, names, unit) in enumerate(PANELS, start=1):
         for name in names:
@@ -70,7 +71,7 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
     if metric_axis == "%":
         fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
     else:
-        fig.update_yaxes(title_text=metric_axis or metric, row=1, col=len(titles))
+        fig.update_yaxes(title_text=plotly_text(metric_axis or metric), row=1, col=len(titles))
     fig.update_xaxes(title_text="training step")
     if scaffold_steps > 0:
         for column in range(1, len(titles) + 1):
@@ -85,7 +86,7 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
             xanchor="left",
             font=dict(size=11, color="gray"),
         )
-    return finish(fig, f"Addressing during training · {layer}", legend=dict(orientation="h", y=-0.25))
+    return finish(fig, f"Addressing during training · {plotly_text(layer)}", legend=dict(orientation="h", y=-0.25))
 
 
 __all__ = ["addressing_history_figure", "PANELS"]

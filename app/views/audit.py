@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_code
 from analysis.figures.language import audit_heatmap_figure
 from app import cache, layout, state
 
@@ -55,5 +56,5 @@ layout.chart(audit_heatmap_figure(result), key="audit_heatmap")
 st.caption(
     f"Audited positions: {len(result['positions'])} of {len(result['heatmap']['output'])}; tolerance "
     f"{result['tolerance']:.0e} of the output's RMS. The same check from the command line: "
-    f"`tensor-memory audit --checkpoint {context.ref.path}`."
+    f"{markdown_code(f'tensor-memory audit --checkpoint {context.ref.path}')}."
 )

@@ -16,6 +16,7 @@ from analysis.figures.chunk_input import (
     prediction_card,
 )
 from analysis.figures.compare import comparison_figure
+from analysis.figures.escape import markdown_code, markdown_text
 from analysis.figures.state import volume_figure, volume_leaves
 from analysis.figures.timeline import timeline_figure
 from analysis.figures.training import addressing_history_figure
@@ -123,9 +124,11 @@ def comparison_views(
 def verdict(report: dict[str, Any] | None, name: str) -> None:
     """The addressing verdict as a coloured box, or a note for a checkpoint without memory."""
     if report is None:
-        st.info(f"{name} has no Tensor Memory layers: no addressing to report.", icon=":material/info:")
+        st.info(markdown_text(f"{name} has no Tensor Memory layers: no addressing to report."), icon=":material/info:")
     elif report["verdict"] == "healthy":
-        st.success(f"**healthy**: {name} reads and writes across its grid", icon=":material/check_circle:")
+        st.success(
+            f"**healthy**: {markdown_text(name)} reads and writes across its grid", icon=":material/check_circle:"
+        )
     else:
         st.error(
             f"**{report['verdict']}**"
@@ -139,7 +142,7 @@ def measured(ref: CheckpointRef, sample: Sample, samples: int, layer: str | None
     try:
         return cache.summary(ref, sample, samples, layer)
     except EXPECTED_ERRORS as error:  # TraceError is a ValueError
-        st.error(f"Could not measure {ref.label} on these samples: {describe(error)}")
+        st.error(markdown_text(f"Could not measure {ref.label} on these samples: {describe(error)}"))
         st.stop()
 
 
@@ -178,15 +181,15 @@ verdict(report, context.ref.label)
 if report is not None:
     reasons_col, measures_col = st.columns([3, 2])
     with reasons_col:
-        st.markdown("\n".join(f"- {reason}" for reason in report["reasons"]))
-        st.caption(f"Layer `{report['layer']}`, {where}.")
+        st.markdown("\n".join(f"- {markdown_text(reason)}" for reason in report["reasons"]))
+        st.caption(f"Layer {markdown_code(report['layer'])}, {where}.")
     with measures_col:
         columns = st.columns(3)
         for position, (key, label, fmt) in enumerate(MEASURES):
             value = report["measures"].get(key)
             columns[position % 3].metric(label, "—" if value is None else fmt.format(value))
     for failure, remedy in report.get("remedies", {}).items():
-        st.warning(f"**What usually helps ({failure}):** {remedy}", icon=":material/build:")
+        st.warning(f"**What usually helps ({failure}):** {markdown_text(remedy)}", icon=":material/build:")
     with st.expander("Every measure and threshold"):
         st.json({"measures": report["measures"], "thresholds": report["thresholds"]}, expanded=False)
 
@@ -196,15 +199,15 @@ def run_section() -> None:
     folder = runs.opened()
     if folder is None:
         return
-    st.markdown(f"##### The training run followed: {folder.name}")
+    st.markdown(f"##### The training run followed: {markdown_text(folder.name)}")
     try:
         run = runs.live(folder)
         run.poll()
     except EXPECTED_ERRORS as error:
-        st.info(f"Could not read the run {folder}: {describe(error)}", icon=":material/info:")
+        st.info(markdown_text(f"Could not read the run {folder}: {describe(error)}"), icon=":material/info:")
         return
     runs.onset_notice(run)
-    st.page_link("views/run.py", label=f"Follow {folder.name} as it grows", icon=":material/monitoring:")
+    st.page_link("views/run.py", label=f"Follow {markdown_text(folder.name)} as it grows", icon=":material/monitoring:")
 
 
 run_section()
@@ -217,10 +220,13 @@ def training_section(ref: CheckpointRef, layer: str | None, scaffold_steps: int)
         history = cache.training_history(ref)
         figure = addressing_history_figure(history, layer, scaffold_steps)
     except FileNotFoundError:
-        st.info(f"{ref.label} has no train_log.jsonl, so there is no training history to show.", icon=":material/info:")
+        st.info(
+            markdown_text(f"{ref.label} has no train_log.jsonl, so there is no training history to show."),
+            icon=":material/info:",
+        )
         return
     except ValueError as error:
-        st.info(f"No addressing history to show: {error}", icon=":material/info:")
+        st.info(markdown_text(f"No addressing history to show: {error}"), icon=":material/info:")
         return
     layout.chart(figure, "training_history", height=320)
     st.caption(
@@ -266,7 +272,7 @@ try:
     other_ref = CheckpointRef.of(options[other_label], other_label)
     other_loaded = cache.load(other_ref)
 except CheckpointError as error:
-    st.error(f"Could not load {other_label} to compare: {error}")
+    st.error(markdown_text(f"Could not load {other_label} to compare: {error}"))
     st.stop()
 same_task = other_loaded.checkpoint.task.name == context.task
 their_sample = (
@@ -277,11 +283,12 @@ their_sample = (
 theirs = measured(other_ref, their_sample, samples, None)
 note = comparison_note(mine, theirs)
 if note:
-    st.warning(note, icon=":material/warning:")
+    st.warning(markdown_text(note), icon=":material/warning:")
 left, right = st.columns(2)
 for column, summary in ((left, mine), (right, theirs)):
     with column, st.container(border=True):
-        st.markdown(f"**{summary['name']}** · {summary['task']} · `{summary['backbone']}`")
+        name, task = markdown_text(summary["name"]), markdown_text(summary["task"])
+        st.markdown(f"**{name}** · {task} · {markdown_code(summary['backbone'])}")
         verdict(summary["addressing"], summary["name"])
         headline = TASKS[summary["task"]].headline  # accuracy; PSNR for masked patches
         st.metric(headline, format_metric(headline, summary["metrics"].get(headline), percent_digits=1))
@@ -291,8 +298,10 @@ st.dataframe(comparison_rows(mine, theirs), hide_index=True, width="stretch")
 st.markdown("##### Both on this sample, chunk by chunk")
 if not same_task:
     st.info(
-        f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
-        f"{context.task} task to step both side by side.",
+        markdown_text(
+            f"{other_label} is trained on another task, so it cannot run this sample: pick a checkpoint of the "
+            f"{context.task} task to step both side by side."
+        ),
         icon=":material/info:",
     )
     st.stop()
@@ -313,7 +322,9 @@ try:
         ),
     )
 except EXPECTED_ERRORS as error:
-    st.info(f"The two cannot be stepped together on this sample: {describe(error)}", icon=":material/info:")
+    st.info(
+        markdown_text(f"The two cannot be stepped together on this sample: {describe(error)}"), icon=":material/info:"
+    )
     st.stop()
 st.caption(
     "Both run the session's sample and step together in your browser; the 3D view and the channels are "

@@ -11,6 +11,7 @@ import re
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_code
 from analysis.figures.export import figure_pngs, figures_html
 from analysis.figures.render import footprint_plotter, plotter_html
 from analysis.figures.report import report_html
@@ -56,8 +57,8 @@ with trace_col, st.container(border=True):
     st.markdown("**Trace**")
     if store:
         st.caption(
-            f"This trace is a store, the folder `{context.ref.path}` on the server ({context.num_chunks:,} chunks): "
-            "copy the folder to take it away (`analysis.load_trace` opens it)."
+            f"This trace is a store, the folder {markdown_code(context.ref.path)} on the server "
+            f"({context.num_chunks:,} chunks): copy the folder to take it away (`analysis.load_trace` opens it)."
         )
     else:
         st.caption(

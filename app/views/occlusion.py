@@ -14,6 +14,7 @@ import streamlit as st
 
 from analysis.figures import belief_figure
 from analysis.figures.base import marker_leaves
+from analysis.figures.escape import markdown_text
 from analysis.figures.occlusion_views import (
     KIND_NAMES,
     belief_card,
@@ -221,7 +222,7 @@ def intervention_result(context: state.Context, asked: tuple, is_occlusion: bool
     try:
         result = cache.intervention(context.ref, context.sample, *asked)
     except EXPECTED_ERRORS as error:  # a setting this sample cannot take: say so, the rest of the app goes on
-        st.error(f"The intervention could not run: {describe(error)}")
+        st.error(markdown_text(f"The intervention could not run: {describe(error)}"))
         st.stop()
     numbers = result.summary()
     changed_col, accuracy_col, drop_col = st.columns(3)
@@ -313,9 +314,9 @@ def page() -> None:
         hit_rate_metrics(context.trace, digits)
     else:
         st.info(
-            f"The belief views need an occlusion or moving_digits checkpoint; {context.ref.label} is a "
-            f"{context.task} one. The memory's energy and the interventions below work for every Tensor Memory "
-            "checkpoint.",
+            f"The belief views need an occlusion or moving_digits checkpoint; {markdown_text(context.ref.label)} "
+            f"is a {markdown_text(context.task)} one. The memory's energy and the interventions below work for "
+            "every Tensor Memory checkpoint.",
             icon=":material/info:",
         )
     memory = layout.memory_notice(context, "The memory's energy and the interventions")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_code, markdown_text
 from app import layout, runs
 from app.sidebar import CHOICE_KEY, TRACES_KEY
 from app.state import trace_label
@@ -36,7 +37,7 @@ def snapshot(run: runs.LiveRun) -> None:
         return
     step = int(path.name.split(".")[0].removeprefix("step-"))
     label = trace_label(f"{run.follower.folder.name} step {step}")
-    st.caption(f"Newest snapshot of the probe: step {step:,} (`{path.name}`).")
+    st.caption(f"Newest snapshot of the probe: step {step:,} ({markdown_code(path.name)}).")
     if st.button(
         f"Open step {step:,} in Explore", icon=":material/view_in_ar:", on_click=open_snapshot, args=(path, label)
     ):
@@ -49,7 +50,7 @@ def follow(run: runs.LiveRun, layer: str | None) -> None:
     try:
         run.poll()
     except EXPECTED_ERRORS as error:
-        st.error(f"Stopped following {run.follower.folder}: {describe(error)}")
+        st.error(markdown_text(f"Stopped following {run.follower.folder}: {describe(error)}"))
         return
     numbers = st.columns(3)
     numbers[0].metric("Latest step", "—" if run.last_step is None else f"{run.last_step:,}")
@@ -79,15 +80,15 @@ if folder is None:
 try:
     run = runs.live(folder)
 except EXPECTED_ERRORS as error:
-    st.error(f"Could not follow the run {folder}: {describe(error)}")
+    st.error(markdown_text(f"Could not follow the run {folder}: {describe(error)}"))
     st.stop()
 header = run.follower.header
 badges = st.container(horizontal=True, gap="small")
-badges.badge(folder.name, icon=":material/monitoring:", color="blue")
-badges.badge(f"model: {header['model']}", color="gray")
+badges.badge(markdown_text(folder.name), icon=":material/monitoring:", color="blue")
+badges.badge(markdown_text(f"model: {header['model']}"), color="gray")
 badges.badge(f"a record every {header['every']:,} steps", color="gray")
 if header.get("writer"):
-    badges.badge(str(header["writer"]), color="gray")
+    badges.badge(markdown_text(header["writer"]), color="gray")
 st.caption(
     "The memory layers' addressing on a fixed probe as the run records it, drawn as it arrives; a dotted line marks "
     "where the layer's collapse began."

@@ -4,11 +4,10 @@ The chunk is the stepper's: the browser reports the chunk it shows, and the page
 
 from __future__ import annotations
 
-import html
-
 import streamlit as st
 
 from analysis.figures.addressing import trajectory_figure
+from analysis.figures.escape import markdown_code, markdown_text
 from analysis.figures.language import contribution_figure, read_overlap_figure, token_loss_figure
 from analysis.measures.language import READ_FLOOR, chunk_text, loss_rows, read_overlap, read_source
 from app import cache, layout, state, stepping
@@ -28,8 +27,8 @@ def recorded_text(context: state.Context) -> None:
     st.markdown(f"##### Chunk {chunk}: tokens {shown['start']}–{shown['stop'] - 1}")
     with st.container(border=True):
         st.markdown(
-            f"<span style='color:#888'>…{html.escape(shown['before'])}</span>"
-            f"<b style='background:#fff3bf'>{html.escape(shown['text'])}</b>",
+            f"<span style='color:#888'>…{markdown_text(shown['before'])}</span>"
+            f"<b style='background:#fff3bf'>{markdown_text(shown['text'])}</b>",
             unsafe_allow_html=True,
         )
     st.dataframe(shown["rows"], hide_index=True, width="stretch")
@@ -41,7 +40,7 @@ context = state.current()
 if context.is_trace_file and context.trace.tokens is None:
     layout.header(context, "Text", "The recorded input, token by token.")
     st.info(
-        f"Text is off for the trace file {context.ref.label}: it was recorded without tokens "
+        f"Text is off for the trace file {markdown_text(context.ref.label)}: it was recorded without tokens "
         f"(trace_model(..., tokens=[...]) records them).",
         icon=":material/info:",
     )
@@ -52,8 +51,8 @@ if context.is_trace_file:
 if context.task != "language_modelling":
     layout.header(context, "Text", "A language model's text, token by token.")
     st.info(
-        f"{context.ref.label} is a `{context.task}` checkpoint. The text view shows language models: pick "
-        f"`language_modelling-tensor` (or -base, -local) in the sidebar.",
+        f"{markdown_text(context.ref.label)} is a {markdown_code(context.task)} checkpoint. The text view shows "
+        f"language models: pick `language_modelling-tensor` (or -base, -local) in the sidebar.",
         icon=":material/info:",
     )
     st.stop()
@@ -74,7 +73,8 @@ chunk = shown["chunk"]  # within the text
 st.markdown(f"##### Chunk {chunk}: tokens {shown['start']}–{shown['stop'] - 1}")
 with st.container(border=True):
     st.markdown(
-        f"<span style='color:#888'>…{shown['before']}</span><b style='background:#fff3bf'>{shown['text']}</b>",
+        f"<span style='color:#888'>…{markdown_text(shown['before'])}</span>"
+        f"<b style='background:#fff3bf'>{markdown_text(shown['text'])}</b>",
         unsafe_allow_html=True,
     )
 st.dataframe(shown["rows"], hide_index=True, width="stretch")
