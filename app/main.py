@@ -25,7 +25,7 @@ from tensor_memory.pretrained.checkpoint import is_pretrained_memory  # noqa: E4
 use_template_by_default()  # every figure of the app is white: built so, not re-templated (10 ms a figure)
 st.set_page_config(
     page_title="Tensor Memory Explorer",
-    page_icon=":material/deployed_code:",
+    page_icon=str(ROOT / "app" / "favicon.svg"),  # served by the app: a Material or emoji icon is fetched off-host
     layout="wide",
     initial_sidebar_state="expanded",
     menu_items={
