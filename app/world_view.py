@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.figures.escape import markdown_code
 from analysis.figures.world import decoded_map_figure, write_position_figure
 from analysis.measures.world import READOUTS
 from app import cache, layout
@@ -37,7 +38,7 @@ def readout_numbers(context: Context) -> None:
         )
         columns[1].metric("all cells", f"{fit['accuracy_all']:.1%}", help="Unobserved cells can only be guessed.")
     columns[2].caption(
-        f"Layer `{fit['layer']}`; fitted on seed {fit['fit_seed']}, scored on seeds "
+        f"Layer {markdown_code(fit['layer'])}; fitted on seed {fit['fit_seed']}, scored on seeds "
         f"{', '.join(map(str, fit['eval_seeds']))} (never the same samples)."
     )
 
