@@ -10,7 +10,7 @@ from typing import Any
 
 from analysis.traces.trace import VOLUME_DTYPES
 from tensor_memory.accelerator import add_device_argument
-from tensor_memory.cli import seed, task_param
+from tensor_memory.cli import positive, seed, task_param
 from tensor_memory.storage.files import check_output_path
 
 TRACE_DESCRIPTION = (
@@ -240,6 +240,7 @@ def _add_import_parser(subparsers: Any) -> None:
     command.add_argument(
         "--prefix",
         default="",
+        metavar="PREFIX",
         help="where the interface sits in a whole model's state dict, e.g. shared_tensor_memory. (default: none)",
     )
     command.add_argument(
@@ -247,11 +248,13 @@ def _add_import_parser(subparsers: Any) -> None:
     )
     command.add_argument(
         "--segment",
-        type=int,
+        type=positive,
         metavar="CHUNKS",
         help="feed the input this many chunks at a time, the state carried (default: one pass)",
     )
-    command.add_argument("--name", help="the trace's name in the app (default: the weights file's name)")
+    command.add_argument(
+        "--name", metavar="NAME", help="the trace's name in the app (default: the weights file's name)"
+    )
     command.add_argument("--volumes", choices=VOLUME_DTYPES, default="float16", help="float16 (default) or int8")
     command.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     command.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -132,6 +132,7 @@ def add_app_parser(subparsers: Any) -> None:
     app.add_argument(
         "--host",
         default=LOCAL_HOST,
+        metavar="ADDRESS",
         help=f"address to listen on (default {LOCAL_HOST}: this machine only); 0.0.0.0 serves every "
         f"network this machine is on, and then anyone who can reach the port can upload checkpoints "
         f"and run them on this machine",

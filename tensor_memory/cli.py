@@ -156,7 +156,8 @@ def seed(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
+    """A count flag's value: a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -178,8 +179,8 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="checkpoint directory holding model.safetensors and config.json",
     )
     parser.add_argument("--seed", type=seed, default=0, help="evaluation seed (default 0)")
-    parser.add_argument("--batches", type=_positive, default=8, help="number of batches (default 8)")
-    parser.add_argument("--batch-size", type=_positive, default=64, help="sequences per batch (default 64)")
+    parser.add_argument("--batches", type=positive, default=8, help="number of batches (default 8)")
+    parser.add_argument("--batch-size", type=positive, default=64, help="sequences per batch (default 64)")
     add_device_argument(parser)
     add_precision_argument(parser)
     parser.add_argument(
@@ -219,9 +220,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         "segment, and carried with the memory's reads off; and the mean NLL at positions "
         "t >= W and t >= 4W (W: the attention window); the seed and batches do not apply",
     )
-    stream.add_argument("--segment", type=_positive, help="tokens a call (default: the trained seq_len)")
-    stream.add_argument("--rows", type=_positive, default=8, help="parallel rows of the stream (default 8)")
-    stream.add_argument("--tokens", type=_positive, help="only the first TOKENS tokens of the test split")
+    stream.add_argument("--segment", type=positive, help="tokens a call (default: the trained seq_len)")
+    stream.add_argument("--rows", type=positive, default=8, help="parallel rows of the stream (default 8)")
+    stream.add_argument("--tokens", type=positive, help="only the first TOKENS tokens of the test split")
     parser.set_defaults(func=run_eval)
     return parser
 
@@ -377,10 +378,12 @@ def add_model_parsers(commands: Any) -> None:
     )
     train.add_argument("--task", required=True, choices=sorted(TASKS), help="the diagnostic task")
     train.add_argument("--backbone", required=True, choices=KINDS, help="the context mechanism")
-    train.add_argument("--config", help="TOML run config (sections task, model, backbone.KIND, training)")
+    train.add_argument(
+        "--config", metavar="FILE", help="TOML run config (sections task, model, backbone.KIND, training)"
+    )
     train.add_argument("--steps", type=int, help="training steps (overrides the config)")
     train.add_argument("--seed", type=seed, help="seed for initial weights and the data stream")
-    train.add_argument("--out", help="output directory (default runs/TASK-BACKBONE)")
+    train.add_argument("--out", metavar="DIR", help="output directory (default runs/TASK-BACKBONE)")
     train.add_argument(
         "--resume",
         action="store_true",
@@ -419,4 +422,4 @@ def add_model_parsers(commands: Any) -> None:
     migrate.set_defaults(func=_migrate)
 
 
-__all__ = ["add_model_parsers", "add_eval_parser", "run_eval"]
+__all__ = ["add_model_parsers", "add_eval_parser", "run_eval", "seed", "positive", "task_param"]

@@ -13,13 +13,33 @@ from collections.abc import Sequence
 
 from tensor_memory.errors import describe
 
+# What to give a flag whose value was empty, by the flag's metavar (else: its choices, or "a value").
+WHAT_TO_GIVE = {
+    "DIR": "a folder",
+    "FILE": "a file",
+    "PATH": "a file or a folder",
+    "FILE.html": "a file name",
+    "DEVICE": "auto, cpu, cuda or cuda:N",
+    "ADDRESS": "an address (127.0.0.1: this machine only)",
+    "PREFIX": "a prefix, or leave the flag out for none",
+    "NAME": "a name, or leave the flag out",
+}
+
 
 class OneLineParser(argparse.ArgumentParser):
     """Refuses a bad command line in one line, what to fix and where to read more, rather than after a usage block
-    (its subcommands' parsers are of this class too)."""
+    (its subcommands' parsers are of this class too). An empty value (``--out ''``, ``--trace=``) is refused for
+    every flag: it is a mistake (an unset shell variable), never the flag left out."""
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]):  # a flag's values from the command line
+        if "" in arg_strings and action.option_strings:  # (not its default, which may well be "")
+            what = WHAT_TO_GIVE.get(str(action.metavar))
+            what = what or (f"one of {', '.join(map(str, action.choices))}" if action.choices else action.metavar)
+            self.error(f"argument {'/'.join(action.option_strings)}: empty; give {what or 'a value'}")
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:
