@@ -41,6 +41,7 @@ def test_markdown_text_exact():
     assert markdown_text("a\nb\r\nc\rd") == "a b c d"
     assert markdown_text("  x ") == "&#32;&#32;x&#32;"
     assert markdown_text("plain words 42") == "plain words 42"
+    assert markdown_text("trace: x (a @ b)") == r"trace\: x \(a \@ b\)"  # nothing can go on from ": " or "@ "
 
 
 @pytest.mark.parametrize("text", HOSTILE)

@@ -8,11 +8,12 @@ these: its Markdown and HTML still render.
   link, image, emphasis, code span, ``$maths$``, raw HTML or ``:red[…]`` directive can start. Streamlit and GFM
   also rewrite the parsed text, where escapes are gone: ``:emoji:`` and ``:material/icon:`` shortcodes, and bare
   ``http://``, ``www.`` and e-mail addresses become icons and links; a word joiner (U+2060, invisible) after each
-  ``:`` and ``@`` and before the ``.`` of ``www.`` stops them. Line breaks become spaces (no heading, list or table
+  ``:`` and ``@`` not followed by a space, and before the ``.`` of ``www.``, stops them (``trace: x`` stays as it
+  is, to read and to copy). Line breaks become spaces (no heading, list or table
   can start), and spaces at either end entities (no indented code block, none dropped).
 * :func:`markdown_code`: a Markdown code span that cannot be broken out of (a backtick fence longer than any run of
-  backticks inside, padded with one space each side, which CommonMark strips; a word joiner after each ``:``, as
-  Streamlit rewrites ``:material/`` even in code).
+  backticks inside, padded with one space each side, which CommonMark strips; a word joiner after each ``:`` not
+  followed by a space, as Streamlit rewrites ``:material/`` even in code).
 * :func:`html_text`: HTML text and attribute values.
 * :func:`plotly_text`: Plotly titles, axis and tick labels, annotations, hover text and templates, legend names.
   Plotly reads a subset of HTML (``<a href>``, ``<b>``, ``<br>``, ``<span style>``…) and entities, takes a string
@@ -30,10 +31,11 @@ WORD_JOINER = "\u2060"
 _LINE_BREAK = re.compile(r"\r\n?|\n")
 _MARKDOWN = (
     {ord(c): "\\" + c for c in string.punctuation}
-    | {ord(c): "\\" + c + WORD_JOINER for c in ":@"}
     | {ord(c): f"&#{ord(c)};" for c in "[]"}  # st.badge adds a backslash before each bracket of its label
 )
 _WWW_DOT = re.compile(r"(?<=www)\\\.", re.IGNORECASE)  # an escaped "." after "www", in the escaped text
+_JOINED = re.compile(r"([:@])(?!\s)")  # a ":" or "@" that a shortcode, scheme or address could go on from
+_CODE_COLON = re.compile(r":(?!\s)")
 _EDGE_SPACES = re.compile(r"^[ \t]+|[ \t]+$")
 _BACKTICKS = re.compile(r"`+")
 _PLOTLY = {ord(c): f"&#{ord(c)};" for c in "&<>\"'$%{}"}
@@ -46,13 +48,14 @@ def one_line(text: object) -> str:
 
 def markdown_text(text: object) -> str:
     """``text`` as Streamlit Markdown source that renders as exactly that text, on one line."""
-    escaped = _WWW_DOT.sub(WORD_JOINER + r"\.", one_line(text).translate(_MARKDOWN))
+    escaped = _JOINED.sub(r"\1" + WORD_JOINER, one_line(text).translate(_MARKDOWN))
+    escaped = _WWW_DOT.sub(WORD_JOINER + r"\.", escaped)
     return _EDGE_SPACES.sub(lambda m: "".join(f"&#{ord(c)};" for c in m.group()), escaped)
 
 
 def markdown_code(text: object) -> str:
     """``text`` as one Markdown code span (monospace, no Markdown inside), on one line."""
-    line = one_line(text).replace(":", ":" + WORD_JOINER)
+    line = _CODE_COLON.sub(":" + WORD_JOINER, one_line(text))
     fence = "`" * (max(map(len, _BACKTICKS.findall(line)), default=0) + 1)
     return f"{fence} {line} {fence}"
 
