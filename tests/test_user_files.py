@@ -237,3 +237,26 @@ def test_a_large_photograph_is_reduced_before_it_is_scaled_and_looks_the_same(tm
     assert time.perf_counter() - start < 5
     whole = I.scale_short_side(I.read_image(tmp_path / "big.png", 3), 24)  # the slow way, for the comparison
     assert reduced.shape == whole.shape == (24, 32, 3) and np.abs(reduced - whole).max() < 0.02
+
+
+@pytest.mark.parametrize("header_bytes", [640, 896, 1152, 1408, 0x10580])
+def test_a_safetensors_header_whose_length_starts_like_a_pickle_is_read(tmp_path, header_bytes):
+    """Lengths whose first two bytes are a pickle's (0x80, then 2 to 5): a valid file, read; real pickles still not."""
+    import pickle
+
+    from safetensors.torch import save_file
+
+    x = torch.arange(6, dtype=torch.float32)
+    save_file({"x": x}, tmp_path / "t.safetensors", metadata={"pad": ""})
+    pad = header_bytes - struct.unpack("<Q", (tmp_path / "t.safetensors").read_bytes()[:8])[0]
+    save_file({"x": x}, tmp_path / "t.safetensors", metadata={"pad": "p" * pad})  # the header grows with the pad
+    raw = (tmp_path / "t.safetensors").read_bytes()
+    assert struct.unpack("<Q", raw[:8])[0] == header_bytes and raw[0] == 0x80 and 2 <= raw[1] <= 5
+    assert torch.equal(read_safetensors(tmp_path / "t.safetensors", 1 << 20).tensor("x"), x)
+    for protocol in (2, 3, 4, 5):
+        (tmp_path / "p.safetensors").write_bytes(pickle.dumps({"x": list(range(300))}, protocol=protocol))
+        with pytest.raises(FileFormatError, match="looks like a pickle"):
+            read_safetensors(tmp_path / "p.safetensors", 1 << 20)
+    torch.save({"x": x}, tmp_path / "z.safetensors")
+    with pytest.raises(FileFormatError, match="looks like a zip archive"):
+        read_safetensors(tmp_path / "z.safetensors", 1 << 20)

@@ -220,6 +220,11 @@ class SafetensorsFile:
 
 
 def _looks_pickled(head: bytes) -> str | None:
+    """What the first 8 bytes of a file that is no safetensors file say it is, or None. A safetensors header of 640,
+    896, 1,152 or 1,408 bytes begins with a pickle's two bytes too: the pickle's next bytes read as a header length
+    over :data:`MAX_HEADER_BYTES` (the opcode after them is never 0; protocols 4 and 5 have 0x95 there)."""
+    if len(head) == 8 and int.from_bytes(head, "little") <= MAX_HEADER_BYTES:
+        return None
     if head.startswith(b"PK\x03\x04"):
         return "a zip archive (what torch.save writes: it holds a pickle)"
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
