@@ -58,7 +58,12 @@ def test_memory_on_image_is_the_norm_over_channels_averaged_over_depth(trace):
     expected = np.sqrt((h**2).sum(axis=0)).mean(axis=0)
     assert np.allclose(memory_on_image(trace, 7), expected)
     layer = trace.layer()
-    other = dataclasses.replace(layer, h=np.asarray(layer.h)[:, :, :, :3, :3])  # a 3 × 3 plane over a 6 × 6 image
+    plane = {  # a 3 × 3 plane over a 6 × 6 image: every volume cut alike, as a layer's volumes share one shape
+        name: np.asarray(getattr(layer, name))[:, :, :, :3, :3]
+        for name in ("h", "c", "gate_i", "gate_f", "gate_o", "gate_g")
+        if getattr(layer, name) is not None
+    }
+    other = dataclasses.replace(layer, **plane)
     shrunk = dataclasses.replace(trace, layers={trace.layer_names[-1]: other})
     assert not grid_aligned(shrunk)
     with pytest.raises(ValueError, match="not laid over the 6 × 6 patch grid"):
