@@ -62,14 +62,19 @@ def trace_server(tmp_path_factory):
     yield from serve({TRACE_ENV: str(path)}, "streamlit-trace-server.log")
 
 
-def serve(env: dict | None = None, log_name: str = "streamlit-server.log", command: list[str] | None = None):
+def serve(
+    env: dict | None = None,
+    log_name: str = "streamlit-server.log",
+    command: list[str] | None = None,
+    port_flag: str = "--port",
+):
     """Run the app on a free port until the generator is closed (``streamlit run app/main.py``, or ``command`` and
-    ``--port PORT``); yields its URL on 127.0.0.1."""
+    ``port_flag PORT``); yields its URL on 127.0.0.1."""
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / log_name, "w")
     command = (
-        [*command, "--port", str(port)]
+        [*command, port_flag, str(port)]
         if command
         else [
             sys.executable,

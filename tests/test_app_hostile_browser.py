@@ -193,17 +193,23 @@ def context(browser):  # noqa: F811
     context.close()
 
 
+def check_page(context, page, server: str, where: str, screenshot: str) -> None:
+    """Settle ``page``, keep its screenshot, close it, and assert that no element came from the hostile content and
+    that no request left the server's port."""
+    settled_frames(page)
+    page.screenshot(path=str(ARTIFACTS / screenshot), full_page=True)
+    found = findings(page)
+    off = context.requests.off_host(server)
+    context.requests.urls.clear()
+    page.close()
+    assert not found, f"{where}: elements made from the file's content:\n{said(found)}"
+    assert not off, f"{where}: requests off 127.0.0.1: {off}"
+
+
 @pytest.mark.parametrize("name", PAGES)
 def test_every_page_shows_hostile_content_as_text_and_fetches_nothing_off_host(context, hostile_server, name):
     page = open_page(context, context.requests, f"{hostile_server}/{name}")
-    settled_frames(page)
-    page.screenshot(path=str(ARTIFACTS / f"app-hostile-{name}.png"), full_page=True)
-    found = findings(page)
-    off = context.requests.off_host(hostile_server)
-    context.requests.urls.clear()
-    page.close()
-    assert not found, f"{name}: elements made from the file's content:\n{said(found)}"
-    assert not off, f"{name}: requests off 127.0.0.1: {off}"
+    check_page(context, page, hostile_server, name, f"app-hostile-{name}.png")
 
 
 @pytest.mark.parametrize("kind", ["broken", "good"])
@@ -217,14 +223,7 @@ def test_a_hostile_upload_name_stays_text_in_the_sidebar(context, hostile_server
     name = file_name(f"U{kind[0].upper()}", {'"': "%22"}).replace("%22", '"')  # what the server gets: %22
     box.set_input_files(files=[{"name": name, "mimeType": "", "buffer": data}])
     page.get_by_text("Opened trace:" if kind == "good" else "Could not use").first.wait_for()
-    settled_frames(page)
-    page.screenshot(path=str(ARTIFACTS / f"app-hostile-upload-{kind}.png"), full_page=True)
-    found = findings(page)
-    off = context.requests.off_host(hostile_server)
-    context.requests.urls.clear()
-    page.close()
-    assert not found, f"{kind} upload: elements made from the file's name:\n{said(found)}"
-    assert not off, f"{kind} upload: requests off 127.0.0.1: {off}"
+    check_page(context, page, hostile_server, f"{kind} upload", f"app-hostile-upload-{kind}.png")
 
 
 def test_the_other_layer_chosen_in_the_sidebar_stays_text(context, hostile_server):

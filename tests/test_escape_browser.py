@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
-from test_app_browser import ARTIFACTS, TIMEOUT_MS, browser, settle  # noqa: F401 - browser: a fixture
+from test_app_browser import ARTIFACTS, TIMEOUT_MS, browser, serve, settle  # noqa: F401 - browser: a fixture
 from test_escape import HOSTILE
 
 from analysis.figures.escape import WORD_JOINER
@@ -62,34 +58,9 @@ def page_url(tmp_path_factory):
     (folder / "strings.json").write_text(json.dumps(SHOWN))
     script = folder / "page.py"
     script.write_text(PAGE.format(root=ROOT, strings=str(folder / "strings.json")))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "streamlit-escape-page.log", "w")
-    command = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port)]
-    command += ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
-                    if answer.read().strip() == b"ok":
-                        break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start (exit code {process.poll()})") from None
-                time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    command = [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1"]
+    command += ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    yield from serve(log_name="streamlit-escape-page.log", command=command, port_flag="--server.port")
 
 
 def test_hostile_strings_show_as_their_text_and_make_nothing(browser, page_url):  # noqa: F811 - a fixture
