@@ -11,6 +11,7 @@ from typing import Any
 from analysis.traces.trace import VOLUME_DTYPES
 from tensor_memory.accelerator import add_device_argument
 from tensor_memory.cli import positive, seed, task_param
+from tensor_memory.shipped import checkpoint_folder
 from tensor_memory.storage.files import check_output_path
 
 TRACE_DESCRIPTION = (
@@ -266,7 +267,13 @@ def add_trace_parsers(subparsers: Any) -> None:
     trace = subparsers.add_parser(
         "trace", help="record one sample through a checkpoint into a trace file", description=TRACE_DESCRIPTION
     )
-    trace.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (a tensor backbone)")
+    trace.add_argument(
+        "--checkpoint",
+        required=True,
+        type=checkpoint_folder,
+        metavar="DIR",
+        help="checkpoint directory (a tensor backbone)",
+    )
     trace.add_argument("--seed", type=seed, default=0, help="sample stream seed (default 0)")
     trace.add_argument("--index", type=int, default=0, help="sample index within the stream (default 0)")
     trace.add_argument(
@@ -322,7 +329,9 @@ def add_trace_parsers(subparsers: Any) -> None:
     audit = subparsers.add_parser(
         "audit", help="check a checkpoint for leaks from future inputs (causality audit)", description=AUDIT_DESCRIPTION
     )
-    audit.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory (any backbone)")
+    audit.add_argument(
+        "--checkpoint", required=True, type=checkpoint_folder, metavar="DIR", help="checkpoint directory (any backbone)"
+    )
     audit.add_argument("--seed", type=seed, default=0, help="seed of the evaluation sample and the noise (default 0)")
     add_device_argument(audit)
     audit.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
