@@ -12,6 +12,7 @@ from typing import Any
 
 from . import limits as L
 from .accelerator import add_device_argument, add_precision_argument
+from .shipped import checkpoint_folder
 
 DEMO_CHUNKS = 1_024  # the demo prints one line a chunk and records every chunk's volumes
 
@@ -72,12 +73,18 @@ def _train(args: argparse.Namespace) -> int:
     import warnings
     from pathlib import Path
 
+    from .shipped import run_config
     from .training import TrainingWarning, apply_overrides, load_run_config, train
 
-    config_path = Path(args.config) if args.config else Path("configs") / f"{args.task}.toml"
-    if args.config or config_path.exists():
+    config_path = Path(args.config) if args.config else run_config(args.task)  # the shipped one, from any folder
+    if config_path is not None:
         config = load_run_config(config_path, args.backbone)
-    else:  # no config file: the task's and the backbone's defaults
+    else:  # a task that ships no config: its own and the backbone's defaults, said
+        print(
+            f"tensor-memory train: no configs/{args.task}.toml ships with this package; training with the task's and "
+            f"the backbone's defaults (--config FILE chooses settings)",
+            file=sys.stderr,
+        )
         config = {"task": {"name": args.task, "params": {}}, "model": {"kind": args.backbone}, "training": {}}
     if config["task"]["name"] != args.task:
         raise ValueError(f"{config_path} is for task {config['task']['name']!r}, not {args.task!r}")
@@ -175,8 +182,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--checkpoint",
         required=True,
+        type=checkpoint_folder,
         metavar="DIR",
-        help="checkpoint directory holding model.safetensors and config.json",
+        help="checkpoint directory holding model.safetensors and config.json, or a shipped checkpoint's name "
+        "(occlusion-tensor)",
     )
     parser.add_argument("--seed", type=seed, default=0, help="evaluation seed (default 0)")
     parser.add_argument("--batches", type=positive, default=8, help="number of batches (default 8)")
@@ -370,8 +379,9 @@ def add_model_parsers(commands: Any) -> None:
     train = commands.add_parser(
         "train",
         help="train a task model and write a checkpoint directory",
-        description="Train one task with one backbone. Settings come from --config (default "
-        "configs/TASK.toml when it exists), then --steps/--seed, then --set overrides. "
+        description="Train one task with one backbone. Settings come from --config (default: the "
+        "configs/TASK.toml shipped with the package, read from any folder), then --steps/--seed, then --set "
+        "overrides. "
         "Writes config.json, train_log.jsonl, model.safetensors and metrics to --out. "
         "Run on several processes with: torchrun --nproc_per_node N -m tensor_memory_cli train ... "
         "(each process on its own GPU, cuda:LOCAL_RANK, over NCCL; on the CPU over gloo).",

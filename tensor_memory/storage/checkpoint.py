@@ -17,6 +17,7 @@ import torch
 from ..accelerator.device import check_device_memory, resolve_device
 from ..backbone import BackboneConfig, check_budget
 from ..backbone.budget import task_bytes
+from ..shipped import checkpoint_folder, shipped_names
 from ..tasks import TASKS, Task, TaskModel, make_task
 from .files import (
     FileFormatError,
@@ -238,8 +239,9 @@ def check_against_model(path: Path, header: dict[str, TensorInfo], expected: dic
 
 
 def load_checkpoint(path: PathLike, device: str | torch.device = "cpu", *, require_record: bool = True) -> Checkpoint:
-    """Load the checkpoint in directory ``path``: the model (eval mode, on ``device``: "cpu", "auto", "cuda",
-    "cuda:N" or a torch.device, refused in one line when this machine has no such device), config, task, metrics.
+    """Load the checkpoint in directory ``path`` (or the shipped checkpoint it names: ``occlusion-tensor``): the
+    model (eval mode, on ``device``: "cpu", "auto", "cuda", "cuda:N" or a torch.device, refused in one line when
+    this machine has no such device), config, task, metrics.
 
     Never unpickles. Raises :class:`CheckpointError` (a ``ValueError``) naming the file and the
     problem for anything malformed, for a ``config.json`` that no longer says what the weights were
@@ -248,7 +250,7 @@ def load_checkpoint(path: PathLike, device: str | torch.device = "cpu", *, requi
     ``require_record=False`` skips those two for a checkpoint saved before the weights kept the
     records; only :func:`migrate_checkpoint` should need it.
     """
-    directory = _checkpoint_folder(Path(path))
+    directory = _checkpoint_folder(checkpoint_folder(str(path)))  # a shipped checkpoint by name too
     model_path, config_path = directory / MODEL_FILE, directory / CONFIG_FILE
     config = read_json(config_path, MAX_CONFIG_BYTES, CONFIG_FILE)
     config, task, backbone = _parse_config(config, str(config_path), f" (fix {CONFIG_FILE} or re-save the checkpoint)")
@@ -273,7 +275,8 @@ def _checkpoint_folder(directory: Path) -> Path:
     """``directory`` if it is a folder holding a checkpoint's two files, else a CheckpointError saying what it is."""
     if not directory.exists():
         raise CheckpointError(
-            f"{directory}: no such checkpoint directory; pass the folder that holds {MODEL_FILE} and {CONFIG_FILE}"
+            f"{directory}: no such checkpoint directory; pass the folder that holds {MODEL_FILE} and {CONFIG_FILE}, "
+            f"or the name of a checkpoint shipped with the package ({shipped_names()})"
         )
     if not directory.is_dir():
         parent = (
