@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from app.server_options import config_options, option
+
 MAIN = Path(__file__).resolve().parent / "main.py"
 
 
@@ -73,21 +75,11 @@ def _prepare_quietly() -> None:
         )
 
 
-def option(argv: list[str], name: str) -> str | None:
-    """The value of Streamlit option ``--name`` on a command line (``--name VALUE`` or ``--name=VALUE``), or None."""
-    for i, arg in enumerate(argv):
-        if arg == f"--{name}" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(f"--{name}="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def exposure_warning(argv: list[str]) -> str | None:
     """The line to print when the server listens beyond this machine (an address that is not a loopback one)."""
     address = option(argv, "server.address")
     if address is None or address == "localhost":
-        return None  # .streamlit/config.toml: 127.0.0.1
+        return None  # .streamlit/config.toml's 127.0.0.1 (server_options passes it)
     try:
         if ipaddress.ip_address(address).is_loopback:
             return None
@@ -107,7 +99,7 @@ def main() -> None:
     threading.Thread(target=_prepare_quietly, name="prepare-opening-page", daemon=True).start()
     from streamlit.web import cli
 
-    sys.argv = ["streamlit", "run", str(MAIN), *sys.argv[1:]]
+    sys.argv = ["streamlit", "run", str(MAIN), *config_options(sys.argv[1:]), *sys.argv[1:]]  # from any folder
     cli.main(prog_name="streamlit")
 
 

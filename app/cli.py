@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from tensor_memory.accelerator import add_device_argument
+from tensor_memory.shipped import checkpoint_folder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the folder holding the packages: the clone, or where they are installed
 CHECKPOINT_ENV = "TENSOR_MEMORY_CHECKPOINT"  # the checkpoint folder the app opens on
 TRACE_ENV = "TENSOR_MEMORY_TRACE"  # the trace (file or store folder) the app opens on, instead
 RUN_ENV = "TENSOR_MEMORY_RUN"  # the training run folder the app follows (its Run page)
@@ -49,7 +50,7 @@ def _app(args: argparse.Namespace) -> int:
         from tensor_memory.pretrained.checkpoint import check_minilm_checkpoint, is_pretrained_memory
         from tensor_memory.storage.checkpoint import load_checkpoint
 
-        folder = Path(args.checkpoint).expanduser().resolve()
+        folder = args.checkpoint.resolve()
         # refuse a bad folder here, with its one-line reason, before starting a server
         check_minilm_checkpoint(folder) if is_pretrained_memory(folder) else load_checkpoint(folder)
         env[CHECKPOINT_ENV] = str(folder)
@@ -94,7 +95,9 @@ def serve(command: list[str], env: dict[str, str]) -> int:
 
     A SIGTERM to this command (``kill``, a service manager) stops the server too: otherwise the server outlives it
     and keeps the port, on every address in class mode. Ctrl-C reaches both already (one process group)."""
-    server = subprocess.Popen(command, cwd=ROOT, env=env)  # from the repository root: .streamlit/config.toml applies
+    # From the packages' folder: `-m app` runs this app, never a folder named app where the command was typed (the
+    # server applies the shipped .streamlit/config.toml itself: app/server_options.py).
+    server = subprocess.Popen(command, cwd=ROOT, env=env)
     previous = signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     try:
         status = server.wait()
@@ -114,7 +117,8 @@ def add_app_parser(subparsers: Any) -> None:
     app.add_argument(
         "--checkpoint",
         metavar="DIR",
-        help="checkpoint folder to open on (default: the shipped checkpoints/occlusion-tensor)",
+        type=checkpoint_folder,
+        help="checkpoint folder to open on, or a shipped checkpoint's name (default: occlusion-tensor)",
     )
     app.add_argument(
         "--trace",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the path, not the repository
+ROOT = Path(__file__).resolve().parents[1]  # the folder holding the packages: the clone, or where they are installed
+if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the path, not the packages' folder
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
@@ -25,7 +25,7 @@ from tensor_memory.pretrained.checkpoint import is_pretrained_memory  # noqa: E4
 use_template_by_default()  # every figure of the app is white: built so, not re-templated (10 ms a figure)
 st.set_page_config(
     page_title="Tensor Memory Explorer",
-    page_icon=str(ROOT / "app" / "favicon.svg"),  # served by the app: a Material or emoji icon is fetched off-host
+    page_icon=str(Path(__file__).with_name("favicon.svg")),  # served by the app: an emoji icon is fetched off-host
     layout="wide",
     initial_sidebar_state="expanded",
     menu_items={

@@ -24,34 +24,21 @@ from analysis.figures.escape import markdown_code, markdown_text
 from analysis.traces.finite import nonfinite_fields
 from analysis.traces.store_format import PROGRESS_FILE
 from analysis.traces.trace import Trace
+from tensor_memory import shipped
 from tensor_memory.errors import EXPECTED_ERRORS, describe
-from tensor_memory.storage.checkpoint import CONFIG_FILE, Checkpoint, CheckpointError
+from tensor_memory.shipped import checkpoints as shipped_checkpoints  # the picker's list: by name, long_range/NAME
+from tensor_memory.storage.checkpoint import Checkpoint, CheckpointError
 
 from . import cache, spans
 from .cache import CheckpointRef, Loaded, Sample, TraceRef
 from .cli import CHECKPOINT_ENV, DATA_ROOT_ENV, TRACE_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "checkpoints"
 DEFAULT_CHECKPOINT = "occlusion-tensor"
 CONTEXT_KEY = "context"
 GOOD_CHECKPOINT_KEY = "last_good_checkpoint"
 CHUNK_KEY = "chunk"
 MOVES_KEY = "chunk_moves"  # how many times the server moved the chunk itself (the browser's stepper follows)
 SAMPLE_KEY = "chunk_sample"  # the sample the chunk belongs to: a new sample opens at its key chunk
-LONG_RANGE = "long_range"  # the folder of checkpoints/ holding the long-range diagnostics
-
-
-def shipped_checkpoints() -> dict[str, Path]:
-    """The checkpoint folders in ``checkpoints/`` by name, then the long-range ones (``checkpoints/long_range/``) as
-    ``long_range/NAME``."""
-    if not SHIPPED.is_dir():
-        return {}
-    found = {p.name: p for p in sorted(SHIPPED.iterdir()) if (p / CONFIG_FILE).is_file()}
-    long_range = SHIPPED / LONG_RANGE
-    if long_range.is_dir():
-        found.update({f"{LONG_RANGE}/{p.name}": p for p in sorted(long_range.iterdir()) if (p / CONFIG_FILE).is_file()})
-    return found
 
 
 def startup_checkpoint() -> tuple[str, Path]:
@@ -60,9 +47,9 @@ def startup_checkpoint() -> tuple[str, Path]:
     chosen = os.environ.get(CHECKPOINT_ENV)
     if chosen:
         path = Path(chosen).expanduser().resolve()
-        shipped = {folder.resolve(): name for name, folder in shipped_checkpoints().items()}
-        return shipped.get(path, path.name), path  # a shipped one by its name in the list (long_range/…)
-    return DEFAULT_CHECKPOINT, SHIPPED / DEFAULT_CHECKPOINT
+        names = {folder.resolve(): name for name, folder in shipped_checkpoints().items()}
+        return names.get(path, path.name), path  # a shipped one by its name in the list (long_range/…)
+    return DEFAULT_CHECKPOINT, shipped.root() / "checkpoints" / DEFAULT_CHECKPOINT
 
 
 def startup_trace() -> tuple[str, Path] | None:

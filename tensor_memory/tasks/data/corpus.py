@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ... import shipped
 from ...storage.files import FileFormatError
 from ...storage.user_files import read_user_file
 from . import kjv
 
-ASSETS = Path(__file__).resolve().parents[3] / "assets"
+ASSETS = shipped.root() / "assets"
 SHIPPED = ASSETS / "python-docs"
 SPLITS = ("train", "valid", "test")
 EOS, UNK = "<eos>", "<unk>"
