@@ -67,9 +67,10 @@ def serve(
     log_name: str = "streamlit-server.log",
     command: list[str] | None = None,
     port_flag: str = "--port",
+    cwd: Path = ROOT,
 ):
     """Run the app on a free port until the generator is closed (``streamlit run app/main.py``, or ``command`` and
-    ``port_flag PORT``); yields its URL on 127.0.0.1."""
+    ``port_flag PORT``, started in ``cwd``); yields its URL on 127.0.0.1."""
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / log_name, "w")
@@ -91,7 +92,7 @@ def serve(
         ]
     )
     process = subprocess.Popen(
-        command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
     )
     url = f"http://127.0.0.1:{port}"
     try:
