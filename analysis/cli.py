@@ -156,7 +156,10 @@ IMPORT_DESCRIPTION = (
     "'interface.safetensors') and save_file({'x': x}, 'input.safetensors') with x the token features (N, d) or "
     "(1, N, d) it reads. This command rebuilds the interface on this project's TensorMemory "
     "(TensorMemory.from_public_code: the same out, h and c), runs the input through it with recording on and "
-    "writes a trace that `tensor-memory app --trace` opens. Both files are checked and never unpickled."
+    "writes a trace that `tensor-memory app --trace` opens. With --backbone, --weights is a whole toy backbone's "
+    "state dict (save_file(model.state_dict(), 'model.safetensors'), --prefix backbone.) and --inputs the tokens it "
+    "is fed: every layer is traced, the state threaded through the layers as that code does. Both files are checked "
+    "and never unpickled."
 )
 MAX_INPUT_BYTES = 1 << 30  # an input of token features: 1 GiB is ~250M float32 numbers
 
@@ -189,17 +192,25 @@ def read_inputs(path: str, width: int) -> Any:
 
 def _import(args: argparse.Namespace) -> int:
     from analysis.traces.model import trace_model
-    from tensor_memory import TensorMemory
+    from tensor_memory import TensorMemory, memory_layers
+    from tensor_memory.backbone.public_code import load_public_backbone
 
     _check_out(args, inputs=(args.weights, args.inputs))
+    if args.backbone and args.segment is not None:
+        raise ValueError("--segment: a public backbone reads its sequence whole, from a zero state; leave it out")
     try:
-        module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
+        if args.backbone:
+            module = load_public_backbone(
+                args.weights, heads=args.heads, prefix=args.prefix, sigma_scale=args.sigma_scale, causal=args.causal
+            )
+        else:
+            module = TensorMemory.load_public_code(args.weights, prefix=args.prefix, sigma_scale=args.sigma_scale)
     except ValueError as error:
         message = str(error)
         raise ValueError(message if message.startswith(f"{args.weights}:") else f"{args.weights}: {message}") from None
-    width = module.memory.config.token_dim
-    x = read_inputs(args.inputs, width).to(next(module.parameters()).dtype)  # the interface's own precision
-    segment = None if args.segment is None else args.segment * module.memory.config.chunk_size
+    memory = next(iter(memory_layers(module).values()))
+    x = read_inputs(args.inputs, memory.config.token_dim).to(memory.mix.weight.dtype)  # the weights' own precision
+    segment = None if args.segment is None else args.segment * memory.config.chunk_size
     trace = trace_model(
         module,
         x,
@@ -211,8 +222,9 @@ def _import(args: argparse.Namespace) -> int:
     )
     path = args.out
     print(
-        f"Trace of the public-code memory {args.weights} ({trace.num_chunks} chunks, grid "
-        f"{'×'.join(map(str, module.memory.config.grid))}, {module.memory.config.channels} channels) → {path}; "
+        f"Trace of the public-code {'backbone' if args.backbone else 'memory'} {args.weights} "
+        f"({len(trace.layer_names)} layer(s), {trace.num_chunks} chunks, grid "
+        f"{'×'.join(map(str, memory.config.grid))}, {memory.config.channels} channels) → {path}; "
         f"open it with `tensor-memory app --trace {path}`"
     )
     return 0
@@ -246,6 +258,21 @@ def _add_import_parser(subparsers: Any) -> None:
     )
     command.add_argument(
         "--sigma-scale", type=float, default=1.0, help="the interface's sigma_scale constructor argument (default 1.0)"
+    )
+    command.add_argument(
+        "--backbone",
+        action="store_true",
+        help="--weights is a whole toy TensorBackbone's state dict (toy/backbones.py; --prefix backbone. for a toy "
+        "model's): every layer traced, the state threaded through the layers, each layer's gate σ(gates.i) as σ(γ); "
+        "--inputs holds the tokens the backbone is fed",
+    )
+    command.add_argument("--heads", type=positive, default=4, help="with --backbone: its attention heads (default 4)")
+    command.add_argument(
+        "--no-causal",
+        dest="causal",
+        action="store_false",
+        help="with --backbone: no causal mask (toy/occlusion.py passes one; a script that calls the backbone "
+        "without a mask needs this)",
     )
     command.add_argument(
         "--segment",

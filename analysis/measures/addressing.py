@@ -21,6 +21,7 @@ import torch
 
 from analysis.traces import summaries
 from analysis.traces.trace import LayerTrace, Trace
+from tensor_memory.backbone.public_code import PublicBackbone
 from tensor_memory.memory.geometry import in_voxels
 from tensor_memory.memory.measures import (
     BOUNDARY_EPS,
@@ -29,6 +30,7 @@ from tensor_memory.memory.measures import (
     median_sigma_voxels,
     write_spread_voxels,
 )
+from tensor_memory.memory.public_code import PublicCodeMemory
 
 VERDICTS = (
     "dead memory",
@@ -69,6 +71,26 @@ REMEDIES = {
     f"training.occupancy_weight and recall_weight off ({TRAINABILITY}#table-rs)",
     "gate saturation": "Lower training.lr: saturated gates pass no gradient (not measured)",
 }
+
+# The same failures for a model trained with the paper's public code (github kswain98/tensor-memory), named by what
+# its user can change there: its constructors' arguments, the toy scripts' options, the weights its code initialises.
+UNMEASURED = "(not measured in the public code)"
+PUBLIC_REMEDIES = {
+    "dead memory": "Start the forget gate's bias at 4 (zero in FactorizedConv3d): "
+    f"interface.gate_conv.pointwise.bias.data[C:2 * C].fill_(4.0), C = memory_channels {UNMEASURED}",
+    "coordinate collapse": "Start σ broad: TensorMemoryInterface's sigma_scale above 1 (make_backbone's sigma_scale), "
+    f"and a lower --lr {UNMEASURED}",
+    "sigma collapse": "Raise TensorMemoryInterface's sigma_scale: σ's floor is the constant 1e-4 in "
+    f"TensorMemoryEmbedder.forward {UNMEASURED}",
+    "sigma explosion": "Lower TensorMemoryInterface's sigma_scale or TensorMemoryEmbedder's initial_sigma_bias "
+    f"(1.0: σ starts near 1.3, most of the grid) {UNMEASURED}",
+    "boundary saturation": "Coordinates are tanh(coord_net(x)): start interface.coord_net.weight smaller and lower the "
+    f"script's --lr {UNMEASURED}",
+    "unread writes": "Reads address with a chunk's first token, writes with write_proj's summary: lower "
+    f"TensorMemoryInterface's chunk_size (1 in the toy scripts) {UNMEASURED}",
+    "gate saturation": f"Lower the script's --lr: saturated gates pass no gradient {UNMEASURED}",
+}
+PUBLIC_CODE_MODELS = frozenset({PublicBackbone.__name__, PublicCodeMemory.__name__})  # info["model"] of an import
 
 THRESHOLDS = {
     name: value
@@ -335,8 +357,9 @@ def _summary(m: dict[str, Any]) -> list[str]:
 def addressing_report(traces: Trace | Sequence[Trace], layer: str | None = None) -> dict[str, Any]:
     """``{"verdict", "reasons", "failures", "remedies", "layer", "measures", "thresholds"}`` for one or many traces.
 
-    ``remedies`` maps each failure found to what usually helps (:data:`REMEDIES`); a failure that is
-    by design (coordinates frozen in training) gets none.
+    ``remedies`` maps each failure found to what usually helps (:data:`REMEDIES`, or :data:`PUBLIC_REMEDIES` for traces
+    of a model imported from the paper's public code: its trace's ``info["model"]``); a failure that is by design
+    (coordinates frozen in training) gets none.
     """
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     if not traces:
@@ -344,6 +367,8 @@ def addressing_report(traces: Trace | Sequence[Trace], layer: str | None = None)
     m = measure(traces, layer)
     found = _findings(m)
     verdict = found[0][0] if found else "healthy"
+    public = all(t.info.get("model") in PUBLIC_CODE_MODELS for t in traces)
+    remedies = PUBLIC_REMEDIES if public else REMEDIES
     return {
         "verdict": verdict,
         "reasons": [r for _, r in found] + _summary(m),
@@ -351,5 +376,5 @@ def addressing_report(traces: Trace | Sequence[Trace], layer: str | None = None)
         "layer": m["layer"],
         "measures": m,
         "thresholds": dict(THRESHOLDS),
-        "remedies": {v: REMEDIES[v] for v, _ in found if not (v == "coordinate collapse" and m["coordinates_frozen"])},
+        "remedies": {v: remedies[v] for v, _ in found if not (v == "coordinate collapse" and m["coordinates_frozen"])},
     }

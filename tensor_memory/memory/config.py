@@ -124,6 +124,7 @@ class PublicCodeOptions(ConfigBase):
 
     input_norm: bool = True  # LN_m on the incoming tokens; False: the caller normalises them
     # "residual": y = x + σ(γ)·m. "message": y = m, the projected read alone with no γ (its blocks gate it).
+    # "gated": y = σ(γ)·m, for a caller that adds it to its own stream (a public backbone's gate imported as γ).
     output: str = "residual"
     # A last incomplete chunk. "pending": read now, written once complete (a stream cut anywhere gives one pass).
     # "pad": zero-padded and written at once; nothing is carried.
@@ -135,7 +136,7 @@ class PublicCodeOptions(ConfigBase):
     def __post_init__(self) -> None:
         owner = "MemoryConfig.public_code"
         _require_bool(owner, "input_norm", self.input_norm)
-        _require_choice(owner, "output", self.output, ("residual", "message"))
+        _require_choice(owner, "output", self.output, ("residual", "message", "gated"))
         _require_choice(owner, "partial_chunk", self.partial_chunk, ("pending", "pad"))
         _require_bool(owner, "depthwise_bias", self.depthwise_bias)
         require_float(owner, "write_eps", self.write_eps, 0.0)

@@ -116,11 +116,11 @@ class TensorMemory(nn.Module):
         )
 
     @classmethod
-    def from_public_code(cls, state_dict, *, chunk_size=None, grid=None, sigma_scale: float = 1.0, prefix: str = ""):
+    def from_public_code(cls, state_dict, *, chunk_size=None, grid=None, sigma_scale=1.0, prefix="", gate=None):
         """The paper's public ``TensorMemoryInterface`` with the weights of ``state_dict``, built on this layer and
         called like it: ``out, (h, c) = m(x, (h0, c0))``. See ``public_code.from_public_code``."""
         return from_public_code(
-            state_dict, layer=cls, chunk_size=chunk_size, grid=grid, sigma_scale=sigma_scale, prefix=prefix
+            state_dict, layer=cls, chunk_size=chunk_size, grid=grid, sigma_scale=sigma_scale, prefix=prefix, gate=gate
         )
 
     @classmethod

@@ -31,6 +31,7 @@ from .geometry import voxel_grid
 # The public code's options (MemoryConfig.public_code) and the mechanism settings it has other values of.
 PUBLIC_OPTIONS = dict(input_norm=False, output="message", partial_chunk="pad", depthwise_bias=True, write_eps=1e-6)
 PUBLIC_MECHANISM = dict(summary_norm=False, sigma_min=1e-4)
+GATED = dict(output="gated")  # with the block's gate as γ: the layer returns σ(γ)·m
 CONVS = ("conv_d", "conv_h", "conv_w")  # the depthwise convolutions along D, H, W
 KERNELS = ((3, 1, 1), (1, 3, 1), (1, 1, 3))
 MAX_FILE_BYTES = 512 << 20  # a weights file: far above any interface (the paper's largest is ~2.3M numbers)
@@ -115,6 +116,7 @@ def from_public_code(
     grid: Sequence[int] | None = None,
     sigma_scale: float = 1.0,
     prefix: str = "",
+    gate: torch.Tensor | None = None,
 ) -> PublicCodeMemory:
     """A :class:`PublicCodeMemory` with the weights of a public ``TensorMemoryInterface``'s ``state_dict``.
 
@@ -126,6 +128,8 @@ def from_public_code(
     extra, wrong-shaped or non-finite entry is refused with a ValueError naming the key. Float16 or bfloat16 weights
     (``grid_cache`` then the exact grid rounded to that dtype) build a module of that dtype. ``layer`` is the
     class to build (``TensorMemory``; passed in, so that this module does not import the layer it extends).
+    ``gate``: the one-number parameter whose sigmoid scales the interface's output in the block around it (a public
+    backbone's ``gates.{i}``); given, the module returns ``σ(gate)·m`` and records ``σ(gate)`` as its σ(γ).
     """
     require_float("from_public_code", "sigma_scale", sigma_scale, 0.0, low_open=True)
     if not isinstance(prefix, str):
@@ -143,18 +147,33 @@ def from_public_code(
         )
     grid = _grid(tensors, grid, prefix)
     _check_entries(tensors, public_shapes(d, C, chunk, grid), prefix)
+    weights = _as_layer_weights(tensors, C)
+    if gate is not None:
+        weights["gate"] = _gate(gate)
     config = MemoryConfig(
         token_dim=d,
         channels=C,
         grid=grid,
         chunk_size=chunk,
         sigma_init=0.4 * sigma_scale,
-        public_code={**PUBLIC_OPTIONS, "sigma_scale": float(sigma_scale)},
+        public_code={**PUBLIC_OPTIONS, "sigma_scale": float(sigma_scale), **({} if gate is None else GATED)},
         **PUBLIC_MECHANISM,
     )  # σ_init: replaced by the weights loaded
     module = PublicCodeMemory(layer(config)).to(tensors["coord_net.weight"].dtype)
-    module.memory.load_state_dict(_as_layer_weights(tensors, C), strict=True)
+    module.memory.load_state_dict(weights, strict=True)
     return module
+
+
+def _gate(gate: object) -> torch.Tensor:
+    """The gate parameter as γ, a 0-d tensor; one finite floating-point number or a ValueError."""
+    if not isinstance(gate, torch.Tensor) or not gate.is_floating_point() or gate.numel() != 1:
+        raise ValueError(
+            f"from_public_code.gate must be the block's gate parameter, one floating-point number (shape (1,)), "
+            f"got {_kind(gate)}"
+        )
+    if not bool(torch.isfinite(gate).all()):
+        raise ValueError("from_public_code.gate is NaN or infinite; pass the trained gate parameter")
+    return gate.detach().reshape(())
 
 
 def read_public_code(path: PathLike) -> dict[str, torch.Tensor]:

@@ -2,7 +2,8 @@
 
 The paper's layer normalises the tokens it takes (LN_m), carries a last incomplete chunk until its tokens are complete
 and returns ``x + σ(γ)·m``. The public ``TensorMemoryInterface`` takes tokens its blocks normalised, zero-pads a last
-incomplete chunk and writes it at once, and returns the message ``m`` for its blocks to gate.
+incomplete chunk and writes it at once, and returns the message ``m`` for its blocks to gate (or, imported with the
+gate of the block around it as γ, ``σ(γ)·m``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def input_norm(config: MemoryConfig) -> nn.Module:
 
 def read_gate(config: MemoryConfig) -> nn.Parameter | None:
     """γ, the learned scalar whose sigmoid scales the read; None where the output is the message alone."""
-    residual = config.public_code.output == "residual"
-    return nn.Parameter(torch.tensor(float(config.gate_init))) if residual else None
+    gated = config.public_code.output in ("residual", "gated")
+    return nn.Parameter(torch.tensor(float(config.gate_init))) if gated else None
 
 
 class PendingChunks(nn.Module):
@@ -79,6 +80,13 @@ class Message(nn.Module):
         return scaled
 
 
+class Gated(Residual):
+    """y = σ(γ)·m: the gated read, which the caller adds to its own stream."""
+
+    def forward(self, x: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
+        return scaled
+
+
 def output(config: MemoryConfig) -> nn.Module:
     """What the layer returns."""
-    return Residual() if config.public_code.output == "residual" else Message()
+    return {"residual": Residual, "gated": Gated}.get(config.public_code.output, Message)()
