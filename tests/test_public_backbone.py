@@ -18,7 +18,7 @@ from test_public_code import D_MODEL, GRID, public_state
 from analysis import trace_model
 from analysis.measures.addressing import PUBLIC_REMEDIES, REMEDIES, VERDICTS, addressing_report
 from analysis.traces.trace import load_trace
-from tensor_memory import TensorMemory
+from tensor_memory import TensorMemory, record
 from tensor_memory.backbone.public_code import from_public_backbone
 
 LAYERS, HEADS, HIDDEN = 3, 4, 20
@@ -183,3 +183,19 @@ def test_heads_must_divide_the_width():
     with pytest.raises(ValueError, match="heads=5 does not divide the width 12"):
         from_public_backbone(backbone_state(), heads=5, prefix="backbone.")
     assert GRID == tuple(from_public_backbone(backbone_state(), heads=3, prefix="backbone.").memories[0].config.grid)
+
+
+def test_an_interface_imported_with_its_blocks_gate_returns_the_gated_read_and_records_the_gate():
+    sd, x = public_state(2), tokens(7)
+    plain, gated = TensorMemory.from_public_code(sd), TensorMemory.from_public_code(sd, gate=torch.tensor([0.7]))
+    state = plain.init_state(1)
+    with torch.no_grad(), record(gated) as rec:
+        (m, (h, c)), (g, (h2, c2)) = plain(x, state), gated(x, state)
+    torch.testing.assert_close(g, torch.sigmoid(torch.tensor(0.7)) * m)
+    assert torch.equal(h, h2) and torch.equal(c, c2)  # the gate is outside the memory's state
+    assert float(rec.layers["memory"].gate_scale) == pytest.approx(float(torch.sigmoid(torch.tensor(0.7))))
+    assert gated.memory.config.public_code.output == "gated" and plain.memory.config.public_code.output == "message"
+    trace = trace_model(plain, x, progress=False)  # an interface imported alone: its trace names PublicCodeMemory
+    remedies = addressing_report(trace)["remedies"]
+    assert trace.info["model"] == "PublicCodeMemory" and remedies  # older imports' traces read the same way
+    assert all(remedies[failure] == PUBLIC_REMEDIES[failure] for failure in remedies)
