@@ -13,7 +13,7 @@ from app_helpers import CHECKPOINTS, chart, counter, figure, ok, payload, report
 
 from analysis import capture, load_trace
 from analysis.figures.annotations import annotation_figure
-from analysis.figures.overview import binned, overview_figure
+from analysis.figures.overview import bin_note, binned, overview_figure
 from analysis.figures.views import explore_figures
 from analysis.measures.overview import chunk_overview
 from analysis.measures.volumes import state_series
@@ -94,7 +94,8 @@ def test_a_long_overview_is_drawn_as_bin_means():
     assert y[4] == pytest.approx(np.nanmean(values[edges[4] : edges[5]]))
     fig = overview_figure({"p_target": values / 2500, "energy": values}, 2000, (1984, 2047 - 48))
     assert len(fig.data) == 2 and all(len(trace.x) == 1000 for trace in fig.data)
-    assert "each point the mean of 2.5 chunks" in fig.layout.title.text
+    assert "each point the mean of 2 or 3 chunks" in fig.layout.title.text  # whole chunks, as the bins hold
+    assert bin_note(2000, 1000) == "2 chunks" and bin_note(1001, 1000) == "1 or 2 chunks"
 
 
 def test_long_traces_go_to_the_browser_a_page_at_a_time():

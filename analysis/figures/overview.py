@@ -13,13 +13,25 @@ from analysis.measures.overview import SERIES
 MAX_POINTS = 1000  # per row: a longer trace is drawn as the mean of equal bins of chunks
 
 
+def _edges(K: int, bins: int) -> np.ndarray:
+    """The ``bins + 1`` edges of ``bins`` equal runs of ``K`` chunks (their lengths differ by at most one)."""
+    return np.linspace(0, K, bins + 1).round().astype(int)
+
+
+def bin_note(K: int, bins: int) -> str:
+    """How many chunks each of :func:`binned`'s points averages, in words: "2 chunks", "2 or 3 chunks" (K > bins)."""
+    sizes = np.diff(_edges(K, bins))
+    low, high = int(sizes.min()), int(sizes.max())
+    return f"{low} or {high} chunks" if low != high else f"{low} chunks"  # K > bins: a run holds 2 or more
+
+
 def binned(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
     """(centres, means): ``values`` (K,) averaged over ``bins`` equal runs of chunks (NaNs left out; a run of only
     NaN gives NaN); the chunks themselves when K ≤ bins."""
     K = len(values)
     if K <= bins:
         return np.arange(K, dtype=np.float64), values
-    edges = np.linspace(0, K, bins + 1).round().astype(int)
+    edges = _edges(K, bins)
     sums = np.add.reduceat(np.nan_to_num(values), edges[:-1])
     counts = np.add.reduceat(np.isfinite(values).astype(np.int64), edges[:-1])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -72,9 +84,9 @@ def overview_figure(
         fig.add_vline(x=current, line_dash="dash", line_color=CURRENT_COLOUR, line_width=1, row=row, col=1)
     fig.update_xaxes(title_text="chunk", row=len(rows), col=1)
     title = f"the whole trace, {K:,} chunks" + (
-        f" (each point the mean of {K / max_points:.1f} chunks)" if binned_note else ""
+        f" (each point the mean of {bin_note(K, max_points)})" if binned_note else ""
     )
     return finish(fig, title, height=90 + 95 * len(rows), showlegend=False, hovermode="x unified")
 
 
-__all__ = ["overview_figure", "binned", "MAX_POINTS"]
+__all__ = ["overview_figure", "binned", "bin_note", "MAX_POINTS"]
