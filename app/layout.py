@@ -9,7 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.figures.escape import markdown_text
+from analysis.figures.escape import markdown_code, markdown_text
 
 from .cache import TraceRef
 from .sidebar import CHOICE_KEY
@@ -61,6 +61,12 @@ def header(context: Context, title: str, subtitle: str) -> None:
         )
         badges.badge(f"seed {context.seed}", color="gray")
     st.caption(subtitle)
+
+
+def a_task(task: object) -> str:
+    """``task`` as Markdown code after its article ("an `occlusion`", "a `masked_patches`"): task names are English
+    words, whose first letter says which article they take."""
+    return f"{'an' if str(task)[:1].lower() in tuple('aeiou') else 'a'} {markdown_code(task)}"
 
 
 def trace_notes(context: Context) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from app_helpers import CHECKPOINTS, ok, report, start
+from app_helpers import CHECKPOINTS, ok, report, shown, start
 
 from analysis.figures import timeline_figure
 from analysis.figures.annotations import chunk_events
@@ -158,3 +158,4 @@ def test_images_page_explains_itself_on_other_tasks():
     at = start()
     ok(at.switch_page("views/images.py").run())
     assert any("masked patch reconstruction" in i.value for i in at.info)
+    assert any("occlusion-tensor is an ` occlusion ` checkpoint" in shown(i.value) for i in at.info)  # a/an

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_helpers import CHECKPOINTS, chart, ok, payload, report, start, values
+from app_helpers import CHECKPOINTS, chart, ok, payload, report, shown, start, values
 
 from analysis.figures.language import audit_heatmap_figure, contribution_figure, token_loss_figure
 from analysis.measures.causality import audit_checkpoint
@@ -48,6 +48,7 @@ def test_text_page_explains_itself_on_other_tasks():
     at = start()
     ok(at.switch_page("views/text.py").run())
     assert any("language models" in i.value for i in at.info)
+    assert any("occlusion-tensor is an ` occlusion ` checkpoint" in shown(i.value) for i in at.info)  # a/an
 
 
 def test_audit_page_shows_the_verdict_and_heatmap(lm):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.figures.escape import markdown_code, markdown_text
+from analysis.figures.escape import markdown_text
 from analysis.figures.images import memory_overlay_figure, reconstruction_figure, write_places_figure
 from analysis.measures.images import grid_aligned, memory_on_image, write_alignment, write_places
 from app import cache, layout, state, stepping
@@ -16,7 +16,7 @@ layout.require_checkpoint(context, "Images", "reconstructs images through a mask
 if context.task != "masked_patches":
     layout.header(context, "Images", "Masked patch reconstruction on real photographs.")
     st.info(
-        f"{markdown_text(context.ref.label)} is a {markdown_code(context.task)} checkpoint. The image view shows "
+        f"{markdown_text(context.ref.label)} is {layout.a_task(context.task)} checkpoint. The image view shows "
         f"masked patch reconstruction: pick `masked_patches-tensor` (or -base, -local, -registers) in the sidebar.",
         icon=":material/info:",
     )

@@ -315,7 +315,7 @@ def page() -> None:
     else:
         st.info(
             f"The belief views need an occlusion or moving_digits checkpoint; {markdown_text(context.ref.label)} "
-            f"is a {markdown_text(context.task)} one. The memory's energy and the interventions below work for "
+            f"is {layout.a_task(context.task)} one. The memory's energy and the interventions below work for "
             "every Tensor Memory checkpoint.",
             icon=":material/info:",
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.figures.addressing import trajectory_figure
-from analysis.figures.escape import markdown_code, markdown_text
+from analysis.figures.escape import markdown_text
 from analysis.figures.language import contribution_figure, read_overlap_figure, token_loss_figure
 from analysis.measures.language import READ_FLOOR, chunk_text, loss_rows, read_overlap, read_source
 from app import cache, layout, state, stepping
@@ -51,7 +51,7 @@ if context.is_trace_file:
 if context.task != "language_modelling":
     layout.header(context, "Text", "A language model's text, token by token.")
     st.info(
-        f"{markdown_text(context.ref.label)} is a {markdown_code(context.task)} checkpoint. The text view shows "
+        f"{markdown_text(context.ref.label)} is {layout.a_task(context.task)} checkpoint. The text view shows "
         f"language models: pick `language_modelling-tensor` (or -base, -local) in the sidebar.",
         icon=":material/info:",
     )
