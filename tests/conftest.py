@@ -1,8 +1,9 @@
-"""Fixtures shared by the analysis tests."""
+"""Fixtures shared by the analysis tests, and the suite's check of its peak resident memory (memory_peak.py)."""
 
 from pathlib import Path
 
 import pytest
+from memory_peak import pytest_addoption, pytest_configure  # noqa: F401 (hooks: the memory check runs in every session)
 
 from tensor_memory import load_checkpoint
 
