@@ -25,9 +25,10 @@ LOCAL_HOST = "127.0.0.1"  # where the app listens unless told otherwise (.stream
 DESCRIPTION = (
     "Start the Tensor Memory Explorer, a Streamlit app: load a trained checkpoint, step through a sample chunk by "
     "chunk and watch the memory in 3D, see the occlusion belief and interventions, diagnose addressing, walk "
-    "through the mechanism, export traces, figures and reports. It opens on checkpoints/occlusion-tensor unless "
-    "--checkpoint names another folder, or on a trace with --trace (any model's, written by analysis.trace_model "
-    "or `tensor-memory trace`: a .safetensors file, or a trace store folder read a page at a time); --run follows "
+    "through the mechanism, export traces, figures and reports. It opens on the shipped occlusion-tensor unless "
+    "--checkpoint names another folder (or shipped checkpoint), or on a trace with --trace (any model's, written "
+    "by analysis.trace_model or `tensor-memory trace`: a .safetensors file, or a trace store folder read a page at "
+    "a time); --run follows "
     "a training run folder while it grows (written by analysis.monitor or `tensor-memory train`). Stop it with "
     "Ctrl-C. It listens on this machine only unless --host says otherwise, and shows errors in one line (with "
     "--debug, their tracebacks too)."

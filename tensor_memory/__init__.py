@@ -4,7 +4,8 @@
 and the data they read · ``training/`` training and evaluation · ``pretrained/`` the memory on
 all-MiniLM-L6-v2 · ``storage/`` checkpoints and files, saved and loaded safely · ``accelerator/`` devices and
 precision · ``cli.py`` the model's commands · ``config.py`` the configs' shared plumbing · ``limits.py`` the ceilings
-on what a config or file may ask for · ``errors.py`` failures said in one line.
+on what a config or file may ask for · ``errors.py`` failures said in one line · ``shipped.py`` where the configs,
+data and checkpoints that ship with the package are.
 """
 
 from .backbone import Backbone, BackboneConfig, BackboneState, attach_memory, detach_memory
