@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import re
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ N = 40
 
 
 def gpt2_trace(path, targets: bool = True, tokens: bool = True):
+    """A tiny GPT-2's trace with its tokens' text ("w" and the id) and, with ``tokens``, its vocabulary."""
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=61, bos_token_id=0, eos_token_id=0))
     attach_memory(
@@ -28,8 +31,14 @@ def gpt2_trace(path, targets: bool = True, tokens: bool = True):
     )
     ids = torch.randint(0, 61, (1, N), generator=torch.Generator().manual_seed(1))
     words = [f" w{int(i)}" for i in ids[0]] if tokens else None
+    vocabulary = [f" w{i}" for i in range(61)] if tokens else None
     return trace_model(
-        model, {"input_ids": ids}, tokens=words, targets=ids[0, 1:] if targets else None, name="tiny-gpt2"
+        model,
+        {"input_ids": ids},
+        tokens=words,
+        targets=ids[0, 1:] if targets else None,
+        name="tiny-gpt2",
+        vocabulary=vocabulary,
     ).save(path)
 
 
@@ -48,7 +57,10 @@ def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, mon
     assert at.selectbox(key="checkpoint_choice").value == f"trace: {traced.name}"
     assert ":gray-badge[model: GPT2LMHeadModel]" in [shown(m.value) for m in at.markdown]
     assert counter(at) == "Chunk 9 / 9"  # opens on the last chunk
-    assert "Predicted <b>" in payload(at)["views"]["card"][9] and "truth <b>" in payload(at)["views"]["card"][9]
+    recorded = load_trace(traced)
+    predicted, truth = (int(recorded.chunks[name][9]) for name in ("prediction", "target"))
+    card = html.unescape(re.sub(r"<[^>]+>", "", payload(at)["views"]["card"][9]))
+    assert f"Predicted ' w{predicted}' · truth ' w{truth}'" in card  # the tokens' text, not their ids
     tokens = chart(at, "chunk 9: its tokens")  # the input drawn as tokens, coloured by p(target)
     cells = sorted((int(position), word) for part in tokens["data"] for position, word in part["customdata"])
     assert cells == list(enumerate(load_trace(traced).tokens))[36:40]  # chunk 9: positions 36–39, in order
@@ -60,6 +72,8 @@ def test_a_hugging_face_trace_opens_on_every_page_that_reads_a_trace(traced, mon
     assert "the one sample this trace recorded" in " ".join(c.value for c in at.caption)
     ok(at.switch_page("views/text.py").run())
     assert "w" in " ".join(m.value for m in at.markdown) and at.dataframe
+    rows = at.dataframe[0].value  # the chunk's positions: what each predicted, in words
+    assert all(re.fullmatch(r"' w\d+'", word) for word in rows["prediction"]), rows["prediction"].tolist()
     ok(at.switch_page("views/export.py").run())
     assert at.get("download_button")
     for page, word in (("occlusion", "Occlusion"), ("teach", "Teach"), ("images", "Images"), ("audit", "Audit")):

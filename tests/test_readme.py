@@ -33,6 +33,7 @@ def test_the_your_own_model_example_runs_and_its_trace_opens(tmp_path, monkeypat
     exec(compile(block, "README.md", "exec"), {})
     trace = load_trace(tmp_path / "my-model.trace.safetensors")
     assert list(trace.layers) == ["transformer.h.1.memory"] and trace.num_chunks == 8 and len(trace.tokens) == 64
+    assert len(trace.vocabulary) == 100 and trace.class_text(7) == "' t7'"  # predictions read as the tokens' text
     assert trace.chunks["scored"].all()  # the last chunk is scored at position 62: 63 has no next token
 
 

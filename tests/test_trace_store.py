@@ -36,6 +36,7 @@ def backbone() -> Backbone:
 X = torch.randn(1, N, WIDTH, generator=torch.Generator().manual_seed(1))
 TARGETS = torch.randint(0, WIDTH, (N,), generator=torch.Generator().manual_seed(2))
 TOKENS = [f"t{i}" + ("é" if i % 4 == 0 else "") for i in range(N)]
+VOCABULARY = [f" v{i}" + ("\n" if i % 5 == 0 else "") for i in range(WIDTH)]  # each class's text
 
 
 def assert_same(stored, memory) -> None:
@@ -46,6 +47,7 @@ def assert_same(stored, memory) -> None:
         assert np.array_equal(np.asarray(a[name]), np.asarray(b[name])), name
         assert np.asarray(a[name]).dtype == np.asarray(b[name]).dtype, name
     assert stored.info == memory.text_info(b) and stored.tokens == memory.tokens and stored.incomplete is None
+    assert stored.vocabulary == memory.vocabulary
     for layer in memory.layers:
         expected = summarize(memory.layers[layer])
         assert stored.summaries[layer].keys() == expected.keys()
@@ -65,8 +67,9 @@ def assert_same(stored, memory) -> None:
 def test_a_stored_trace_equals_the_one_captured_in_memory(tmp_path, volumes, gates, cell_state, text):
     keywords = dict(volumes=volumes, gates=gates, cell_state=cell_state, segment=9, progress=False)
     if text:
-        keywords.update(tokens=TOKENS, targets=TARGETS)
+        keywords.update(tokens=TOKENS, targets=TARGETS, vocabulary=VOCABULARY)
     memory = trace_model(backbone(), X, **keywords)
+    assert memory.vocabulary == (VOCABULARY if text else None)
     stored = trace_model(backbone(), X, **keywords, out=tmp_path / "t.trace.zarr")
     assert memory.num_chunks == stored.num_chunks == 12
     assert_same(stored, memory)

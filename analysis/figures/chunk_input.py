@@ -49,7 +49,7 @@ def _check(trace: Trace, chunk: int) -> int:
 
 
 def class_label(trace: Trace, value: int) -> str:
-    """A class index in the task's own words: a ball position, a value, a cell's occupancy."""
+    """A class index in the task's own words: a ball position, a value, a cell's occupancy, a token's text."""
     task, params = trace.info.get("task"), trace.info.get("task_params", {})
     if task == "occlusion":
         y, x = divmod(int(value), int(params["size"]))
@@ -61,7 +61,7 @@ def class_label(trace: Trace, value: int) -> str:
         return f"digit {digit} at (y {y}, x {x})"
     if task == "map_building":
         return "occupied" if int(value) == 1 else "free"
-    return str(int(value))
+    return trace.class_text(value)  # a token's text where the trace holds its vocabulary
 
 
 def model_chunk_event(trace: Trace, chunk: int) -> str:
@@ -169,8 +169,9 @@ def prediction_card(outcome: dict[str, Any], predicts: bool) -> str:
         else "<span style='color:#b42318'>✗ wrong</span>"
     )
     return (
-        f"<div class='card plain'>Predicted <b>{html_text(outcome['prediction'])}</b> · truth "
-        f"<b>{html_text(outcome['truth'])}</b> {verdict}<br>p(truth) = {outcome['p_truth']:.1%}, "
+        f"<div class='card plain'>Predicted <b style='white-space:pre'>{html_text(outcome['prediction'])}</b> · "
+        f"truth <b style='white-space:pre'>{html_text(outcome['truth'])}</b> {verdict}<br>"
+        f"p(truth) = {outcome['p_truth']:.1%}, "
         f"p(prediction) = {outcome['p_prediction']:.1%}</div>"
     )
 

@@ -18,7 +18,7 @@ from analysis.figures.escape import plotly_text
 from analysis.figures.stepped import Leaves
 from analysis.traces.trace import Trace
 
-TOKENS_PER_ROW = 6  # a chunk's tokens wrap at this many per row
+TOKENS_PER_ROW = 8  # at most this many of a chunk's tokens to a row; a longer chunk in rows of equal length
 TOKEN_CHARS = 9  # longer tokens are cut, with "…", in the cells (the hover shows them whole)
 UNSCORED_COLOUR = "#e8eef6"
 
@@ -27,7 +27,8 @@ def _parts(trace: Trace, chunk: int) -> list[dict[str, Any]]:
     """The two traces' values that differ by chunk: the tokens without a target, then those with one."""
     positions = np.array(trace.chunk_positions(chunk))
     order = np.arange(len(positions))
-    x, y = order % TOKENS_PER_ROW, order // TOKENS_PER_ROW
+    per_row = row_length(trace)
+    x, y = order % per_row, order // per_row
     targets = trace.per_token.get("target")
     scored = np.zeros(len(positions), bool) if targets is None else targets[positions] >= 0
     words = [trace.tokens[i] if trace.tokens is not None else str(i) for i in positions]
@@ -48,12 +49,20 @@ def _parts(trace: Trace, chunk: int) -> list[dict[str, Any]]:
     return out
 
 
+def row_length(trace: Trace) -> int:
+    """Tokens to a row: a chunk of up to :data:`TOKENS_PER_ROW` in one row, a longer one in rows as even as they
+    can be (16: 8 + 8; 12: 6 + 6), so that no row is left with a few."""
+    size = max(int(trace.info.get("chunk_size", 1)), 1)
+    rows = -(-size // TOKENS_PER_ROW)
+    return -(-size // rows)
+
+
 def _title(trace: Trace, chunk: int) -> str:
     return f"chunk {chunk}: its tokens" + ("" if trace.tokens is not None else " (positions; no tokens recorded)")
 
 
 def tokens_figure(trace: Trace, chunk: int) -> go.Figure:
-    """The chunk's tokens in reading order, :data:`TOKENS_PER_ROW` to a row, coloured by p(target) where the trace
+    """The chunk's tokens in reading order, :func:`row_length` to a row, coloured by p(target) where the trace
     has targets (grey where a position has none); the positions alone when no tokens were recorded."""
     fig = go.Figure()
     for values, coloured in zip(_parts(trace, chunk), (False, True), strict=True):
@@ -82,7 +91,7 @@ def tokens_figure(trace: Trace, chunk: int) -> go.Figure:
     return finish(
         fig,
         _title(trace, chunk),
-        xaxis=dict(visible=False, range=[-0.6, TOKENS_PER_ROW - 0.4]),
+        xaxis=dict(visible=False, range=[-0.6, row_length(trace) - 0.4]),
         yaxis=dict(visible=False, autorange="reversed"),
     )
 
@@ -97,4 +106,4 @@ def tokens_leaves(trace: Trace, chunk: int) -> Leaves:
     return leaves
 
 
-__all__ = ["tokens_figure", "tokens_leaves", "TOKENS_PER_ROW", "TOKEN_CHARS"]
+__all__ = ["tokens_figure", "tokens_leaves", "row_length", "TOKENS_PER_ROW", "TOKEN_CHARS"]

@@ -147,7 +147,8 @@ def loss_rows(losses: TokenLosses, chunk: int, before: int = BEFORE) -> dict[str
 
 def chunk_text(trace: Trace, chunk: int, before: int = BEFORE) -> dict[str, Any]:
     """A trace with tokens: the chunk's text, the ``before`` tokens leading up to it, and one row per position
-    (position, token, and with targets the target and predicted class and p(target))."""
+    (position, token, and with targets the target and predicted class, as text where the trace holds its
+    vocabulary (:meth:`Trace.class_text`), and p(target))."""
     if trace.tokens is None:
         raise ValueError("this trace has no tokens: pass tokens=[...] to trace_model to record them")
     chunk = check_index(chunk, trace.num_chunks, "chunk")
@@ -160,8 +161,8 @@ def chunk_text(trace: Trace, chunk: int, before: int = BEFORE) -> dict[str, Any]
             target = int(trace.per_token["target"][i])
             row.update(
                 {
-                    "target": None if target < 0 else target,
-                    "prediction": int(trace.per_token["prediction"][i]),
+                    "target": None if target < 0 else trace.class_text(target),
+                    "prediction": trace.class_text(trace.per_token["prediction"][i]),
                     "p(target)": None if target < 0 else round(float(trace.per_token["p_target"][i]), 4),
                 }
             )

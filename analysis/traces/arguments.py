@@ -75,12 +75,26 @@ def checked_tokens(tokens: Any, N: int) -> list[str] | None:
     return tokens
 
 
-def check_text(tokens: list[Any], where: str) -> None:
+def checked_vocabulary(vocabulary: Any) -> list[str] | None:
+    """``vocabulary`` (each class's text, ``vocabulary[i]`` class i's) as a list of strings UTF-8 can store, or None."""
+    if vocabulary is None:
+        return None
+    if isinstance(vocabulary, (str, bytes, Mapping)) or not isinstance(vocabulary, Iterable):
+        raise ValueError(
+            f"trace_model: vocabulary must be each class's text, a list of strings (vocabulary[i] is class i's), "
+            f"got {_kind(vocabulary)}"
+        )
+    vocabulary = list(vocabulary)
+    check_text(vocabulary, "trace_model: vocabulary", "one a class")
+    return vocabulary
+
+
+def check_text(tokens: list[Any], where: str, each: str = "one token a position") -> None:
     """Every token a string that UTF-8 can store (a lone surrogate, from text decoded with errors='surrogateescape',
     cannot be)."""
     for i, token in enumerate(tokens):
         if not isinstance(token, str):
-            raise ValueError(f"{where}[{i}] must be a string (one token a position), got {_kind(token)}")
+            raise ValueError(f"{where}[{i}] must be a string ({each}), got {_kind(token)}")
     try:
         "".join(tokens).encode("utf-8")
     except UnicodeEncodeError as error:
@@ -202,6 +216,13 @@ def check_trace_fields(trace: Any, layer_type: type) -> None:
                 f"Trace: tokens must be a list of strings (one per position) or None, got {type(trace.tokens).__name__}"
             )
         check_text(trace.tokens, "Trace: tokens")
+    if trace.vocabulary is not None:
+        if not isinstance(trace.vocabulary, list):
+            raise ValueError(
+                f"Trace: vocabulary must be a list of strings (each class's text) or None, "
+                f"got {type(trace.vocabulary).__name__}"
+            )
+        check_text(trace.vocabulary, "Trace: vocabulary", "one a class")
     if not isinstance(trace.summaries, dict):
         raise ValueError(f"Trace: summaries must be a dict by layer, got {type(trace.summaries).__name__}")
 

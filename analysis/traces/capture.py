@@ -193,12 +193,16 @@ def capture_many(
 
 def sample_text(task: Any, batch: Batch, logits: torch.Tensor, row: int) -> dict[str, Any]:
     """A language model's sample as the Text view reads a trace: ``tokens`` (the input as text, one string a
-    position) and ``per_token`` (target, prediction, p(target) at each position, target −1 where none is scored);
-    nothing for a task without text."""
+    position), ``per_token`` (target, prediction, p(target) at each position, target −1 where none is scored) and
+    ``vocabulary`` (each class's text: predictions shown as words); nothing for a task without text."""
     if not hasattr(task, "decode"):
         return {}
     scores = score_positions(logits[row], torch.where(batch.mask[row], batch.targets[row], -1))
-    return {"tokens": task.decode(batch.inputs["tokens"][row]), "per_token": {key: scores[key] for key in PER_TOKEN}}
+    return {
+        "tokens": task.decode(batch.inputs["tokens"][row]),
+        "per_token": {key: scores[key] for key in PER_TOKEN},
+        "vocabulary": task.decode(range(task.num_classes)),
+    }
 
 
 def capture(

@@ -6,7 +6,8 @@ code, or anyone's own architecture. The memories are found by type, wherever the
 recorded through their hook points, exactly as :func:`analysis.capture` records a checkpoint::
 
     trace = trace_model(gpt2, {"input_ids": ids}, tokens=tokenizer.convert_ids_to_tokens(ids[0]),
-                        targets=ids[0, 1:], segment=512)
+                        targets=ids[0, 1:], segment=512,
+                        vocabulary=[tokenizer.decode([i]) for i in range(len(tokenizer))])
     trace.save("gpt2.trace.safetensors")       # tensor-memory app --trace gpt2.trace.safetensors
 
 ``inputs`` is what the model's forward takes: a tensor (B = 1, N, …), passed as ``model(inputs)``,
@@ -14,7 +15,8 @@ or a dict of tensors (a Hugging Face model's ``input_ids``, ``attention_mask``, 
 ``model(**inputs)``. ``tokens`` (one string per position) and ``targets`` (one class per position,
 −1 or −100 where there is none, e.g. the next token) are optional annotations: with targets the
 trace records, per chunk, the model's prediction and p(target) at the chunk's last scored position
-(the output's ``logits``, or the output itself when it is a tensor (1, N, classes)).
+(the output's ``logits``, or the output itself when it is a tensor (1, N, classes)). ``vocabulary`` (class i's text
+at ``vocabulary[i]``) is optional too: with it the views show a prediction and its target as text, not as ids.
 
 With ``segment=n`` (a multiple of the chunk size) the input is fed n positions at a time inside
 ``with streaming(model):``, so every memory carries its state from one segment to the next (a model that
@@ -43,6 +45,7 @@ from analysis.traces.arguments import (
     checked_inputs,
     checked_targets,
     checked_tokens,
+    checked_vocabulary,
 )
 from analysis.traces.chunk_scorer import PER_TOKEN, check_finite, score_positions, token_chunks, written_chunks
 from analysis.traces.segment_recorder import (
@@ -195,6 +198,7 @@ def trace_model(
     *,
     tokens: Sequence[str] | None = None,
     targets: Any = None,
+    vocabulary: Sequence[str] | None = None,
     name: str | None = None,
     volumes: str = "float16",
     segment: int | None = None,
@@ -220,7 +224,7 @@ def trace_model(
     inputs, N = checked_inputs(inputs)
     check_options(name, gates, cell_state, progress, out)
     check_volume_dtype(volumes)
-    tokens, wanted = checked_tokens(tokens, N), checked_targets(targets, N)
+    tokens, wanted, vocabulary = checked_tokens(tokens, N), checked_targets(targets, N), checked_vocabulary(vocabulary)
     if out is not None and is_store_path(out):  # where it will be written: checked before the capture, not after
         check_store_path(out, "out")
     elif out is not None:
@@ -236,7 +240,7 @@ def trace_model(
     info = partial(_header, model, name, chunk_size, N, wanted is not None, volumes)
     store = None
     if out is not None and is_store_path(out):
-        store = SegmentedTraceWriter(out, tokens, segment // chunk_size, -(-N // chunk_size), N)
+        store = SegmentedTraceWriter(out, tokens, segment // chunk_size, -(-N // chunk_size), N, vocabulary)
     recording = dict(gates=gates, cell_state=cell_state, volumes=volumes, progress=progress)
     was_training = model.training
     model.eval()
@@ -248,7 +252,7 @@ def trace_model(
     finally:
         segments.close()  # leaves streaming(model) now, also when recording stopped on an error
         model.train(was_training)
-    trace.tokens = tokens
+    trace.tokens, trace.vocabulary = tokens, vocabulary
     if out is not None:
         trace.save(out)
     return trace

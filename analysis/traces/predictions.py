@@ -3,8 +3,8 @@
 Backbones without Tensor Memory (``base``, ``local``, …) cannot be captured into a full trace, but
 their predictions can be stepped through the same way: :func:`prediction_trace` runs one sample
 and returns a :class:`~analysis.traces.trace.Trace` with no layers, chunked as the task is built
-(occlusion: one frame per chunk; the other tasks: one token), with the same ``info``, ``chunks``
-and ``meta`` as :func:`analysis.traces.capture.capture` gives.
+(occlusion: one frame per chunk; the other tasks: one token), with the same ``info``, ``chunks``,
+``meta`` and text (a language model's tokens and vocabulary) as :func:`analysis.traces.capture.capture` gives.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from analysis.traces.capture import BROKEN_SAMPLE, sample_batch, sample_meta, trace_info
+from analysis.traces.capture import BROKEN_SAMPLE, sample_batch, sample_meta, sample_text, trace_info
 from analysis.traces.chunk_scorer import check_finite, per_chunk
 from analysis.traces.trace import Trace, TraceError
 from tensor_memory.storage.checkpoint import Checkpoint, load_checkpoint
@@ -41,6 +41,7 @@ def prediction_trace(checkpoint: str | Path | Checkpoint, seed: int = 0, index: 
         layers={},
         meta=sample_meta(batch, 0),
         chunks=per_chunk(logits[0], batch.targets[0], batch.mask[0], chunk_size, K, task.outputs),
+        **sample_text(task, batch, logits, 0),  # a language model's tokens and vocabulary, as a capture records
     )
 
 

@@ -137,8 +137,17 @@ class SegmentedTraceWriter:
     """A trace of sample row 0, written as its segments are recorded: each segment's layers, per-chunk scores and
     per-position scores appended, its summaries built on the way (``summary/<layer>/<name>``)."""
 
-    def __init__(self, path: str | Path, tokens: list[str] | None, segment_chunks: int, chunks: int, positions: int):
-        """``chunks`` and ``positions``: how many the whole trace will likely hold (the arrays are made that long)."""
+    def __init__(
+        self,
+        path: str | Path,
+        tokens: list[str] | None,
+        segment_chunks: int,
+        chunks: int,
+        positions: int,
+        vocabulary: list[str] | None = None,
+    ):
+        """``chunks`` and ``positions``: how many the whole trace will likely hold (the arrays are made that long);
+        ``tokens`` and ``vocabulary``: the trace's text, written at once."""
         aligned = math.gcd(segment_chunks, VOLUME_ROWS)  # whole zarr chunks a segment: none read back to append
         rows = aligned if aligned >= VOLUME_ROWS // 2 else VOLUME_ROWS
         self.writer = StoreWriter(path, rows, capacity={"tokens": positions, "": chunks})
@@ -148,8 +157,8 @@ class SegmentedTraceWriter:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-store")
         self._pending: Future | None = None
         self.text: dict[str, Any] = {}  # the header's entries for the token arrays (Trace.text_info)
-        if tokens is not None:  # the token text's arrays, as a trace names them
-            text = Trace(info={}, layers={}, chunks={}, meta={}, tokens=tokens)
+        if tokens is not None or vocabulary is not None:  # the text's arrays, as a trace names them
+            text = Trace(info={}, layers={}, chunks={}, meta={}, tokens=tokens, vocabulary=vocabulary)
             arrays = text.arrays()
             self.writer.put(arrays)
             self.text = text.text_info(arrays)

@@ -22,6 +22,7 @@ from analysis.traces.validation import (
     REDO,
     SCALE_SUFFIX,
     TARGET_ARRAYS,
+    TEXT_ENTRIES,
     TRACE_FORMAT,
     TRACE_VERSION,
     VOLUME_DTYPES,
@@ -92,6 +93,8 @@ class Trace:
     # Per memory layer, its per-chunk summaries and totals (analysis.traces.summaries), stored or computed once;
     # derived from ``layers``: a trace given other layers (dataclasses.replace) must be given its own, or none.
     summaries: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+    # Each class's text by id (vocabulary[i] is class i's), when known: a language model's predictions read as words.
+    vocabulary: list[str] | None = None
 
     def __post_init__(self) -> None:
         check_trace_fields(self, LayerTrace)
@@ -176,21 +179,32 @@ class Trace:
             out[f"layer/{path}/gate_scale"] = np.array([layer.gate_scale], dtype=np.float32)  # (1,)
         out.update({f"chunk/{k}": v for k, v in self.chunks.items()})
         out.update({f"meta/{k}": v for k, v in self.meta.items()})
-        if self.tokens is not None:
-            encoded = [t.encode("utf-8") for t in self.tokens]
-            out["tokens/utf8"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-            out["tokens/offsets"] = np.cumsum([0] + [len(t) for t in encoded], dtype=np.int64)  # (N + 1,)
+        for name, strings in (("tokens", self.tokens), ("vocabulary", self.vocabulary)):
+            if strings is not None:
+                encoded = [t.encode("utf-8") for t in strings]
+                out[f"{name}/utf8"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+                out[f"{name}/offsets"] = np.cumsum([0] + [len(t) for t in encoded], dtype=np.int64)  # (n + 1,)
         out.update({f"tokens/{k}": v for k, v in self.per_token.items()})
         return out
 
     def text_info(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """``info`` with the header entries that announce the token arrays set from what the trace holds."""
-        info = {k: v for k, v in self.info.items() if k not in ("tokens", "token_bytes", "position_targets")}
+        info = {k: v for k, v in self.info.items() if k not in TEXT_ENTRIES}
         if self.tokens is not None:
             info.update(tokens=True, token_bytes=int(arrays["tokens/utf8"].size))
+        if self.vocabulary is not None:
+            info.update(vocabulary_size=len(self.vocabulary), vocabulary_bytes=int(arrays["vocabulary/utf8"].size))
         if self.per_token:
             info["position_targets"] = True
         return info
+
+    def class_text(self, value: int) -> str:
+        """Class ``value`` as shown: its text from the vocabulary, quoted as Python writes a string (a space, a
+        newline visible: ``' the'``, ``'\\n'``), or its id where the trace holds no text for it."""
+        value = int(value)
+        if self.vocabulary is not None and 0 <= value < len(self.vocabulary):
+            return repr(self.vocabulary[value])
+        return str(value)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays().values())
@@ -257,7 +271,14 @@ def from_arrays(info: dict[str, Any], arrays: dict[str, Any]) -> Trace:
     meta = {n[len("meta/") :]: a for n, a in arrays.items() if n.startswith("meta/")}
     tokens = decode_tokens(Path(), arrays["tokens/utf8"], arrays["tokens/offsets"]) if info.get("tokens") else None
     per_token = {n[len("tokens/") :]: arrays[n] for n in TARGET_ARRAYS if n in arrays}
-    return Trace(info=info, layers=layers, chunks=chunks, meta=meta, tokens=tokens, per_token=per_token)
+    vocabulary = (
+        decode_tokens(Path(), arrays["vocabulary/utf8"], arrays["vocabulary/offsets"])
+        if "vocabulary_bytes" in info
+        else None
+    )
+    return Trace(
+        info=info, layers=layers, chunks=chunks, meta=meta, tokens=tokens, per_token=per_token, vocabulary=vocabulary
+    )
 
 
 def check_volume_dtype(volumes: str) -> None:

@@ -38,6 +38,8 @@ SCALE_SUFFIX = "_scale"  # int8 volumes: layer/<path>/<field>_scale (K, C) besid
 MODEL_SOURCE = "model"  # info["source"] of a trace_model trace
 TEXT_ARRAYS = ("tokens/utf8", "tokens/offsets")  # the tokens' UTF-8 bytes and each token's (start) offset, N + 1
 TARGET_ARRAYS = ("tokens/target", "tokens/prediction", "tokens/p_target")  # per position, with targets
+# The header's entries that announce the text arrays: the tokens', the per-position targets', the vocabulary's
+TEXT_ENTRIES = ("tokens", "token_bytes", "position_targets", "vocabulary_size", "vocabulary_bytes")
 CHUNK_FIELDS = ("prediction", "target", "scored", "probs", "p_target", "p_prediction")  # per chunk: chunk/<field>
 
 # What a sigmoid, a tanh or a softmax bounds, by an array's last name part: (lowest, highest, what its values
@@ -112,13 +114,17 @@ def chunk_shapes(info: dict[str, Any], K: int, classes: int) -> dict[str, tuple[
 
 
 def text_shapes(info: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """name → (shape, dtype kind) of the token arrays a header announces (none unless info["tokens"])."""
+    """name → (shape, dtype kind) of the text arrays a header announces: the tokens' (info["tokens"]), the
+    per-position targets' (info["position_targets"]), the vocabulary's (info["vocabulary_bytes"]: each class's text)."""
     out: dict[str, tuple[tuple[int, ...], str]] = {}
+    if "vocabulary_bytes" in info:
+        size, data = int(info["vocabulary_size"]), int(info["vocabulary_bytes"])
+        out = {"vocabulary/utf8": ((data,), "u8"), "vocabulary/offsets": ((size + 1,), "i")}
     if not (info.get("tokens") or info.get("position_targets")):
         return out
     N = int(info["num_tokens"])
     if info.get("tokens"):
-        out = {"tokens/utf8": ((int(info["token_bytes"]),), "u8"), "tokens/offsets": ((N + 1,), "i")}
+        out.update({"tokens/utf8": ((int(info["token_bytes"]),), "u8"), "tokens/offsets": ((N + 1,), "i")})
     if info.get("position_targets"):
         out.update({"tokens/target": ((N,), "i"), "tokens/prediction": ((N,), "i"), "tokens/p_target": ((N,), "f")})
     return out
@@ -297,8 +303,9 @@ def check_consistency(path: Path, info: dict[str, Any], arrays: dict[str, np.nda
                     f"array {name!r} holds {wrong}, a class outside [0, {classes})"
                     + (" (a target of none is −1)" if name.startswith("tokens/") else ""),
                 )
-    if info.get("tokens"):
-        decode_tokens(path, arrays["tokens/utf8"], arrays["tokens/offsets"])
+    for name, announced in (("tokens", info.get("tokens")), ("vocabulary", "vocabulary_bytes" in info)):
+        if announced:
+            decode_tokens(path, arrays[f"{name}/utf8"], arrays[f"{name}/offsets"])
     if not is_model_trace(info):
         check_task(path, info, arrays)
 
