@@ -262,17 +262,21 @@ def _add_import_parser(subparsers: Any) -> None:
     command.add_argument(
         "--backbone",
         action="store_true",
-        help="--weights is a whole toy TensorBackbone's state dict (toy/backbones.py; --prefix backbone. for a toy "
-        "model's): every layer traced, the state threaded through the layers, each layer's gate σ(gates.i) as σ(γ); "
-        "--inputs holds the tokens the backbone is fed",
+        help="--weights is a whole public backbone's state dict: a toy TensorBackbone (toy/backbones.py; --prefix "
+        "backbone. for a toy model's) or a stack of ViTBlockWithMemory (TensorMemoryViT; --prefix encoder. for a "
+        "PatchReconModel's): every memory layer traced, the state threaded through the layers, each layer's gate "
+        "as σ(γ); --inputs holds the tokens its first block is fed",
     )
-    command.add_argument("--heads", type=positive, default=4, help="with --backbone: its attention heads (default 4)")
+    command.add_argument(
+        "--heads", type=positive, default=4, help="with --backbone: its attention heads (default 4, the toy scripts')"
+    )
     command.add_argument(
         "--no-causal",
         dest="causal",
-        action="store_false",
-        help="with --backbone: no causal mask (toy/occlusion.py passes one; a script that calls the backbone "
-        "without a mask needs this)",
+        action="store_const",
+        const=False,
+        help="with --backbone: no causal mask, for a toy script that calls its TensorBackbone without one "
+        "(toy/occlusion.py passes one; a ViTBlockWithMemory stack never has one)",
     )
     command.add_argument(
         "--segment",

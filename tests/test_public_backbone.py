@@ -53,26 +53,36 @@ def backbone_state(prefix: str = "backbone.", seed: int = 0) -> dict[str, torch.
     return sd
 
 
+def attend(x: torch.Tensor, b: dict, norm: str, causal: bool) -> torch.Tensor:
+    """x + attention over LN(x) by hand: heads split, scaled dot products, a causal mask or none."""
+    B, N, d = x.shape
+    normed = F.layer_norm(x, (d,), b[f"{norm}.weight"], b[f"{norm}.bias"])
+    q, k, v = F.linear(normed, b["attn.in_proj_weight"], b["attn.in_proj_bias"]).chunk(3, dim=-1)
+    q, k, v = (t.view(B, N, HEADS, d // HEADS).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d // HEADS)
+    if causal:
+        scores = scores.masked_fill(torch.ones(N, N).triu(1).bool(), float("-inf"))  # a token sees itself and before
+    attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, N, d)
+    return x + F.linear(attended, b["attn.out_proj.weight"], b["attn.out_proj.bias"])
+
+
+def feed_forward(x: torch.Tensor, b: dict, norm: str) -> torch.Tensor:
+    normed = F.layer_norm(x, (x.shape[-1],), b[f"{norm}.weight"], b[f"{norm}.bias"])
+    return x + F.linear(
+        F.gelu(F.linear(normed, b["mlp.0.weight"], b["mlp.0.bias"])), b["mlp.3.weight"], b["mlp.3.bias"]
+    )
+
+
 @torch.no_grad()
 def literal_backbone(sd: dict, x: torch.Tensor, prefix: str = "backbone."):
     """The public TensorBackbone's forward, by hand: y and, per layer, (h, c) after it."""
     p = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
     interface = TensorMemory.from_public_code(p, prefix="memory.")  # out, (h, c) = interface(x, (h, c))
-    B, N, d = x.shape
-    state, states = interface.init_state(B), []
+    d = x.shape[-1]
+    state, states = interface.init_state(x.shape[0]), []
     for i in range(LAYERS):
         b = {k: p[f"token_blocks.{i}.{k}"] for k in BLOCK}
-        q, k, v = F.linear(F.layer_norm(x, (d,), b["ln1.weight"], b["ln1.bias"]), b["attn.in_proj_weight"],
-                           b["attn.in_proj_bias"]).chunk(3, dim=-1)  # fmt: skip
-        q, k, v = (t.view(B, N, HEADS, d // HEADS).transpose(1, 2) for t in (q, k, v))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(d // HEADS)
-        scores = scores.masked_fill(torch.ones(N, N).triu(1).bool(), float("-inf"))  # a token sees itself and before
-        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, N, d)
-        x = x + F.linear(attended, b["attn.out_proj.weight"], b["attn.out_proj.bias"])
-        hidden = F.gelu(
-            F.linear(F.layer_norm(x, (d,), b["ln2.weight"], b["ln2.bias"]), b["mlp.0.weight"], b["mlp.0.bias"])
-        )
-        x = x + F.linear(hidden, b["mlp.3.weight"], b["mlp.3.bias"])
+        x = feed_forward(attend(x, b, "ln1", causal=True), b, "ln2")
         m, state = interface(F.layer_norm(x, (d,), p[f"mem_lns.{i}.weight"], p[f"mem_lns.{i}.bias"]), state)
         x = x + torch.sigmoid(p[f"gates.{i}"]) * m
         states.append(state)
@@ -182,7 +192,7 @@ def test_wrong_or_missing_entries_are_refused_in_one_line_naming_the_key(change,
 def test_heads_must_divide_the_width():
     with pytest.raises(ValueError, match="heads=5 does not divide the width 12"):
         from_public_backbone(backbone_state(), heads=5, prefix="backbone.")
-    assert GRID == tuple(from_public_backbone(backbone_state(), heads=3, prefix="backbone.").memories[0].config.grid)
+    assert GRID == tuple(from_public_backbone(backbone_state(), heads=3, prefix="backbone.").memories["0"].config.grid)
 
 
 def test_an_interface_imported_with_its_blocks_gate_returns_the_gated_read_and_records_the_gate():
@@ -199,3 +209,96 @@ def test_an_interface_imported_with_its_blocks_gate_returns_the_gated_read_and_r
     remedies = addressing_report(trace)["remedies"]
     assert trace.info["model"] == "PublicCodeMemory" and remedies  # older imports' traces read the same way
     assert all(remedies[failure] == PUBLIC_REMEDIES[failure] for failure in remedies)
+
+
+VIT_MEMORY_BLOCKS = (0, 2)  # memory_every_n_layers = 2: blocks 0 and 2 call the interface, block 1 does not
+
+
+def vit_state(prefix: str = "", interface: str = "shared_tensor_memory.", seed: int = 1) -> dict[str, torch.Tensor]:
+    """A ViTBlockWithMemory stack's state dict (TensorMemoryViT's at prefix "" with shared_tensor_memory, a
+    PatchReconModel's encoder at "encoder." with shared_memory), its patch embedding and head beside it."""
+    toy = backbone_state("", seed)
+    rename = {"ln1": "norm1", "ln2": "norm2"}
+    sd = {f"{prefix}{interface}{k[len('memory.') :]}": v for k, v in toy.items() if k.startswith("memory.")}
+    for i in range(LAYERS):
+        for key in BLOCK:
+            part, rest = key.split(".", 1)
+            sd[f"{prefix}blocks.{i}.{rename.get(part, part)}.{rest}"] = toy[f"token_blocks.{i}.{key}"]
+        if i in VIT_MEMORY_BLOCKS:
+            sd[f"{prefix}blocks.{i}.ln_memory.weight"] = toy[f"mem_lns.{i}.weight"]
+            sd[f"{prefix}blocks.{i}.ln_memory.bias"] = toy[f"mem_lns.{i}.bias"]
+            sd[f"{prefix}blocks.{i}.memory_gate"] = toy[f"gates.{i}"] - 2.0  # TensorMemoryViT starts it at −2
+    sd[f"{prefix}norm.weight"], sd[f"{prefix}norm.bias"] = toy["ln.weight"], 0.1 * toy["ln.weight"]
+    sd[f"{prefix}cls_token"], sd[f"{prefix}pos_embed"] = torch.zeros(1, 1, D_MODEL), torch.zeros(1, 17, D_MODEL)
+    sd["head.weight"] = torch.zeros(10, D_MODEL)
+    return sd
+
+
+@torch.no_grad()
+def literal_vit(sd: dict, x: torch.Tensor, prefix: str = "", interface: str = "shared_tensor_memory."):
+    """TensorMemoryViT's blocks by hand: attention (no mask), the memory in memory blocks, the MLP; the last norm."""
+    p = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
+    memory = TensorMemory.from_public_code(p, prefix=interface)
+    d = x.shape[-1]
+    state, states = memory.init_state(x.shape[0]), {}
+    for i in range(LAYERS):
+        b = {k: v for k, v in ((k[len(f"blocks.{i}.") :], v) for k, v in p.items() if k.startswith(f"blocks.{i}."))}
+        x = attend(x, b, "norm1", causal=False)
+        if i in VIT_MEMORY_BLOCKS:
+            m, state = memory(F.layer_norm(x, (d,), b["ln_memory.weight"], b["ln_memory.bias"]), state)
+            x, states[i] = x + torch.sigmoid(b["memory_gate"]) * m, state
+        x = feed_forward(x, b, "norm2")
+    return F.layer_norm(x, (d,), p["norm.weight"], p["norm.bias"]), states
+
+
+@pytest.mark.parametrize("prefix,interface", [("", "shared_tensor_memory."), ("encoder.", "shared_memory.")])
+def test_a_vit_stack_imports_with_its_memory_between_attention_and_mlp_in_its_memory_blocks(prefix, interface):
+    sd, x = vit_state(prefix, interface), tokens(11)
+    model = from_public_backbone(sd, heads=HEADS, prefix=prefix)
+    want, states = literal_vit(sd, x, prefix, interface)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want, atol=2e-5, rtol=1e-4)
+    trace = trace_model(model, x, progress=False)
+    assert trace.layer_names == ["memories.0", "memories.2"]  # block 1 has no memory
+    second = trace.layer("memories.2")
+    xyz = torch.from_numpy(second.mu_read[0]).view(1, 1, 1, 1, 3)
+    before = F.grid_sample(states[0][0], xyz, align_corners=True, padding_mode="border").flatten()
+    np.testing.assert_allclose(second.read[0], before.numpy(), atol=1e-5)  # block 2 starts where block 0 left
+    gate = float(torch.sigmoid(sd[f"{prefix}blocks.2.memory_gate"]))
+    assert second.gate_scale == pytest.approx(gate) and addressing_report(trace)["measures"]["gate_scale"] == (
+        pytest.approx(gate)
+    )
+
+
+def test_a_vit_stacks_wrong_entries_are_named_as_it_names_them():
+    sd = vit_state()
+    del sd["blocks.1.norm2.bias"]
+    with pytest.raises(ValueError, match=r"'blocks\.1\.norm2\.bias' is missing"):
+        from_public_backbone(sd, heads=HEADS)
+    sd = {**vit_state(), "blocks.1.memory_gate": torch.zeros(1)}  # a gate without its norm
+    with pytest.raises(ValueError, match=r"'blocks\.1\.ln_memory\.weight' is missing"):
+        from_public_backbone(sd, heads=HEADS)
+    sd = {**vit_state(), "blocks.0.extra": torch.zeros(1)}
+    with pytest.raises(ValueError, match=r"unexpected entries 'blocks\.0\.extra'.*ViTBlockWithMemory"):
+        from_public_backbone(sd, heads=HEADS)
+    with pytest.raises(ValueError, match=r"neither 'gates\.0' nor 'blocks\.0\.memory_gate'.*prefix 'encoder\.'"):
+        from_public_backbone(vit_state("encoder.", "shared_memory."), heads=HEADS)
+
+
+def test_the_import_command_takes_a_vit_stack_and_no_causal_changes_the_toy_backbones_trace(tmp_path):
+    from safetensors.torch import save_file
+
+    from tensor_memory_cli import main
+
+    save_file(vit_state("encoder.", "shared_memory."), str(tmp_path / "recon.safetensors"))
+    save_file(backbone_state(), str(tmp_path / "toy.safetensors"))
+    save_file({"x": tokens(11)[0]}, str(tmp_path / "tokens.safetensors"))
+    x = ["--inputs", str(tmp_path / "tokens.safetensors"), "--no-progress", "--backbone"]
+    recon = ["--weights", str(tmp_path / "recon.safetensors"), "--prefix", "encoder.", *x]
+    assert main(["import", *recon, "--out", str(tmp_path / "recon.trace.safetensors")]) == 0
+    assert load_trace(tmp_path / "recon.trace.safetensors").layer_names == ["memories.0", "memories.2"]
+    toy = ["import", "--weights", str(tmp_path / "toy.safetensors"), "--prefix", "backbone.", *x]
+    assert main([*toy, "--out", str(tmp_path / "causal.safetensors")]) == 0
+    assert main([*toy, "--no-causal", "--out", str(tmp_path / "open.safetensors")]) == 0
+    causal, open_ = (load_trace(tmp_path / f"{n}.safetensors").layer("memories.0") for n in ("causal", "open"))
+    assert not np.allclose(causal.mu_write[0], open_.mu_write[0])  # the first token sees the rest without the mask

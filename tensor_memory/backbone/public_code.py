@@ -1,25 +1,28 @@
-"""The paper's public toy backbone (github kswain98/tensor-memory, ``toy/backbones.py``'s ``TensorBackbone``) imported
-whole: its Transformer blocks, and its one memory interface on :class:`TensorMemory`.
+"""The paper's public backbones (github kswain98/tensor-memory) imported whole: their Transformer blocks, and their
+one shared memory interface on :class:`TensorMemory`, one layer of it per block that calls it.
 
-That backbone runs, for each layer i, ``x = block_i(x)`` (pre-norm: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))``
-with a GELU), then ``m, (h, c) = memory(mem_lns[i](x), (h, c))`` and ``x = x + σ(gates[i])·m``, and a last
-LayerNorm ``ln``. One interface serves every layer, and its state (h, c) starts at zeros in every forward and is
-threaded from layer to layer: layer i starts from the state layer i−1 left. The toy scripts call it once per sample
-on the whole sequence (``toy/occlusion.py`` with a causal mask), in eval mode without dropout.
+Two layouts, both threading one state (h, c) through the layers — zeros at every forward, layer i starting from the
+state the memory layer before it left — and both adding ``σ(gate_i)·m`` to the residual stream, the gate outside
+the interface:
 
-Here layer i's memory is its own :class:`TensorMemory`, ``memories.{i}``, holding the interface's weights and
-``gates.{i}`` as its γ (``public_code.output = "gated"``): a trace records every layer, and σ(γ) is the model's gate.
-The keys of its state dict (under ``prefix``, ``"backbone."`` in a toy model's):
+- the toy scripts' ``TensorBackbone`` (``toy/backbones.py``): per layer ``x = block_i(x)`` (pre-norm: ``x +
+  attn(ln1(x))``, then ``x + mlp(ln2(x))``), then ``m = memory(mem_lns[i](x))`` and ``x + σ(gates[i])·m``; a last
+  LayerNorm ``ln``. Keys: ``token_blocks.{i}.{ln1,attn,ln2,mlp}``, ``mem_lns.{i}``, ``gates.{i}`` (1,),
+  ``memory.*``, ``ln``. ``toy/occlusion.py`` passes a causal mask.
+- ``ViTBlockWithMemory`` stacks (``model.py``'s ``TensorMemoryViT``, the image and video scripts' encoders): per
+  block ``x + attn(norm1(x))``, then, in a memory block, ``m = memory(ln_memory(x))`` and ``x + σ(memory_gate)·m``,
+  then ``x + mlp(norm2(x))``; a last ``norm``. Keys: ``blocks.{i}.{norm1,attn,norm2,mlp}``, ``blocks.{i}.ln_memory``
+  and ``.memory_gate`` (1,) in memory blocks, ``shared_tensor_memory.*`` or ``shared_memory.*``, ``norm``. No mask.
 
-    token_blocks.{i}.ln1 / .ln2 (d,)  token_blocks.{i}.attn.in_proj_weight (3d, d), .in_proj_bias (3d,),
-    .attn.out_proj (d, d)  token_blocks.{i}.mlp.0 (h, d), .mlp.3 (d, h)  mem_lns.{i} (d,)  gates.{i} (1,)
-    memory.* (the TensorMemoryInterface, see ``memory/public_code.py``)  ln (d,)
-
-The number of attention heads is not stored: pass it (``--heads``, 4 in the toy scripts).
+Here memory layer i is its own TensorMemory, ``memories.{i}``, holding the interface's weights and its gate as γ
+(``public_code.output = "gated"``): a trace records every layer, and σ(γ) is the model's gate. ``attn`` is
+``nn.MultiheadAttention`` (``in_proj_weight`` (3d, d), ``out_proj``), ``mlp`` its ``mlp.0`` (h, d) and ``mlp.3``
+(d, h). The number of attention heads is not stored: pass it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import torch
@@ -28,9 +31,28 @@ from torch import nn
 from ..memory import TensorMemory
 from ..memory.public_code import read_public_code
 
+# Each layout's names → the toy layout's (which this module's are): its keys are read under these names.
+VIT_NAMES = (
+    (r"blocks\.(\d+)\.norm1\.", r"token_blocks.\1.ln1."),
+    (r"blocks\.(\d+)\.norm2\.", r"token_blocks.\1.ln2."),
+    (r"blocks\.(\d+)\.(attn|mlp)\.", r"token_blocks.\1.\2."),
+    (r"blocks\.(\d+)\.ln_memory\.", r"mem_lns.\1."),
+    (r"blocks\.(\d+)\.memory_gate$", r"gates.\1"),
+    (r"norm\.", "ln."),
+    (r"shared_(tensor_)?memory\.", "memory."),
+)
+VIT_BACK = (  # the toy layout's names → a ViT layout's, to name an entry it lacks
+    (r"token_blocks\.(\d+)\.ln1\.", r"blocks.\1.norm1."),
+    (r"token_blocks\.(\d+)\.ln2\.", r"blocks.\1.norm2."),
+    (r"token_blocks\.(\d+)\.", r"blocks.\1."),
+    (r"mem_lns\.(\d+)\.", r"blocks.\1.ln_memory."),
+    (r"ln\.", "norm."),
+)
+HINT = "a toy model's? prefix 'backbone.'; a PatchReconModel's? prefix 'encoder.'"
+
 
 class PublicBlock(nn.Module):
-    """The toy backbones' pre-norm block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))``."""
+    """The public pre-norm block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))``."""
 
     def __init__(self, d: int, heads: int, hidden: int) -> None:
         super().__init__()
@@ -39,32 +61,46 @@ class PublicBlock(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Identity(), nn.Linear(hidden, d))  # mlp.0, mlp.3
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         normed = self.ln1(x)
-        x = x + self.attn(normed, normed, normed, attn_mask=mask, need_weights=False)[0]
+        return x + self.attn(normed, normed, normed, attn_mask=mask, need_weights=False)[0]
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp(self.ln2(x))
 
 
 class PublicBackbone(nn.Module):
-    """``y = backbone(x)``: x (B, N, d) the tokens the toy model feeds its backbone, y (B, N, d) what it returns."""
+    """``y = backbone(x)``: x (B, N, d) the tokens the model feeds its first block, y (B, N, d) after the last norm."""
 
-    def __init__(self, d: int, heads: int, hidden: int, memories: list[TensorMemory], causal: bool) -> None:
+    def __init__(self, blocks: int, heads: int, hidden: int, memories: dict[int, TensorMemory], toy: bool) -> None:
         super().__init__()
-        self.causal = causal
-        self.token_blocks = nn.ModuleList(PublicBlock(d, heads, hidden) for _ in memories)
-        self.mem_lns = nn.ModuleList(nn.LayerNorm(d) for _ in memories)
-        self.memories = nn.ModuleList(memories)  # layer i's: the shared interface's weights, gates[i] as γ
+        d = next(iter(memories.values())).config.token_dim
+        self.toy = toy  # the toy layout: memory after the block, a causal mask; else between attention and MLP
+        self.causal = toy
+        self.token_blocks = nn.ModuleList(PublicBlock(d, heads, hidden) for _ in range(blocks))
+        self.mem_lns = nn.ModuleDict({str(i): nn.LayerNorm(d) for i in memories})
+        self.memories = nn.ModuleDict({str(i): memory for i, memory in memories.items()})  # the interface, its gate
         self.ln = nn.LayerNorm(d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         N = x.shape[1]
         mask = torch.ones(N, N, dtype=torch.bool, device=x.device).triu(1) if self.causal else None
-        state = self.memories[0].init_state(x.shape[0], x.device, x.dtype)  # zeros in every forward, as theirs
-        for block, norm, memory in zip(self.token_blocks, self.mem_lns, self.memories, strict=True):
-            x = block(x, mask)
-            gated, state = memory(norm(x), state)  # σ(gates[i])·m, from the state the layer before left
-            x = x + gated
+        state = next(iter(self.memories.values())).init_state(x.shape[0], x.device, x.dtype)  # zeros, as theirs
+        for i, block in enumerate(self.token_blocks):
+            x = block.attend(x, mask)
+            if not self.toy:
+                x, state = self._memory(i, x, state)
+            x = block.feed_forward(x)
+            if self.toy:
+                x, state = self._memory(i, x, state)
         return self.ln(x)
+
+    def _memory(self, i: int, x: torch.Tensor, state):
+        """Layer i's memory, where it has one: ``x + σ(gate_i)·m`` from the state the layer before left."""
+        if str(i) not in self.memories:
+            return x, state
+        gated, state = self.memories[str(i)](self.mem_lns[str(i)](x), state)
+        return x + gated, state
 
 
 def from_public_backbone(
@@ -73,49 +109,54 @@ def from_public_backbone(
     heads: int,
     prefix: str = "",
     sigma_scale: float = 1.0,
-    causal: bool = True,
+    causal: bool | None = None,
 ) -> PublicBackbone:
-    """A :class:`PublicBackbone` with the weights of a public ``TensorBackbone``'s state dict (``prefix``:
-    ``"backbone."`` for a toy model's whole state dict). ``heads``: its attention heads; ``sigma_scale``: its
-    constructor argument (1.0 in the toy scripts); ``causal``: the causal mask the script passes (``toy/occlusion.py``
-    does). A missing, extra, wrong-shaped or non-finite entry is refused with a ValueError naming the key."""
+    """A :class:`PublicBackbone` with the weights of a public backbone's state dict, either layout (see the module
+    docstring; ``prefix``: where it sits, ``"backbone."`` in a toy model, ``"encoder."`` in a ``PatchReconModel``).
+    ``heads``: its attention heads; ``sigma_scale``: the interface's constructor argument; ``causal``: whether the
+    script passes a causal mask (None: the toy layout's ``toy/occlusion.py`` does, a ``ViTBlockWithMemory`` never).
+    A missing, extra, wrong-shaped or non-finite entry is refused with a ValueError naming the key."""
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
         raise ValueError(f"from_public_backbone.heads must be a positive integer (the script's --heads), got {heads!r}")
     if not isinstance(prefix, str) or not isinstance(state_dict, Mapping):
         raise ValueError("from_public_backbone takes a state dict (names to tensors) and a string prefix")
-    layers = _layer_count(state_dict, prefix)
-    memories = [
-        TensorMemory.from_public_code(
-            state_dict, prefix=prefix + "memory.", sigma_scale=sigma_scale, gate=state_dict[f"{prefix}gates.{i}"]
-        ).memory
-        for i in range(layers)
-    ]
-    d = memories[0].config.token_dim
-    first = state_dict.get(f"{prefix}token_blocks.0.mlp.0.weight")
-    if not isinstance(first, torch.Tensor) or first.dim() != 2:
-        raise ValueError(f"state dict has no matrix {prefix + 'token_blocks.0.mlp.0.weight'!r}: not a TensorBackbone")
+    toy, theirs, named, interface = _renamed(state_dict, prefix)
+    blocks = 0
+    while f"token_blocks.{blocks}.ln1.weight" in theirs:
+        blocks += 1
+    if not blocks:
+        raise ValueError(f"state dict has no {_their_name('token_blocks.0.ln1.weight', toy, prefix)!r}: no block 0")
+    gates = [i for i in range(blocks) if f"gates.{i}" in theirs]
+    memories = {
+        i: TensorMemory.from_public_code(
+            state_dict, prefix=interface, sigma_scale=sigma_scale, gate=theirs[f"gates.{i}"]
+        )
+        for i in gates
+    }
+    first = theirs.get("token_blocks.0.mlp.0.weight")
+    d = memories[gates[0]].memory.config.token_dim
     if d % heads:
         raise ValueError(f"from_public_backbone.heads={heads} does not divide the width {d}; pass the script's --heads")
-    model = PublicBackbone(d, heads, int(first.shape[0]), memories, causal).to(memories[0].mix.weight.dtype)
+    hidden = int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() == 2 else 1
+    model = PublicBackbone(blocks, heads, hidden, {i: m.memory for i, m in memories.items()}, toy)
+    model.causal = toy if causal is None else bool(causal)
     built = model.state_dict()
     ours = [k for k in built if not k.startswith("memories.")]  # the memories hold the interface and gates already
-    theirs = {k[len(prefix) :]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
-    gates = {f"gates.{i}" for i in range(layers)}
-    extra = sorted(k for k in set(theirs) - set(ours) - gates if not k.startswith("memory."))
+    extra = sorted(k for k in set(theirs) - set(ours) - {f"gates.{i}" for i in gates} if not k.startswith("memory."))
     if extra:
         raise ValueError(
-            f"state dict has unexpected entries {', '.join(repr(prefix + k) for k in extra[:3])}: not a public "
-            f"TensorBackbone (toy/backbones.py), whose gates are gates.0 … gates.{layers - 1} beside its blocks"
+            f"state dict has unexpected entries {', '.join(repr(named[k]) for k in extra[:3])}: not a public "
+            f"{'TensorBackbone (toy/backbones.py)' if toy else 'stack of ViTBlockWithMemory (model.py)'}"
         )
     for key in ours:
-        got = theirs.get(key)
+        got, name = theirs.get(key), named.get(key, _their_name(key, toy, prefix))
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(built[key].shape):
             found = "missing" if got is None else f"of shape {tuple(getattr(got, 'shape', ()))}"
-            raise ValueError(f"state dict entry {prefix + key!r} is {found}, expected shape {tuple(built[key].shape)}")
+            raise ValueError(f"state dict entry {name!r} is {found}, expected shape {tuple(built[key].shape)}")
         if not got.is_floating_point() or not bool(torch.isfinite(got).all()):
-            raise ValueError(f"state dict entry {prefix + key!r} must hold finite floating-point numbers")
+            raise ValueError(f"state dict entry {name!r} must hold finite floating-point numbers")
     model.load_state_dict({**built, **{k: theirs[k] for k in ours}}, strict=True)
-    return model.eval()
+    return model.to(memories[gates[0]].memory.mix.weight.dtype).eval()
 
 
 def load_public_backbone(path, **options) -> PublicBackbone:
@@ -124,15 +165,36 @@ def load_public_backbone(path, **options) -> PublicBackbone:
     return from_public_backbone(read_public_code(path), **options)
 
 
-def _layer_count(state_dict: Mapping[str, torch.Tensor], prefix: str) -> int:
-    """How many layers: gates.0 … gates.{L−1}, each with its block and memory norm."""
-    layers = 0
-    while f"{prefix}gates.{layers}" in state_dict:
-        layers += 1
-    if not layers:
-        hint = " (a toy model's whole state dict? pass prefix 'backbone.')" if not prefix else ""
-        raise ValueError(f"state dict has no {prefix + 'gates.0'!r}: not a public TensorBackbone{hint}")
-    return layers
+def _renamed(state_dict: Mapping[str, torch.Tensor], prefix: str) -> tuple[bool, dict, dict, str]:
+    """Whether it is the toy layout; its entries under ``prefix`` by the toy layout's names; each one's own name; and
+    where its interface sits. A ViT layout's entries outside its blocks, norm and interface (its patch embedding,
+    head, …) are left out."""
+    under = {k[len(prefix) :]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
+    if "gates.0" in under:
+        return True, under, {k: prefix + k for k in under}, prefix + "memory."
+    if "blocks.0.memory_gate" not in under:
+        raise ValueError(
+            f"state dict has neither {prefix + 'gates.0'!r} nor {prefix + 'blocks.0.memory_gate'!r}: not a public "
+            f"backbone with a memory at its first layer ({HINT})"
+        )
+    theirs, named = {}, {}
+    for key, value in under.items():
+        pattern, ours = next(((p, o) for p, o in VIT_NAMES if re.match(p, key)), (r"blocks\.", "blocks."))
+        if re.match(pattern, key):  # a block's entry this layout does not have stays, to be refused by name
+            theirs[re.sub(pattern, ours, key, count=1)] = value
+            named[re.sub(pattern, ours, key, count=1)] = prefix + key
+    interface = (
+        "shared_tensor_memory." if any(k.startswith("shared_tensor_memory.") for k in under) else "shared_memory."
+    )
+    return False, theirs, named, prefix + interface
+
+
+def _their_name(key: str, toy: bool, prefix: str) -> str:
+    """An entry's name in the layout it is missing from."""
+    for pattern, template in () if toy else VIT_BACK:
+        if re.match(pattern, key):
+            return prefix + re.sub(pattern, template, key, count=1)
+    return prefix + key
 
 
 __all__ = ["PublicBackbone", "PublicBlock", "from_public_backbone", "load_public_backbone"]
