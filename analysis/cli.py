@@ -263,9 +263,9 @@ def _add_import_parser(subparsers: Any) -> None:
         "--backbone",
         action="store_true",
         help="--weights is a whole public backbone's state dict: a toy TensorBackbone (toy/backbones.py; --prefix "
-        "backbone. for a toy model's) or a stack of ViTBlockWithMemory (TensorMemoryViT; --prefix encoder. for a "
-        "PatchReconModel's): every memory layer traced, the state threaded through the layers, each layer's gate "
-        "as σ(γ); --inputs holds the tokens its first block is fed",
+        "backbone. for a toy model's) or a stack of ViTBlockWithMemory (TensorMemoryViT; --prefix encoder. for the "
+        "image script's PatchReconModel): every memory layer traced, the state threaded through the layers, each "
+        "layer's gate as σ(γ); --inputs holds the tokens its first block is fed",
     )
     command.add_argument(
         "--heads", type=positive, default=4, help="with --backbone: its attention heads (default 4, the toy scripts')"

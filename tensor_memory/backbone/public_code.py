@@ -9,7 +9,7 @@ the interface:
   attn(ln1(x))``, then ``x + mlp(ln2(x))``), then ``m = memory(mem_lns[i](x))`` and ``x + σ(gates[i])·m``; a last
   LayerNorm ``ln``. Keys: ``token_blocks.{i}.{ln1,attn,ln2,mlp}``, ``mem_lns.{i}``, ``gates.{i}`` (1,),
   ``memory.*``, ``ln``. ``toy/occlusion.py`` passes a causal mask.
-- ``ViTBlockWithMemory`` stacks (``model.py``'s ``TensorMemoryViT``, the image and video scripts' encoders): per
+- ``ViTBlockWithMemory`` stacks (``model.py``'s ``TensorMemoryViT``, ``image/train_image.py``'s encoder): per
   block ``x + attn(norm1(x))``, then, in a memory block, ``m = memory(ln_memory(x))`` and ``x + σ(memory_gate)·m``,
   then ``x + mlp(norm2(x))``; a last ``norm``. Keys: ``blocks.{i}.{norm1,attn,norm2,mlp}``, ``blocks.{i}.ln_memory``
   and ``.memory_gate`` (1,) in memory blocks, ``shared_tensor_memory.*`` or ``shared_memory.*``, ``norm``. No mask.
