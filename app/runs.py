@@ -114,8 +114,6 @@ class LiveRun:
 
     def _film(self, layer: str | None) -> go.Figure:
         figure = addressing_history_figure(self.history(), layer)
-        # the title above the panels' own; the legend's rows below the axes' titles
-        figure.update_layout(margin={"t": 90, "b": 150}, legend={"y": -0.3, "yanchor": "top"})
         figure.update_xaxes(matches="x")  # every panel over the same steps, zoomed together
         onset = self.onsets().get(layer or sorted(self.history()["layers"])[-1])
         if onset is not None:

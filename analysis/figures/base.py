@@ -18,6 +18,9 @@ from analysis.figures.stepped import Leaves
 
 TEMPLATE = "plotly_white"
 MARGIN = dict(l=10, r=10, t=40, b=10)
+TITLE_SIZE, TITLE_PAD = 14, 8  # the title's font and its distance from the figure's top, in pixels
+LABEL_SIZE, LABEL_GAP = 12, 4  # an annotation's font when it names none; the gap under the title's line
+LINE = 1.3  # a line of text is this many times its font size high
 COLORSCALE = "Viridis"
 READ_COLOUR = (31, 119, 180)  # blue
 WRITE_COLOUR = (214, 39, 40)  # red
@@ -28,9 +31,36 @@ AXIS_TITLES = {"x": "x (W)", "y": "y (H)", "z": "z (D)"}
 
 
 def finish(fig: go.Figure, title: str, **layout) -> go.Figure:
-    """The shared compact layout: white template, small margins, the title top left."""
-    fig.update_layout(**templated(margin=MARGIN, title=dict(text=title, x=0.01, font=dict(size=14)), **layout))
+    """The shared compact layout: white template, small margins, the title top left. Labels standing on the plot
+    area's top (subplot titles, notes) get their own rows between the title and the plot."""
+    margin = {**MARGIN, "t": top_margin(fig), **layout.pop("margin", {})}
+    heading = dict(
+        text=title, x=0.01, y=1, yref="container", yanchor="top", pad=dict(t=TITLE_PAD), font_size=TITLE_SIZE
+    )
+    fig.update_layout(**templated(margin=margin, title=heading, **layout))
     return fig
+
+
+def labels_above(fig: go.Figure) -> float:
+    """How far above the plot area, in pixels, the labels standing on its top reach: annotations on the paper's
+    top edge anchored at their foot (subplot titles), each its ``height`` or its lines of its font, raised by its
+    ``yshift``."""
+    return max(
+        (
+            (label.height or LINE * (label.font.size or LABEL_SIZE) * (1 + (label.text or "").count("<br>")))
+            + (label.yshift or 0)
+            for label in fig.layout.annotations
+            if label.yref == "paper" and label.y is not None and label.y >= 1 and label.yanchor == "bottom"
+        ),
+        default=0.0,
+    )
+
+
+def top_margin(fig: go.Figure) -> int:
+    """The top margin that holds the title's line and, under it, :func:`labels_above` (the title's line is kept
+    even while it is empty: a stepped figure's title may be filled in later)."""
+    above = labels_above(fig)
+    return MARGIN["t"] if not above else int(np.ceil(TITLE_PAD + LINE * TITLE_SIZE + LABEL_GAP + above))
 
 
 def templated(**layout) -> dict:

@@ -28,7 +28,8 @@ def timeline_figure(trace: Trace, current: int, span: tuple[int, int] | None = N
     """The probability given to the target class per chunk, correct/incorrect marks, occlusion shaded.
 
     Chunks not scored (target −1, or ``scored`` false) are gaps. For the occlusion task, runs of
-    chunks where ``meta["occluded"]`` is true are grey rectangles labelled "occluded". A trace whose
+    chunks where ``meta["occluded"]`` is true are grey rectangles labelled "occluded" at their foot (the current
+    chunk's label is at the top: the stepper opens on the first occluded chunk). A trace whose
     predictions are values (masked patches) shows each chunk's pixel error instead. ``span`` (first, last):
     only those chunks (:func:`~analysis.figures.base.chunk_span`).
     """
@@ -88,7 +89,8 @@ def timeline_figure(trace: Trace, current: int, span: tuple[int, int] | None = N
 
 
 def _shade_occluded(fig: go.Figure, trace: Trace, chunks: np.ndarray, count: int) -> None:
-    """Grey rectangles labelled "occluded" over the runs of shown chunks whose ``meta["occluded"]`` is true."""
+    """Grey rectangles labelled "occluded" (at their foot) over the runs of shown chunks whose ``meta["occluded"]``
+    is true."""
     if "occluded" not in trace.meta:
         return
     occluded = check_array(trace.meta["occluded"], 1, "meta['occluded']", "(K,)")
@@ -104,7 +106,7 @@ def _shade_occluded(fig: go.Figure, trace: Trace, chunks: np.ndarray, count: int
             line_width=0,
             layer="below",
             annotation_text="occluded",
-            annotation_position="top left",
+            annotation_position="bottom left",
         )
 
 
@@ -223,8 +225,6 @@ def belief_figure(
                 **values["truth"],
                 mode="markers",
                 name="truth",
-                legendgroup="truth",
-                showlegend=col == 1,
                 marker=dict(symbol="circle-open", size=10, color=TRUTH_COLOUR, line=dict(width=2)),
             ),
             row=1,
@@ -244,6 +244,7 @@ def belief_figure(
         fig,
         "belief: predicted position per frame (○ truth)",
         height=230,
+        showlegend=False,  # the title names the marker; a legend would sit on the colour bar's title
         coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=high, colorbar=dict(title="p", thickness=10)),
     )
 
@@ -260,6 +261,11 @@ def belief_leaves(
         for index, trace in enumerate(("heatmap", "truth")):
             leaves |= {("data", 2 * col + index, key): value for key, value in values[trace].items()}
     return leaves
+
+
+# The tasks' worlds are tori (tensor_memory.tasks.occlusion, moving_digits): positions are taken modulo the size.
+WRAP_NOTE = "The world wraps around: what leaves one edge comes<br>back at the opposite one, so its box shows on both."
+NOTE_HEIGHT = 29  # pixels: the note's two lines of 11 px type (1.3 × 11 each)
 
 
 def box_outline(position: Sequence[int], side: int, frame: int | None = None) -> tuple[list, list]:
@@ -313,7 +319,8 @@ def _frame_values(frame: np.ndarray, truth: Sequence[int] | None, prediction: Se
     for position in (truth, prediction):
         xs, ys = box_outline(_placed(position), ball, image.shape[0])
         boxes.append({"x": xs, "y": ys, "visible": position is not None})
-    return image.shape, heatmap, boxes
+    wraps = any(box["visible"] and None in box["x"] for box in boxes)  # a box drawn in copies on opposite edges
+    return image.shape, heatmap, boxes, WRAP_NOTE if wraps else ""
 
 
 def frame_figure(
@@ -327,9 +334,10 @@ def frame_figure(
 
     ``truth`` and ``prediction`` are the top-left pixel (y, x) of a ``ball`` × ``ball`` ball (or digit),
     which wraps at the frame's edges as its box does; truth is a solid green square, prediction a dashed
-    orange one (hidden where None). Grey levels span [0, 1] (wider if the frame's values do).
+    orange one (hidden where None). A box drawn on two edges says why under the title (:data:`WRAP_NOTE`). Grey
+    levels span [0, 1] (wider if the frame's values do).
     """
-    (rows, cols), heatmap, boxes = _frame_values(frame, truth, prediction, ball)
+    (rows, cols), heatmap, boxes, note = _frame_values(frame, truth, prediction, ball)
     fig = go.Figure(
         go.Heatmap(
             **heatmap,
@@ -342,6 +350,20 @@ def frame_figure(
     for (name, position, colour, dash), box in zip(named, boxes, strict=True):
         box_trace = object_box(name, _placed(position), ball, colour, dash, frame=rows)
         fig.add_trace(box_trace.update(visible=box["visible"]))
+    fig.add_annotation(  # its own rows under the title (finish makes room), empty while no box wraps
+        text=note,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1,
+        xanchor="left",
+        yanchor="bottom",
+        height=NOTE_HEIGHT,
+        valign="bottom",
+        align="left",
+        showarrow=False,
+        font=dict(size=11, color="#666666"),
+    )
     fig.update_xaxes(range=[-0.5, cols - 0.5], constrain="domain", title_text="x")
     fig.update_yaxes(range=[rows - 0.5, -0.5], constrain="domain", scaleanchor="x", title_text="y")
     return finish(fig, title, legend=dict(orientation="h", y=-0.15))
@@ -356,8 +378,9 @@ def frame_leaves(
 ) -> Leaves:
     """What differs in :func:`frame_figure` from the same figure of another frame of the clip (its size and
     ``ball``): the pixels, the boxes, the title (see ``analysis.figures.stepped``)."""
-    _, heatmap, boxes = _frame_values(frame, truth, prediction, ball)
+    _, heatmap, boxes, note = _frame_values(frame, truth, prediction, ball)
     leaves = Leaves({("data", 0, key): value for key, value in heatmap.items()})
+    leaves[("layout", "annotations", 0, "text")] = note
     for index, box in enumerate(boxes, start=1):
         leaves |= {("data", index, key): value for key, value in box.items()}
     leaves[("layout", "title", "text")] = title

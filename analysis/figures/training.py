@@ -18,6 +18,7 @@ PANELS = (
     ("shares of the grid", ("boundary_fraction", "occupancy"), "share"),
     ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"),
 )
+SUBPLOT_TITLE_ROW = 24  # pixels: a panel title's line (16 px font) and a gap
 LABELS = {
     "write_spread_voxels": "write spread",
     "read_write_distance_voxels": "read–write distance",
@@ -81,12 +82,20 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
             xref="paper",
             yref="paper",
             x=0,
-            y=1.12,
+            y=1,
+            yanchor="bottom",
+            yshift=SUBPLOT_TITLE_ROW,  # its own row above the panels' titles (finish makes room for it)
             showarrow=False,
             xanchor="left",
             font=dict(size=11, color="gray"),
         )
-    return finish(fig, f"Addressing during training · {plotly_text(layer)}", legend=dict(orientation="h", y=-0.25))
+    return finish(
+        fig,
+        f"Addressing during training · {plotly_text(layer)}",
+        height=480,
+        margin=dict(b=150),  # the legend's rows under the axes' titles
+        legend=dict(orientation="h", y=-0.3, yanchor="top"),
+    )
 
 
 __all__ = ["addressing_history_figure", "PANELS"]

@@ -15,18 +15,20 @@ from analysis.measures.world import apply_linear
 def write_position_figure(
     fit: dict[str, Any], mu_write: np.ndarray, positions: np.ndarray, occluded: np.ndarray, size: int = 16
 ) -> go.Figure:
-    """One sample: the ball's path and the position the fitted map reads off each write (hidden frames hollow)."""
+    """One sample: the ball's path and the position the fitted map reads off each write (hidden frames hollow).
+
+    The axes span the ``size`` × ``size`` frame (outlined), widened only as far as a read-off lies outside it; the
+    path breaks where the ball leaves one edge and comes back at the opposite one (the world wraps around).
+    """
     predicted = apply_linear(fit["weights"], np.asarray(mu_write, dtype=np.float64))  # (K, 2) as (y, x)
     K = len(predicted)
     positions, occluded = np.asarray(positions)[:K], np.asarray(occluded)[:K].astype(bool)
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=positions[:, 1],
-            y=positions[:, 0],
+            **_wrapped_path(positions),
             mode="lines+markers+text",
             name="ball",
-            text=[str(k) for k in range(K)],
             textposition="top center",
             line=dict(color=TRUTH_COLOUR),
             marker=dict(size=9),
@@ -42,9 +44,14 @@ def write_position_figure(
             marker=dict(size=9, symbol=np.where(occluded, "circle-open", "circle")),
         )
     )
+    fig.add_shape(type="rect", x0=-0.5, y0=-0.5, x1=size - 0.5, y1=size - 0.5, line=dict(color="#999999", width=1))
+    (y_low, x_low), (y_high, x_high) = (
+        np.minimum(-0.5, np.floor(predicted.min(0, initial=0.0)) - 0.5),
+        np.maximum(size - 0.5, np.ceil(predicted.max(0, initial=0.0)) + 0.5),
+    )
+    fig.update_xaxes(title_text="x (column)", range=[float(x_low), float(x_high)], constrain="domain")
+    fig.update_yaxes(title_text="y (row)", range=[float(y_high), float(y_low)], constrain="domain", scaleanchor="x")
     r2 = fit.get("r2_visible")
-    fig.update_xaxes(title_text="x (column)", range=[-1, size])
-    fig.update_yaxes(title_text="y (row)", range=[size, -1], scaleanchor="x")
     return finish(
         fig,
         f"Do the writes follow the ball? R² = {r2:.2f} on visible frames of unseen samples"
@@ -52,6 +59,19 @@ def write_position_figure(
         else "Do the writes follow the ball?",
         height=360,
     )
+
+
+def _wrapped_path(positions: np.ndarray) -> dict[str, list]:
+    """The ball's (y, x) per frame as a line's x, y and frame labels, broken (None) where a step jumps more than one
+    pixel: there the ball left the frame at one edge and came back at the opposite one."""
+    xs: list = []
+    ys: list = []
+    text: list = []
+    for k, (y, x) in enumerate(positions.tolist()):
+        if k and np.abs(positions[k] - positions[k - 1]).max() > 1:
+            xs, ys, text = xs + [None], ys + [None], text + [""]
+        xs, ys, text = xs + [x], ys + [y], text + [str(k)]
+    return {"x": xs, "y": ys, "text": text}
 
 
 def decoded_map_figure(decoded: dict[str, np.ndarray]) -> go.Figure:

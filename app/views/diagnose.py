@@ -228,7 +228,7 @@ def training_section(ref: CheckpointRef, layer: str | None, scaffold_steps: int)
     except ValueError as error:
         st.info(markdown_text(f"No addressing history to show: {error}"), icon=":material/info:")
         return
-    layout.chart(figure, "training_history", height=320)
+    layout.chart(figure, "training_history")
     st.caption(
         "Logged by `tensor-memory train` at every evaluation, on 16 validation samples"
         + (
