@@ -49,7 +49,7 @@ browser:
 	else echo "Browser tests will be skipped; to run them: sudo apt-get install -y chromium"; fi
 
 # Every benchmark in benchmarks/README.md but trainability.py (a training study of about 30 minutes).
-BENCHMARKS := memory_step scan_floor hook_overhead large_grid training_throughput language_step streaming trace app app_browser budget monitor monitor_browser
+BENCHMARKS := memory_step scan_floor hook_overhead large_grid training_throughput language_step streaming trace app app_browser first_visit budget monitor monitor_browser
 
 bench: $(STAMP)
 	@set -e; for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py"; $(PY) benchmarks/$$name.py; done

@@ -9,15 +9,19 @@ which every session shares: the first visitor then finds the opening page ready 
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import ipaddress
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from app.server_options import config_options, option
 
 MAIN = Path(__file__).resolve().parent / "main.py"
+PREPARED = "Pages prepared"  # the server's log line once the preparation is done (benchmarks wait for it)
 
 
 def prepare_opening_page() -> None:
@@ -33,16 +37,23 @@ def prepare_opening_page() -> None:
     logger = logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    start = time.perf_counter()
     try:
-        opening_page_work()
+        opened = opening_page_work()
+        if opened is not None:
+            other_pages_work(opened)
     finally:
         logger.setLevel(level)
+    # Streamlit collects garbage after every script run (runner.postScriptGC): what is here now (the modules, the
+    # models, the caches) lives as long as the server, so later collections skip it instead of walking it each time.
+    gc.freeze()
+    print(f"{PREPARED} in {time.perf_counter() - start:.1f} s.", file=sys.stderr, flush=True)
 
 
-def opening_page_work() -> None:
+def opening_page_work() -> Opening | None:
     """The checkpoint, the sample and Explore's payload of the opening page, asked for exactly as the page asks
     (its defaults: seed 0 with the task's own settings, the last memory layer, the default view or none when there
-    is no memory to draw), so the page finds them cached. A ``--trace`` file or a
+    is no memory to draw), so the page finds them cached; returns what was opened. A ``--trace`` file or a
     pretrained memory opens on a page of its own (the trace, the MiniLM page): nothing is prepared for them."""
     from analysis.figures import use_template_by_default
     from app import cache, state
@@ -54,13 +65,72 @@ def opening_page_work() -> None:
     use_template_by_default()
     label, folder = state.startup_checkpoint()
     if state.startup_trace() is not None or is_pretrained_memory(folder):
-        return
+        return None
     ref, sample = cache.CheckpointRef.of(folder, label), cache.Sample()
     trace = cache.sample_trace(ref, sample)
     layer = trace.layer_names[-1] if trace.layer_names else None
     drawable = layer is not None and state.memory_note(ref, cache.load(ref), trace) is None  # as Context decides
-    span = stepping_span(opening_chunk(trace), trace.num_chunks)  # the page the stepper opens on (None: all of it)
+    chunk = opening_chunk(trace)
+    span = stepping_span(chunk, trace.num_chunks)  # the page the stepper opens on (None: all of it)
     cache.stepper_payload("explore", explore_views, ref, sample, layer, VolumeView() if drawable else None, span)
+    return Opening(ref, sample, layer, drawable, chunk, span)
+
+
+@dataclasses.dataclass(frozen=True)
+class Opening:
+    """What the opening page shows: the checkpoint, the sample, the memory layer (None: none), whether the memory
+    views are drawn, the chunk it opens on and the span of chunks the browser holds (None: all)."""
+
+    ref: Any
+    sample: Any
+    layer: str | None
+    memory: bool
+    chunk: int
+    span: tuple[int, int] | None
+
+
+def other_pages_work(opened: Opening) -> None:
+    """What the other pages ask for on their first visit to the opening checkpoint, asked for as they ask: the
+    stepper track of the pages drawn on the server, Occlusion's payload and its first intervention, Diagnose's
+    summaries of this checkpoint and its counterpart with what their side-by-side stepper reads, the world
+    read-out and the training history, the Audit, Export's figures and trace file; and the modules those pages
+    import. Each is cached for every session, so the first visit only draws."""
+    from analysis.figures import render, report, teach  # noqa: F401 - imported ahead: the pages import them
+    from analysis.measures.interventions import intervention_defaults
+    from analysis.measures.world import READOUTS
+    from app import cache, compare, layout, state, stepping
+    from app.views.occlusion import occlusion_views
+
+    ref, sample, layer, memory, chunk, span = (getattr(opened, f.name) for f in dataclasses.fields(opened))
+    view = layout.VolumeView()
+    cache.stepper_payload("track", stepping.track_payload, ref, sample, span)
+    loaded, trace = cache.load(ref), cache.sample_trace(ref, sample)
+    cache.stepper_payload("occlusion", occlusion_views, ref, sample, layer, memory, span)
+    if memory and loaded.checkpoint.model.backbone.config.causal:
+        first = intervention_defaults(trace, layer, chunk)["chunk"]
+        cache.intervention(ref, sample, "zero", first, None, None, None, None)  # the form's opening values
+    cache.summary(ref, sample, compare.SUMMARY_SAMPLES, layer)
+    options = dict([state.startup_checkpoint()], **state.shipped_checkpoints())
+    label = compare.counterpart(ref.label, list(options))
+    other = cache.CheckpointRef.of(options[label], label)
+    theirs = cache.load(other).checkpoint.task
+    carried = (
+        sample.carried_to(loaded.checkpoint.task.config, theirs.config)
+        if theirs.name == loaded.checkpoint.task.name
+        else sample.with_task_defaults()
+    )
+    cache.summary(other, carried, compare.SUMMARY_SAMPLES, None)
+    if theirs.name == loaded.checkpoint.task.name:  # Diagnose steps both only on one task's sample
+        drawn = (view.field, view.mode, view.index, view.kind)
+        pair = (ref, other), (sample, carried)
+        cache.stepper_payload("diagnose", compare.comparison_views, *pair, layer, drawn, span)
+    if memory and loaded.checkpoint.task.name in READOUTS:
+        cache.world_readout(ref, layer)
+    cache.causality(ref, sample.seed)
+    series = (view.field, view.mode, view.index) if memory else None
+    cache.chunk_figures(ref, sample, layer, series, view.kind, view.anchor, chunk, span)
+    cache.trace_file(ref, sample)
+    cache.training_history(ref)  # last: a checkpoint without a training log raises (its page says so)
 
 
 def _prepare_quietly() -> None:

@@ -137,11 +137,11 @@ LAUNCHERS = {"prepared": ["-m", "app"], "plain": ["-m", "streamlit", "run", "app
 
 
 def start_server(
-    launcher: str = "prepared", trace: Path | None = None, root: Path = ROOT
+    launcher: str = "prepared", trace: Path | None = None, root: Path = ROOT, log=subprocess.DEVNULL
 ) -> tuple[subprocess.Popen, str]:
     """The server of the checkout ``root`` as ``make run`` starts it (``python -m app``: the opening page prepared
-    while it starts), or as plain ``streamlit run app/main.py``, opened on ``trace`` when given; returns once it
-    answers its health check."""
+    while it starts), or as plain ``streamlit run app/main.py``, opened on ``trace`` when given, its output to
+    ``log`` (a file; default none); returns once it answers its health check."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -157,8 +157,8 @@ def start_server(
             "false",
         ],
         cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         env={**os.environ, **({TRACE_ENV: str(trace.resolve())} if trace else {})},
     )
     url = f"http://127.0.0.1:{port}"

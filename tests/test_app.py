@@ -509,3 +509,48 @@ def test_python_m_app_prepares_what_the_opening_page_asks_for(monkeypatch):
     assert layer.endswith("blocks.1.memory")
     assert span is None  # twelve frames: the whole sample goes to the browser
     assert "run: $(STAMP)\n\t$(PY) -m app --server.address $(HOST)\n" in (ROOT / "Makefile").read_text()  # make run
+
+
+PREPARED_AHEAD = (
+    "sample_trace",
+    "stepper_payload",
+    "summary",
+    "intervention",
+    "volume_series",
+    "world_readout",
+    "training_history",
+    "causality",
+    "chunk_figures",
+    "trace_file",
+)
+
+
+def test_python_m_app_prepares_what_the_other_pages_ask_for_on_their_first_visit(monkeypatch):
+    """Every cached call of Occlusion, Diagnose, Audit and Export on the opening checkpoint was made ahead, with the
+    same arguments: a first visit then finds its measures (Diagnose's summaries of both checkpoints, the Audit)
+    cached instead of computing them."""
+    from app.__main__ import opening_page_work, other_pages_work
+
+    asked = {"ahead": set(), "page": set()}
+    who = ["ahead"]
+
+    def spy(name: str):
+        real = getattr(cache, name)
+
+        def call(*args):  # a payload's builder stands for its code: by name
+            asked[who[0]].add((name, *(a.__name__ if callable(a) else a for a in args)))
+            return real(*args)
+
+        return call
+
+    for name in PREPARED_AHEAD:
+        monkeypatch.setattr(cache, name, spy(name))
+    opened = opening_page_work()
+    other_pages_work(opened)
+    who[0] = "page"
+    at = start()
+    for page in ("occlusion", "diagnose", "audit", "export"):
+        ok(at.switch_page(f"views/{page}.py").run())
+    asked_by = {name for name, *_ in asked["page"]}
+    assert {"summary", "intervention", "world_readout", "causality", "chunk_figures"} <= asked_by
+    assert asked["page"] <= asked["ahead"], sorted(asked["page"] - asked["ahead"], key=str)
