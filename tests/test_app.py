@@ -311,7 +311,8 @@ def test_explore_shows_where_the_writes_put_the_ball_on_request(default_trace):
     spec = chart(at, "Do the writes follow the ball?")
     predicted = apply_linear(fit["weights"], default_trace.layer(fit["layer"]).mu_write.astype(np.float64))
     np.testing.assert_allclose(values(spec["data"][1]["x"]), predicted[:, 1], rtol=1e-6)
-    np.testing.assert_allclose(values(spec["data"][0]["x"]), default_trace.meta["positions"][:, 1])
+    path = [x for x in values(spec["data"][0]["x"]) if x is not None]  # broken (None) where the ball wraps
+    np.testing.assert_allclose(path, default_trace.meta["positions"][:, 1])
 
 
 def test_map_building_pages_decode_the_map_from_the_memory():

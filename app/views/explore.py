@@ -22,6 +22,7 @@ from app.browser_stepper import Heading, Row, StepperPayload, stepper_payload
 from app.cache import CheckpointRef, Sample, TraceRef
 
 MODE_NAMES = {"norm": "norm", "channel": "one channel", "pca": "PCA"}
+SLICES_WIDTH = 230  # pixels: the Slices box shows its longest choice ("through this chunk's write") whole
 HEIGHTS = {
     "input": 340,
     "volume": 440,
@@ -98,77 +99,71 @@ def explore_views(
 
 
 def volume_controls(channels: int, fields: list[str]) -> layout.VolumeView:
-    """One row of controls for how the volumes are drawn (remembered while other pages are open)."""
-    field_col, mode_col, index_col, kind_col, anchor_col, render_col = st.columns(
-        [1, 2, 1.1, 2.6, 1.8, 1.3], vertical_alignment="bottom"
+    """One row of controls for how the volumes are drawn (remembered while other pages are open), each as wide as
+    it needs: a narrow window wraps the row rather than cutting a control off."""
+    row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
+    field = layout.remembered(
+        row.segmented_control,
+        "State",
+        "explore.field",
+        "h",
+        options=fields,
+        required=True,
+        help="h: the hidden state that reads see; c: the cell state behind it.",
     )
-    with field_col:
-        field = layout.remembered(
-            st.segmented_control,
-            "State",
-            "explore.field",
-            "h",
-            options=fields,
-            required=True,
-            help="h: the hidden state that reads see; c: the cell state behind it.",
+    mode = layout.remembered(
+        row.segmented_control,
+        "Channels",
+        "explore.mode",
+        "norm",
+        options=list(MODES),
+        format_func=MODE_NAMES.get,
+        required=True,
+        help="How each voxel's channels become one value: their norm, one channel, or a "
+        "principal component fitted over every chunk.",
+    )
+    index = 0
+    if mode != "norm":
+        for kept in ("explore.index", layout.KEEP + "explore.index"):  # another checkpoint may have fewer
+            if kept in st.session_state:
+                st.session_state[kept] = min(int(st.session_state[kept]), channels - 1)
+        index = layout.remembered(
+            row.number_input,
+            "Channel" if mode == "channel" else "Component",
+            "explore.index",
+            0,
+            min_value=0,
+            max_value=channels - 1,
+            step=1,
+            width=130,
         )
-    with mode_col:
-        mode = layout.remembered(
-            st.segmented_control,
-            "Channels",
-            "explore.mode",
-            "norm",
-            options=list(MODES),
-            format_func=MODE_NAMES.get,
-            required=True,
-            help="How each voxel's channels become one value: their norm, one channel, or a "
-            "principal component fitted over every chunk.",
-        )
-    with index_col:
-        index = 0
-        if mode != "norm":
-            for kept in ("explore.index", layout.KEEP + "explore.index"):  # another checkpoint may have fewer
-                if kept in st.session_state:
-                    st.session_state[kept] = min(int(st.session_state[kept]), channels - 1)
-            index = layout.remembered(
-                st.number_input,
-                "Channel" if mode == "channel" else "Component",
-                "explore.index",
-                0,
-                min_value=0,
-                max_value=channels - 1,
-                step=1,
-            )
-    with kind_col:
-        kind = layout.remembered(
-            st.segmented_control,
-            "Plotly 3D view",
-            "explore.kind",
-            layout.VolumeView.kind,
-            options=list(VOLUME_KINDS),
-            format_func=VOLUME_KINDS.get,
-            required=True,
-            help="A point per voxel that holds something (lightest to draw), a few "
-            "isosurfaces, or the full volume of 15 transparent surfaces.",
-        )
-    with anchor_col:
-        anchor = layout.remembered(
-            st.selectbox,
-            "Slices",
-            "explore.anchor",
-            "write",
-            options=list(SLICE_ANCHORS),
-            format_func=SLICE_ANCHORS.get,
-        )
-    with render_col:
-        rendered = layout.remembered(
-            st.toggle,
-            "PyVista",
-            "explore.rendered",
-            layout.VolumeView.rendered,
-            help="Also show PyVista's volume rendering (off-screen, every chunk rendered "
-            "once per sample: a few seconds).",
-        )
+    kind = layout.remembered(
+        row.segmented_control,
+        "Plotly 3D view",
+        "explore.kind",
+        layout.VolumeView.kind,
+        options=list(VOLUME_KINDS),
+        format_func=VOLUME_KINDS.get,
+        required=True,
+        help="A point per voxel that holds something (lightest to draw), a few "
+        "isosurfaces, or the full volume of 15 transparent surfaces.",
+    )
+    anchor = layout.remembered(
+        row.selectbox,
+        "Slices",
+        "explore.anchor",
+        "write",
+        options=list(SLICE_ANCHORS),
+        format_func=SLICE_ANCHORS.get,
+        width=SLICES_WIDTH,
+    )
+    rendered = layout.remembered(
+        row.toggle,
+        "PyVista",
+        "explore.rendered",
+        layout.VolumeView.rendered,
+        help="Also show PyVista's volume rendering (off-screen, every chunk rendered once per sample: a few seconds).",
+    )
     return layout.VolumeView(field, mode, int(index), kind, anchor, bool(rendered))
 
 
