@@ -9,6 +9,7 @@ Label rows are computed from the layout the way Plotly places them: the title's 
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,11 @@ def test_figures_with_panel_titles_keep_them_under_the_title(trace):
     for fig in (belief, slices):
         rows = distinct_rows(rows_above(fig))
         assert len(rows) == 2 and overlapping(rows) == []
+    # side by side in the Explore column (about 470 px, less the margins and the colour bar): each slice's title
+    # (at most 0.6 em a character) fits between its neighbours' centres
+    plot_width = 470 - 20 - 60
+    centres = [(a.x, len(a.text) * 0.6 * a.font.size) for a in slices.layout.annotations]
+    assert all((right - left) * plot_width >= width for (left, width), (right, _) in pairwise(centres))
     # the belief's marker is named in its title: no legend to sit on the colour bar's title
     assert belief.layout.showlegend is False and "○ truth" in belief.layout.title.text
     plain = F.timeline_figure(trace, 0)  # nothing stands on its plot area: the compact margin

@@ -137,7 +137,7 @@ def slices_figure(
     centre voxel.
     """
     low, high, panels, titles = _slices(values, index, value_range)
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=titles)
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.14, subplot_titles=titles)  # room for each y title
     for col, (plane, across, up) in enumerate(panels, start=1):
         fig.add_trace(
             go.Heatmap(
@@ -150,8 +150,14 @@ def slices_figure(
         )
         fig.update_xaxes(title_text=AXIS_TITLES[across], constrain="domain", row=1, col=col)
         fig.update_yaxes(
-            title_text=AXIS_TITLES[up], scaleanchor="x" if col == 1 else f"x{col}", constrain="domain", row=1, col=col
+            title_text=AXIS_TITLES[up],
+            scaleanchor="x" if col == 1 else f"x{col}",
+            constrain="domain",
+            constraintoward="top",  # each plane just under its title
+            row=1,
+            col=col,
         )
+    fig.update_annotations(font_size=12)  # the three titles fit their panels' widths
     return finish(fig, title, coloraxis=dict(colorscale=COLORSCALE, cmin=low, cmax=high, colorbar=dict(thickness=12)))
 
 
