@@ -52,12 +52,13 @@ def prepare_opening_page() -> None:
 
 def opening_page_work() -> Opening | None:
     """The checkpoint, the sample and Explore's payload of the opening page, asked for exactly as the page asks
-    (its defaults: seed 0 with the task's own settings, the last memory layer, the default view or none when there
-    is no memory to draw), so the page finds them cached; returns what was opened. A ``--trace`` file or a
+    (its defaults: the task's opening seed with its own settings, the last memory layer, the default view or none
+    when there is no memory to draw), so the page finds them cached; returns what was opened. A ``--trace`` file or a
     pretrained memory opens on a page of its own (the trace, the MiniLM page): nothing is prepared for them."""
     from analysis.figures import use_template_by_default
     from app import cache, state
     from app.layout import VolumeView
+    from app.sidebar import opening_seed
     from app.spans import opening_chunk, stepping_span
     from app.views.explore import explore_views
     from tensor_memory.pretrained.checkpoint import is_pretrained_memory
@@ -66,7 +67,8 @@ def opening_page_work() -> Opening | None:
     label, folder = state.startup_checkpoint()
     if state.startup_trace() is not None or is_pretrained_memory(folder):
         return None
-    ref, sample = cache.CheckpointRef.of(folder, label), cache.Sample()
+    ref = cache.CheckpointRef.of(folder, label)
+    sample = cache.Sample(opening_seed(cache.load(ref).checkpoint.task.name))
     trace = cache.sample_trace(ref, sample)
     layer = trace.layer_names[-1] if trace.layer_names else None
     drawable = layer is not None and state.memory_note(ref, cache.load(ref), trace) is None  # as Context decides

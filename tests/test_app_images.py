@@ -22,6 +22,7 @@ from analysis.measures.images import (
     write_places,
 )
 from analysis.traces.capture import capture, sample_batch
+from app.sidebar import OPENING_SEEDS
 from tensor_memory import load_checkpoint
 
 IMAGES = "masked_patches-tensor"
@@ -141,7 +142,8 @@ def test_images_page_shows_the_reconstruction_and_the_memory_on_it(ckpt):
     ok(at.selectbox(key="checkpoint_choice").set_value(IMAGES).run())
     ok(at.selectbox(key="masked_patches.mask_rate").set_value(0.75).run())
     ok(at.switch_page("views/images.py").run())
-    rec = reconstruct(ckpt, seed=0, index=0, mask_rate=0.75)
+    assert at.number_input(key="seed").value == OPENING_SEEDS["masked_patches"]  # its opening seed, not occlusion's
+    rec = reconstruct(ckpt, seed=OPENING_SEEDS["masked_patches"], index=0, mask_rate=0.75)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["PSNR on the hidden pixels"] == f"{rec.psnr:.2f} dB"
     assert metrics["SSIM on the hidden pixels"] == f"{rec.ssim:.3f}"
@@ -152,6 +154,18 @@ def test_images_page_shows_the_reconstruction_and_the_memory_on_it(ckpt):
     assert any("‖h‖ after chunk" in m.value for m in at.markdown)
     report(at, "images", chunk + 1)  # the browser's stepper shows the next chunk
     assert any(f"Patch {chunk + 1} " in m.label for m in at.metric)
+
+
+def test_a_seed_left_where_its_task_opened_follows_the_checkpoint_and_a_chosen_one_stays():
+    at = start()
+    assert at.number_input(key="seed").value == 0  # occlusion opens on seed 0
+    ok(at.selectbox(key="checkpoint_choice").set_value(IMAGES).run())
+    assert at.number_input(key="seed").value == OPENING_SEEDS["masked_patches"] != 0
+    ok(at.selectbox(key="checkpoint_choice").set_value("occlusion-base").run())
+    assert at.number_input(key="seed").value == 0  # back where occlusion opens
+    ok(at.number_input(key="seed").set_value(5).run())
+    ok(at.selectbox(key="checkpoint_choice").set_value(IMAGES).run())
+    assert at.number_input(key="seed").value == 5  # chosen by the person: kept
 
 
 def test_images_page_explains_itself_on_other_tasks():
