@@ -99,6 +99,8 @@ def test_figures_with_panel_titles_keep_them_under_the_title(trace):
     plot_width = 470 - 20 - 60
     centres = [(a.x, len(a.text) * 0.6 * a.font.size) for a in slices.layout.annotations]
     assert all((right - left) * plot_width >= width for (left, width), (right, _) in pairwise(centres))
+    for fig in (belief, slices):  # a square panel in a wide strip keeps to the top, under its title
+        assert {axis.constraintoward for axis in fig.select_yaxes()} == {"top"}
     # the belief's marker is named in its title: no legend to sit on the colour bar's title
     assert belief.layout.showlegend is False and "○ truth" in belief.layout.title.text
     plain = F.timeline_figure(trace, 0)  # nothing stands on its plot area: the compact margin

@@ -235,6 +235,7 @@ def belief_figure(
             showticklabels=False,
             range=[size - 0.5, -0.5],
             constrain="domain",
+            constraintoward="top",  # each frame just under its title
             scaleanchor="x" if col == 1 else f"x{col}",
             row=1,
             col=col,
