@@ -1,10 +1,13 @@
-"""``python -m app [streamlit options]``: the explorer's server, its opening page prepared while it starts.
+"""``python -m app [streamlit options]``: the explorer's server, its pages prepared while it starts.
 
 ``streamlit run app/main.py`` runs nothing until a browser connects, so the first visitor waits while
-torch and the analysis modules import, the checkpoint loads and every chunk's views are built (about
-6 s of this machine's 10 s first page). This starts the same server (``make run`` and
-``tensor-memory app`` use it) and, beside it, does that work once into the server's own caches,
-which every session shares: the first visitor then finds the opening page ready and only draws it.
+torch and the analysis modules import, the checkpoint loads and every chunk's views are built, and the
+first visit of each other page waits for its own measures (Diagnose's summaries over many samples, the
+Audit, ...). This starts the same server (``make run`` and ``tensor-memory app`` use it) and, beside it,
+does that work once into the server's own caches, which every session shares: the opening page first,
+then what the other pages ask for on the opening checkpoint; the log says ``Pages prepared`` when it is
+done. A visitor then finds the pages' measures ready and only draws them: what is left of a first visit
+is mostly the browser's (``benchmarks/first_visit.py`` times each page; docs/performance.md has the figures).
 """
 
 from __future__ import annotations
