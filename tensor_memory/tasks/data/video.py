@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...optional import require
 from ...storage.files import FileFormatError
 from ...storage.user_files import read_user_file
 from .images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
@@ -88,7 +89,7 @@ def read_frame_folder(folder: Path, size: int, channels: int, max_frames: int = 
 
 def read_avi(path: Path, size: int, channels: int, max_frames: int = MAX_FRAMES) -> np.ndarray:
     """A video file's first ``max_frames`` frames, decoded with PyAV, as (F, size, size, channels) uint8."""
-    import av
+    av = require("av", "video", "reading video files (UCF-101)")
 
     frames = []
     try:
