@@ -13,6 +13,7 @@ import streamlit as st
 from analysis.figures.escape import markdown_text
 from analysis.figures.language import gate_history_figure
 from analysis.measures.pretrained import closed_gate_scale, gate_history, recall_examples, window_text
+from tensor_memory.optional import MissingPackage
 from tensor_memory.pretrained.checkpoint import load_minilm_checkpoint
 
 from . import layout
@@ -33,7 +34,11 @@ def _examples(ref: CheckpointRef, document: int) -> tuple[list, list]:
 
 
 def render(ref: CheckpointRef) -> None:
-    model, config, metrics = _load(ref)
+    try:
+        model, config, metrics = _load(ref)
+    except MissingPackage as error:  # a core install without the hf group: say which group, not a traceback
+        st.error(markdown_text(str(error)), icon=":material/extension_off:")
+        st.stop()
     st.markdown("## Memory on a pretrained model")
     badges = st.container(horizontal=True, gap="small")
     badges.badge(markdown_text(ref.label), icon=":material/deployed_code:", color="blue")

@@ -8,6 +8,7 @@ brings it (the groups are ``pyproject.toml``'s optional dependencies; ``make set
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 PROJECT = "tensor-memory-explorer"
@@ -54,4 +55,11 @@ def require(module: str, group: str, feature: str) -> ModuleType:
         raise missing(top, group, feature) from None
 
 
-__all__ = ["DISTRIBUTIONS", "MissingPackage", "install_command", "missing", "require"]
+def absent(module: str, group: str, feature: str) -> MissingPackage | None:
+    """What :func:`require` would raise for ``module``, found without importing it (a page can say it before a
+    click); None when it is installed."""
+    top = module.partition(".")[0]
+    return missing(top, group, feature) if importlib.util.find_spec(top) is None else None
+
+
+__all__ = ["DISTRIBUTIONS", "MissingPackage", "absent", "install_command", "missing", "require"]

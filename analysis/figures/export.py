@@ -20,6 +20,7 @@ from tensor_memory.optional import require
 
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIZE = (900, 600)  # pixels, before the scale factor
+PNG_NEEDS = ("playwright.sync_api", "export", "PNG export")  # require()'s arguments: module, group, feature
 
 
 def figures_html(figs: Mapping[str, go.Figure], title: str) -> str:
@@ -45,7 +46,7 @@ def figure_pngs(figs: Mapping[str, go.Figure], scale: float = 2.0, browser: Path
             f"PNG export draws the figures in Chromium, which is not at {browser}; install it with "
             "`sudo apt-get install -y chromium`, or use the camera icon above each figure"
         )
-    sync_playwright = require("playwright.sync_api", "export", "PNG export").sync_playwright
+    sync_playwright = require(*PNG_NEEDS).sync_playwright
 
     width, height = PNG_SIZE
     out: dict[str, bytes] = {}

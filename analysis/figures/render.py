@@ -32,6 +32,10 @@ BACKGROUND = "white"
 READ_COLOUR = "#1f77b4"
 WRITE_COLOUR = "#d62728"
 AXIS_TITLES = dict(xtitle="x (W)", ytitle="y (H)", ztitle="z (D)")
+# What PyVista's HTML export imports, as require()'s arguments (module, group, feature).
+HTML_NEEDS = tuple(
+    (package, "export", "the 3D scene as an HTML page") for package in ("trame_pyvista", "nest_asyncio2")
+)
 
 
 def _plotter(title: str, window_size: Sequence[int]) -> pv.Plotter:
@@ -162,8 +166,8 @@ def plotter_html(plotter: pv.Plotter) -> str:
     open. Raises RuntimeError with the reason when the export fails (it needs trame, trame-vtk,
     trame-vuetify, trame-pyvista and nest_asyncio2), or MissingPackage naming the install group.
     """
-    for package in ("trame_pyvista", "nest_asyncio2"):  # what PyVista's export imports
-        require(package, "export", "the 3D scene as an HTML page")
+    for needs in HTML_NEEDS:
+        require(*needs)
     try:
         buffer = plotter.trame.export_html(None)
     except Exception as error:  # any failure of the optional export stack is reported the same way

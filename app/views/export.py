@@ -11,12 +11,13 @@ import re
 
 import streamlit as st
 
-from analysis.figures.escape import markdown_code
-from analysis.figures.export import figure_pngs, figures_html
-from analysis.figures.render import footprint_plotter, plotter_html
+from analysis.figures.escape import markdown_code, markdown_text
+from analysis.figures.export import PNG_NEEDS, figure_pngs, figures_html
+from analysis.figures.render import HTML_NEEDS, footprint_plotter, plotter_html
 from analysis.figures.report import report_html
 from analysis.traces.export import zip_bytes
 from app import cache, layout, paging, state, stepping
+from tensor_memory.optional import absent
 
 context = state.current()
 chunk = stepping.stepped_page(
@@ -34,6 +35,9 @@ store = isinstance(context.ref, cache.TraceRef) and context.ref.is_store
 shown = context.ref.label if context.is_trace_file else f"{context.ref.label}-seed{context.seed}"
 name = re.sub(r"[^A-Za-z0-9._-]+", "_", shown.removeprefix("trace: ")).strip("_")
 title = f"{shown}, chunk {chunk}"
+# An optional package missing: its button is off, and the page says which group brings it.
+png_missing = absent(*PNG_NEEDS)
+html_missing = next(filter(None, (absent(*needs) for needs in HTML_NEEDS)), None)
 
 
 def png_archive() -> bytes:
@@ -95,6 +99,7 @@ with figures_col, st.container(border=True):
         mime="application/zip",
         icon=":material/image:",
         key="download_png",
+        disabled=png_missing is not None,
     )
     if context.has_memory_views:
         st.download_button(
@@ -104,7 +109,11 @@ with figures_col, st.container(border=True):
             mime="text/html",
             icon=":material/3d_rotation:",
             key="download_footprint",
+            disabled=html_missing is not None,
         )
+    for missing in (png_missing, html_missing if context.has_memory_views else None):
+        if missing is not None:
+            st.caption(markdown_text(str(missing)))
 with report_col, st.container(border=True):
     st.markdown("**Offline report**")
     if store:
