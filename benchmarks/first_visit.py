@@ -69,6 +69,14 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=1, help="runs, each with a new server (default 1)")
     p.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        metavar="DIR",
+        help="run the app of this checkout (default this one), e.g. a git worktree of an earlier commit; its server "
+        f"must log {PREPARED!r} when prepared",
+    )
+    p.add_argument(
         "--patience", type=float, default=180.0, metavar="S", help="seconds to wait for one page (default 180)"
     )
     return p.parse_args()
@@ -141,14 +149,14 @@ async def visit(page, url: str, title: str, checkpoint: str | None, stepper: boo
     return time.perf_counter() - start
 
 
-async def one_run(patience: float) -> tuple[float, list[float]]:
+async def one_run(patience: float, root: Path) -> tuple[float, list[float]]:
     """Seconds from the server answering until it is prepared, and each visit's seconds."""
     from playwright.async_api import async_playwright
 
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "server.log"
         with open(log, "w") as out:
-            server, url = start_server("prepared", log=out)
+            server, url = start_server("prepared", root=root, log=out)
         try:
             ready = await prepared(log, patience)
             print(f"  prepared {ready:.1f} s after the server answered", file=sys.stderr, flush=True)
@@ -174,8 +182,12 @@ def main() -> None:
     args = parse_args()
     if not CHROMIUM.exists():
         raise SystemExit("needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)")
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.runs} run(s), a new server each\n")
-    runs = [asyncio.run(one_run(args.patience)) for _ in range(args.runs)]
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.runs} run(s), a new server each"
+        + (f"; the app of {args.root}" if args.root != ROOT else "")
+        + "\n"
+    )
+    runs = [asyncio.run(one_run(args.patience, args.root)) for _ in range(args.runs)]
     print(f"prepared after the server answered (s): {', '.join(f'{ready:.1f}' for ready, _ in runs)}\n")
     print("| page | checkpoint | first visit (s, median / max) |")
     print("|---|---|---|")
