@@ -318,8 +318,7 @@ def _map_figure(trace: Trace, k: int) -> go.Figure:
             row=1,
             col=col_index,
         )
-    fig = figures.finish(fig, title, plot_bgcolor="#fde0dd")  # pink: cells not observed yet
-    return fig.update_layout(margin_t=70)  # the title above the panels' own titles
+    return figures.finish(fig, title, plot_bgcolor="#fde0dd")  # pink: cells not observed yet
 
 
 def _counter_figure(trace: Trace, k: int) -> go.Figure:
