@@ -12,7 +12,7 @@ HOST ?= 127.0.0.1
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet "setuptools>=68"
+	$(PY) -m pip install --quiet "setuptools>=77"
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@# The memory layer's fused CPU scan (C++, about half a minute); a failed build only prints that the
