@@ -15,8 +15,14 @@ one), the stepper shows "Chunk k / K" where the page has one, all of it twice 20
 painted. Printed: a Markdown table of each visit's seconds over ``--runs`` servers (median and max). Needs
 Debian's /usr/bin/chromium.
 
+``--screenshots DIR`` saves each page once drawn, after its visit is timed, as ``DIR/<page>.png`` (after a switch
+``DIR/<page>-<checkpoint>.png``): 1600 pixels wide, the viewport made as tall as the page for the shot (between
+:data:`SHORTEST` and :data:`TALLEST`), stored as a 256-colour optimised PNG (an octree's palette, which keeps a colour
+scale's rare ends). The README's "Every page as it opens" are these; the timings of such a run are not the figures.
+
     .venv/bin/python benchmarks/first_visit.py
     .venv/bin/python benchmarks/first_visit.py --runs 3
+    .venv/bin/python benchmarks/first_visit.py --screenshots docs/img/pages
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ DRAWN = """() => [
   (document.getElementById('counter') || {}).textContent || ''
 ]"""
 STALE = '[data-stale="true"]'
+VIEWPORT = {"width": 1600, "height": 1800}
+SHORTEST, TALLEST = 1200, 6000  # pixels: a screenshot's height at least (the sidebar's) and at most
 
 
 def parse_args() -> argparse.Namespace:
@@ -78,6 +86,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument(
         "--patience", type=float, default=180.0, metavar="S", help="seconds to wait for one page (default 180)"
+    )
+    p.add_argument(
+        "--screenshots",
+        type=Path,
+        metavar="DIR",
+        help="save each page once drawn as DIR/<page>.png (after a switch DIR/<page>-<checkpoint>.png)",
     )
     return p.parse_args()
 
@@ -149,7 +163,23 @@ async def visit(page, url: str, title: str, checkpoint: str | None, stepper: boo
     return time.perf_counter() - start
 
 
-async def one_run(patience: float, root: Path) -> tuple[float, list[float]]:
+async def screenshot(page, folder: Path, title: str, checkpoint: str | None, last: str, patience: float) -> None:
+    """Save the drawn page ``title`` whole: the viewport made as tall as the page's main part, drawn again at that
+    size, shot, shrunk to 256 colours, and the viewport put back."""
+    from PIL import Image
+
+    tall = await page.evaluate(f"() => document.querySelector('{MAIN}').scrollHeight")
+    await page.set_viewport_size({**VIEWPORT, "height": min(max(tall, SHORTEST), TALLEST)})
+    await drawn(page, title, checkpoint, False, last, patience)
+    path = folder / (f"{title.lower()}-{checkpoint}.png" if checkpoint else f"{title.lower()}.png")
+    await page.screenshot(path=path)
+    await page.set_viewport_size(VIEWPORT)
+    with Image.open(path) as image:
+        shrunk = image.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE)
+    shrunk.save(path, optimize=True)
+
+
+async def one_run(patience: float, root: Path, shots: Path | None) -> tuple[float, list[float]]:
     """Seconds from the server answering until it is prepared, and each visit's seconds."""
     from playwright.async_api import async_playwright
 
@@ -162,7 +192,7 @@ async def one_run(patience: float, root: Path) -> tuple[float, list[float]]:
             print(f"  prepared {ready:.1f} s after the server answered", file=sys.stderr, flush=True)
             async with async_playwright() as playwright:
                 browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-                page = await browser.new_page(viewport={"width": 1600, "height": 1800})
+                page = await browser.new_page(viewport=VIEWPORT)
                 page.set_default_timeout(patience * 1000)
                 seconds = []
                 for title, checkpoint, stepper, last in VISITS:
@@ -171,6 +201,8 @@ async def one_run(patience: float, root: Path) -> tuple[float, list[float]]:
                         await drawn(page, title, None, False, f"{MAIN} h2", patience)
                     seconds.append(await visit(page, url, title, checkpoint, stepper, last, patience))
                     print(f"  {title} {checkpoint or ''}: {seconds[-1]:.1f} s", file=sys.stderr, flush=True)
+                    if shots is not None:
+                        await screenshot(page, shots, title, checkpoint, last, patience)
                 await browser.close()
         finally:
             server.terminate()
@@ -187,7 +219,9 @@ def main() -> None:
         + (f"; the app of {args.root}" if args.root != ROOT else "")
         + "\n"
     )
-    runs = [asyncio.run(one_run(args.patience, args.root)) for _ in range(args.runs)]
+    if args.screenshots is not None:
+        args.screenshots.mkdir(parents=True, exist_ok=True)
+    runs = [asyncio.run(one_run(args.patience, args.root, args.screenshots)) for _ in range(args.runs)]
     print(f"prepared after the server answered (s): {', '.join(f'{ready:.1f}' for ready, _ in runs)}\n")
     print("| page | checkpoint | first visit (s, median / max) |")
     print("|---|---|---|")
