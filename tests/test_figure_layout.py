@@ -20,6 +20,7 @@ from analysis import capture
 from analysis import figures as F
 from analysis.figures.chunk_input import LEAVES
 from analysis.figures.training import addressing_history_figure
+from analysis.figures.video import identity_belief_figure
 from analysis.figures.world import write_position_figure
 from analysis.traces.training_log import addressing_history
 from tensor_memory.tasks.occlusion import render
@@ -49,7 +50,7 @@ def rows_above(fig) -> list[tuple[str, float, float]]:
         title_top = title.pad.t or 0
     rows = [(title.text, title_top, title_top + LINE * size)]
     for label in layout.annotations:
-        if label.yref != "paper" or label.y is None or label.y < 1:
+        if label.yref not in ("paper", "y domain") or label.y is None or label.y < 1:  # figures with one y axis
             continue
         lines = 1 + (label.text or "").count("<br>")
         high = label.height or LINE * (label.font.size or LABEL_SIZE) * lines
@@ -103,8 +104,8 @@ def test_figures_with_panel_titles_keep_them_under_the_title(trace):
         assert {axis.constraintoward for axis in fig.select_yaxes()} == {"top"}
     # the belief's marker is named in its title: no legend to sit on the colour bar's title
     assert belief.layout.showlegend is False and "○ truth" in belief.layout.title.text
-    plain = F.timeline_figure(trace, 0)  # nothing stands on its plot area: the compact margin
-    assert rows_above(plain)[1:] == [] and plain.layout.margin.t == 40
+    plain = F.timeline_figure(trace, 0)  # the current chunk's label alone stands on its plot area
+    assert [text for text, _, _ in rows_above(plain)[1:]] == ["chunk 0"] and overlapping(rows_above(plain)) == []
 
 
 def test_occluded_band_and_current_chunk_are_labelled_in_different_rows(trace):
@@ -113,8 +114,28 @@ def test_occluded_band_and_current_chunk_are_labelled_in_different_rows(trace):
     band = [a for a in fig.layout.annotations if a.text == "occluded"]
     marker = fig.layout.annotations[-1]
     assert marker.text == f"chunk {first}" and band
-    assert (marker.y, marker.yanchor) == (1, "top")  # the current chunk's label hangs from the top
     assert all((a.y, a.yanchor) == (0, "bottom") for a in band)  # the band's stands on the foot
+    assert (marker.y, marker.yanchor) == (1, "bottom")  # the current chunk's label stands on the plot's top:
+    [(_, top, foot)] = rows_above(fig)[1:]  # above the plot area (p = 1 and its markers), under the title
+    assert foot <= fig.layout.margin.t and overlapping(rows_above(fig)) == []
+
+
+def test_the_current_chunk_label_stands_above_every_plot_it_marks(trace):
+    """Over the gates' and σ's lines, and above the identity belief's "occluded" labels, which stand there too."""
+    layer = trace.layer()
+    belief = {
+        "identity_probs": np.full((6, 3), 1 / 3),
+        "identity_truth": np.zeros(6, int),
+        "identity_predicted": np.ones(6, int),
+        "occluded": np.array([0, 1, 1, 0, 0, 0], bool),
+    }
+    figures = [F.gates_figure(layer, 2), F.sigma_figure(layer.sigma, 2, layer.grid)]
+    for fig in [*figures, identity_belief_figure(belief, 2)]:  # the stepper patches the marker's x and text
+        marker = fig.layout.annotations[-1]
+        assert (marker.text, marker.x, marker.yref, marker.yanchor) == ("chunk 2", 2, "paper", "bottom")
+        rows = rows_above(fig)
+        assert "chunk 2" in [text for text, _, _ in rows] and overlapping(rows) == []
+        assert all(foot <= fig.layout.margin.t for _, _, foot in rows)
 
 
 def test_the_world_read_out_spans_the_frame_and_widens_only_for_a_read_off_outside_it():

@@ -42,15 +42,18 @@ def finish(fig: go.Figure, title: str, **layout) -> go.Figure:
 
 
 def labels_above(fig: go.Figure) -> float:
-    """How far above the plot area, in pixels, the labels standing on its top reach: annotations on the paper's
-    top edge anchored at their foot (subplot titles), each its ``height`` or its lines of its font, raised by its
-    ``yshift``."""
+    """How far above the plot area, in pixels, the labels standing on its top reach: annotations on the paper's (or
+    the first y axis's) top edge anchored at their foot (subplot titles, a band's label, the current chunk's), each
+    its ``height`` or its lines of its font, raised by its ``yshift``."""
     return max(
         (
             (label.height or LINE * (label.font.size or LABEL_SIZE) * (1 + (label.text or "").count("<br>")))
             + (label.yshift or 0)
             for label in fig.layout.annotations
-            if label.yref == "paper" and label.y is not None and label.y >= 1 and label.yanchor == "bottom"
+            if label.yref in ("paper", "y domain")
+            and label.y is not None
+            and label.y >= 1
+            and label.yanchor == "bottom"
         ),
         default=0.0,
     )
@@ -98,14 +101,20 @@ def _marker_label(current: int) -> str:
 
 
 def mark_current(fig: go.Figure, current: int) -> None:
-    """A dashed vertical line at chunk ``current`` (the figure's last shape and last annotation)."""
-    fig.add_vline(
+    """A dashed vertical line at chunk ``current`` (the figure's last shape and last annotation), its label above
+    the plot area, clear of the data, over any labels already standing there (:func:`finish` makes room for it)."""
+    above = labels_above(fig)
+    fig.add_vline(x=current, line_dash="dash", line_color=CURRENT_COLOUR, line_width=1)
+    fig.add_annotation(
         x=current,
-        line_dash="dash",
-        line_color=CURRENT_COLOUR,
-        line_width=1,
-        annotation_text=_marker_label(current),
-        annotation_position="top right",
+        xref="x",
+        xanchor="left",
+        y=1,
+        yref="paper",
+        yanchor="bottom",
+        yshift=above,
+        text=_marker_label(current),
+        showarrow=False,
     )
 
 
