@@ -166,3 +166,16 @@ def test_a_box_over_two_edges_says_the_world_wraps_as_the_task_draws_it(trace):
     k = int(np.flatnonzero([tuple(p) == (15, 4) for p in trace.meta["positions"]])[0])
     leaves = LEAVES["occlusion"](trace, k)  # the stepper patches the note per chunk
     assert "wraps around" in leaves[("layout", "annotations", 0, "text")]
+
+
+def test_3d_scenes_stand_back_far_enough_for_their_axis_titles(trace):
+    """Plotly's camera (1.25, 1.25, 1.25) puts the lower corners' titles ("y (H)", "x (W)") past the foot of a
+    340 px chart: every voxel scene (Teach, the sandbox, Explore, Text) sees the box from its direction, farther."""
+    default = np.full(3, 1.25)
+    volume = F.volume_figure(np.random.default_rng(0).random((6, 6, 6)), "volume", "‖V‖")
+    for fig in (volume, F.trajectory_figure(trace.layer(), 3)):
+        eye = fig.layout.scene.camera.eye
+        eye = np.array([eye.x, eye.y, eye.z])
+        assert np.allclose(eye / np.linalg.norm(eye), default / np.linalg.norm(default))  # the same view
+        assert np.linalg.norm(eye) >= 1.25 * np.linalg.norm(default)  # the box a fifth smaller at least
+        assert fig.layout.scene.xaxis.title.text == "x (W)"
