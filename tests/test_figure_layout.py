@@ -179,3 +179,20 @@ def test_3d_scenes_stand_back_far_enough_for_their_axis_titles(trace):
         assert np.allclose(eye / np.linalg.norm(eye), default / np.linalg.norm(default))  # the same view
         assert np.linalg.norm(eye) >= 1.25 * np.linalg.norm(default)  # the box a fifth smaller at least
         assert fig.layout.scene.xaxis.title.text == "x (W)"
+
+
+def whiteness(colour: str) -> float:
+    """The share of white mixed into a "#rrggbb" colour (HWB's whiteness, its least channel): a pale colour's is
+    high."""
+    return min(int(colour[i : i + 2], 16) for i in (1, 3, 5)) / 255
+
+
+def test_the_validation_line_is_as_strong_as_the_measures_lines():
+    entries = [json.loads(line) for line in (CHECKPOINT / "train_log.jsonl").read_text().splitlines() if line]
+    fig = addressing_history_figure(addressing_history(entries))
+    colorway, strong = fig.layout.template.layout.colorway, fig.layout.template.layout.colorway[:6]
+    validation = fig.data[-1]
+    assert validation.name == "validation accuracy" and validation.line.color  # not the template's pale ninth
+    assert whiteness(colorway[len(fig.data) - 1]) > max(map(whiteness, strong))  # the pink it would be
+    assert whiteness(validation.line.color) <= max(map(whiteness, strong))  # as strong as the measures' first six
+    assert validation.line.color.lower() not in {c.lower() for c in colorway[: len(fig.data) - 1]}  # and its own

@@ -18,6 +18,8 @@ PANELS = (
     ("shares of the grid", ("boundary_fraction", "occupancy"), "share"),
     ("gates", ("gate_scale", "gate_i_mean", "gate_f_mean", "gate_o_mean"), "value"),
 )
+# The last panel's line: the template's ninth colour, which it would get, is a pale pink next to the others.
+METRIC_COLOUR = "#8c564b"  # brown, as strong as the measures' colours and none of theirs
 SUBPLOT_TITLE_ROW = 24  # pixels: a panel title's line (16 px font) and a gap
 LABELS = {
     "write_spread_voxels": "write spread",
@@ -68,7 +70,11 @@ def addressing_history_figure(history: dict[str, Any], layer: str | None = None,
                 )
         fig.update_yaxes(title_text=unit, row=1, col=column)
     steps, values = history[f"val_{metric}"]
-    fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=titles[-1]), row=1, col=len(titles))
+    fig.add_trace(
+        go.Scatter(x=steps, y=values, mode="lines+markers", name=titles[-1], line_color=METRIC_COLOUR),
+        row=1,
+        col=len(titles),
+    )
     if metric_axis == "%":
         fig.update_yaxes(range=[0, 1], row=1, col=len(titles))
     else:
