@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from analysis.figures.compare import comparison_figure
+from analysis.measures import addressing
 from analysis.measures.addressing import addressing_report
 from analysis.measures.compare import checkpoint_summary, comparison_note, comparison_rows, sample_metrics
 from analysis.traces.capture import capture_many, sample_batch
@@ -63,3 +64,20 @@ def test_different_tasks_are_noted_and_the_same_one_twice_gets_two_columns(tenso
     assert "different tasks" in comparison_note(mine, binding)
     rows = comparison_rows(mine, mine)
     assert set(rows[0]) == {"measure", "occlusion-tensor", "occlusion-tensor (2)", "meaning"}
+
+
+def test_each_threshold_is_the_verdicts_own_in_the_units_of_its_row():
+    """The σ row read "2.10" (voxel spacings) beside "below 0.25": the same unit, now said; the numbers come from the
+    thresholds the verdicts use, so the table cannot say one and the verdict apply another."""
+    measures = {"sigma_voxels": 2.1, "write_spread_voxels": 3.0, "sigma_extent": 0.3, "gate_scale": 0.6}
+    summary = {"name": "a", "task": "occlusion", "backbone": "tensor", "samples": 2, "metrics": {}}
+    summary["addressing"] = {"verdict": "healthy", "measures": measures}
+    rows = {row["measure"]: row for row in comparison_rows(summary, {**summary, "name": "b"})}
+    sigma = rows["median σ (voxels)"]
+    assert (sigma["a"], sigma["meaning"]) == ("2.10", f"below {addressing.SIGMA_COLLAPSE_VOXELS:g} voxel: σ collapse")
+    assert addressing.SIGMA_COLLAPSE_VOXELS == 0.25  # in voxel spacings, as median_sigma_voxels gives σ
+    spread = rows["write spread (voxels)"]["meaning"]
+    assert spread == f"below {addressing.COLLAPSE_SPREAD_VOXELS:g} voxel: coordinate collapse"
+    assert rows["median σ (share of the grid)"]["meaning"].startswith(f"above {addressing.SIGMA_EXPLOSION_EXTENT:.0%}")
+    assert rows["σ(γ) read gate"]["meaning"] == f"below {addressing.DEAD_GATE_SCALE:g}: dead memory"
+    assert rows["reads within 2σ of a write"]["meaning"].startswith(f"below {addressing.UNREAD_FRACTION:.0%}")

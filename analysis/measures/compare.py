@@ -14,7 +14,15 @@ from typing import Any
 
 import torch
 
-from analysis.measures.addressing import addressing_report
+from analysis.measures.addressing import (
+    BOUNDARY_FRACTION,
+    COLLAPSE_SPREAD_VOXELS,
+    DEAD_GATE_SCALE,
+    SIGMA_COLLAPSE_VOXELS,
+    SIGMA_EXPLOSION_EXTENT,
+    UNREAD_FRACTION,
+    addressing_report,
+)
 from analysis.traces.capture import capture_many, sample_batch
 from tensor_memory import memory_layers
 from tensor_memory.storage.checkpoint import Checkpoint
@@ -76,15 +84,21 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-MEASURES = (  # (label, measure key, format, what the threshold means)
-    ("write spread (voxels)", "write_spread_voxels", _number, "below 0.5: coordinate collapse"),
+# (label, measure key, format, what the threshold means): each threshold is the verdict's own, said in the row's unit
+MEASURES = (
+    (
+        "write spread (voxels)",
+        "write_spread_voxels",
+        _number,
+        f"below {COLLAPSE_SPREAD_VOXELS:g} voxel: coordinate collapse",
+    ),
     ("voxels the writes fill", "effective_voxels", _number, "of the grid's voxels"),
     ("voxels ever written", "ever_active_fraction", _percent, ""),
-    ("median σ (voxels)", "sigma_voxels", _number, "below 0.25: σ collapse"),
-    ("median σ (share of the grid)", "sigma_extent", _percent, "above 50%: σ explosion"),
-    ("reads within 2σ of a write", "reads_within_2sigma", _percent, "below 5%: unread writes"),
-    ("coordinates at a face", "boundary_fraction", _percent, "above 50%: boundary saturation"),
-    ("σ(γ) read gate", "gate_scale", lambda v: _number(v, 3), "below 0.001: dead memory"),
+    ("median σ (voxels)", "sigma_voxels", _number, f"below {SIGMA_COLLAPSE_VOXELS:g} voxel: σ collapse"),
+    ("median σ (share of the grid)", "sigma_extent", _percent, f"above {SIGMA_EXPLOSION_EXTENT:.0%}: σ explosion"),
+    ("reads within 2σ of a write", "reads_within_2sigma", _percent, f"below {UNREAD_FRACTION:.0%}: unread writes"),
+    ("coordinates at a face", "boundary_fraction", _percent, f"above {BOUNDARY_FRACTION:.0%}: boundary saturation"),
+    ("σ(γ) read gate", "gate_scale", lambda v: _number(v, 3), f"below {DEAD_GATE_SCALE:g}: dead memory"),
     ("input dependence of writes", "input_dependence", _percent, "0%: every sample writes the same path"),
 )
 
