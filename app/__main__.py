@@ -12,14 +12,13 @@ is mostly the browser's (``benchmarks/first_visit.py`` times each page; docs/per
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import ipaddress
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.server_options import config_options, option
 
@@ -81,13 +80,12 @@ def opening_page_work() -> Opening | None:
     return Opening(ref, sample, layer, drawable, chunk, span)
 
 
-@dataclasses.dataclass(frozen=True)
-class Opening:
+class Opening(NamedTuple):
     """What the opening page shows: the checkpoint, the sample, the memory layer (None: none), whether the memory
     views are drawn, the chunk it opens on and the span of chunks the browser holds (None: all)."""
 
-    ref: Any
-    sample: Any
+    ref: Any  # app.cache.CheckpointRef (app.cache is imported only once the server runs)
+    sample: Any  # app.cache.Sample
     layer: str | None
     memory: bool
     chunk: int
@@ -106,7 +104,7 @@ def other_pages_work(opened: Opening) -> None:
     from app import cache, compare, layout, state, stepping
     from app.views.occlusion import occlusion_views
 
-    ref, sample, layer, memory, chunk, span = (getattr(opened, f.name) for f in dataclasses.fields(opened))
+    ref, sample, layer, memory, chunk, span = opened
     view = layout.VolumeView()
     cache.stepper_payload("track", stepping.track_payload, ref, sample, span)
     loaded, trace = cache.load(ref), cache.sample_trace(ref, sample)
@@ -119,11 +117,7 @@ def other_pages_work(opened: Opening) -> None:
     label = compare.counterpart(ref.label, list(options))
     other = cache.CheckpointRef.of(options[label], label)
     theirs = cache.load(other).checkpoint.task
-    carried = (
-        sample.carried_to(loaded.checkpoint.task.config, theirs.config)
-        if theirs.name == loaded.checkpoint.task.name
-        else sample.with_task_defaults()
-    )
+    carried = compare.their_sample(sample, loaded.checkpoint.task, theirs)
     cache.summary(other, carried, compare.SUMMARY_SAMPLES, None)
     if theirs.name == loaded.checkpoint.task.name:  # Diagnose steps both only on one task's sample
         drawn = (view.field, view.mode, view.index, view.kind)

@@ -34,6 +34,14 @@ def counterpart(label: str, options: list[str]) -> str:
     return wanted if wanted in options else next((o for o in options if o != label), label)
 
 
+def their_sample(sample: Sample, own: Any, other: Any) -> Sample:
+    """The sample the compared checkpoint runs, given both checkpoints' tasks: on the same task the same settings
+    (:meth:`Sample.carried_to`), on another its own task's defaults with the same seed."""
+    if other.name == own.name:
+        return sample.carried_to(own.config, other.config)
+    return sample.with_task_defaults()
+
+
 HEIGHTS = {"input": 340, "volume": 440, "timeline": 300}  # pixels, of each side's views
 
 
@@ -113,4 +121,4 @@ def comparison_views(
     return comparison_payload(sides, (refs[0], samples[0]), (layer, field, mode, index), kind, span)
 
 
-__all__ = ["SUMMARY_SAMPLES", "counterpart", "comparison_payload", "comparison_views"]
+__all__ = ["SUMMARY_SAMPLES", "counterpart", "their_sample", "comparison_payload", "comparison_views"]

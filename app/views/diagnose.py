@@ -13,7 +13,7 @@ from analysis.figures.training import addressing_history_figure
 from analysis.measures.compare import comparison_note, comparison_rows
 from app import cache, layout, runs, state, stepping, world_view
 from app.cache import CheckpointRef, Sample
-from app.compare import SUMMARY_SAMPLES, comparison_views, counterpart
+from app.compare import SUMMARY_SAMPLES, comparison_views, counterpart, their_sample
 from app.sidebar import checkpoint_options
 from tensor_memory.errors import EXPECTED_ERRORS, describe
 from tensor_memory.storage.checkpoint import CheckpointError
@@ -178,12 +178,8 @@ except CheckpointError as error:
     st.error(markdown_text(f"Could not load {other_label} to compare: {error}"))
     st.stop()
 same_task = other_loaded.checkpoint.task.name == context.task
-their_sample = (
-    context.sample.carried_to(context.checkpoint.task.config, other_loaded.checkpoint.task.config)
-    if same_task
-    else context.sample.with_task_defaults()
-)  # same task: the same settings
-theirs = measured(other_ref, their_sample, samples, None)
+carried = their_sample(context.sample, context.checkpoint.task, other_loaded.checkpoint.task)
+theirs = measured(other_ref, carried, samples, None)
 note = comparison_note(mine, theirs)
 if note:
     st.warning(markdown_text(note), icon=":material/warning:")
@@ -218,7 +214,7 @@ try:
             "diagnose",
             comparison_views,
             (context.ref, other_ref),
-            (context.sample, their_sample),
+            (context.sample, carried),
             context.layer,
             drawn,
             span,
